@@ -1,0 +1,1 @@
+"""The checks, one module each, registered in ``webhook.checks.registry``."""

@@ -1,0 +1,95 @@
+"""GPU resource names are exact.
+
+Restricted: a name under a GPU vendor domain that is a near miss of a name the policy knows
+(case, a missing or extra separator, a plural, words swapped: ``nvidia.com/GPU``,
+``nvidia.com/gpus``, ``nvidia.com/mig-1g10gb``, ``nvidia.com/sharedgpu``), which would pend
+forever because no node advertises it; a malformed MIG name; a well-formed MIG profile that no
+declared product offers (a warning by default: new hardware must not be blocked by an old
+catalogue). Allowed: declared names and catalogued MIG profiles. Other undeclared names under
+the domain (the network operator's ``nvidia.com/hostdev``) are warned, unless the policy says
+Allow or Deny.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+
+from webhook import mig
+from webhook.model import Policy
+from webhook.pods import PodView
+from webhook.policy import near_miss_key
+from webhook.violations import Violation
+
+RULE = "resource-name"
+
+
+def check(view: PodView, policy: Policy) -> Iterator[Violation]:
+    for container in view.gpu_containers():
+        for name in container.gpu:
+            if name in policy.declared_names:
+                continue
+            found = _judge(name, policy)
+            if found is not None:
+                message, hint, advisory = found
+                yield Violation(
+                    rule=RULE,
+                    path=container.resource_path(name),
+                    value=name,
+                    message=message,
+                    hint=hint,
+                    error_type="Not supported",
+                    subject=container.name,
+                    field=f"{container.list_name}.resources[{name}]",
+                    advisory=advisory,
+                )
+
+
+def _judge(name: str, policy: Policy) -> tuple[str, str, bool] | None:
+    domain, _, short = name.partition("/")
+    if short.startswith(mig.MIG_PREFIX) and mig.is_well_formed(short[len(mig.MIG_PREFIX):]):
+        profile = short[len(mig.MIG_PREFIX):]
+        products = ", ".join(policy.mig_products)
+        close = difflib.get_close_matches(
+            mig.base_profile(profile), sorted(policy.mig_profiles), 1, 0.6
+        )
+        hint = (
+            f"did you mean {domain}/mig-{close[0]}?" if close
+            else "check the node's capacity for the exact name"
+        )
+        return (
+            f"MIG profile {profile!r} is not offered by the GPU products this cluster declares "
+            f"({products})",
+            hint + "; new hardware goes into the policy's migCatalogue",
+            policy.uncatalogued_mig == "Warn",
+        )
+    match = policy.near_misses.get(near_miss_key(name)) or _anagram(name, policy)
+    if match is not None:
+        return (
+            f"{name!r} is not a resource any node advertises, so the Pod would pend forever",
+            f"did you mean {match}?",
+            False,
+        )
+    if short.lower().startswith("mig"):
+        example = min(policy.mig_profiles, default="1g.10gb")
+        return (
+            f"malformed MIG resource name {name!r}",
+            f"write {domain}/mig-<g>g.<mem>gb exactly, e.g. {domain}/mig-{example}",
+            False,
+        )
+    if policy.unknown_resources == "Allow":
+        return None
+    return (
+        f"{name!r} is not a GPU resource this policy declares",
+        "check the spelling against the node's capacity, or declare the resource in the policy",
+        policy.unknown_resources == "Warn",
+    )
+
+
+def _anagram(name: str, policy: Policy) -> str | None:
+    """``sharedgpu`` for ``gpu.shared``: the same letters in another order."""
+    key = sorted(near_miss_key(name).partition("/")[2])
+    for candidate_key, candidate in policy.near_misses.items():
+        if sorted(candidate_key.partition("/")[2]) == key and candidate.split("/")[0] == name.split("/")[0]:
+            return candidate
+    return None

@@ -1,0 +1,102 @@
+"""A Pod must fit on one node.
+
+Restricted: a Pod whose effective request of a GPU resource exceeds what the largest node of
+its pool offers, or the policy's per-Pod maximum. The effective request is what the scheduler
+reserves: the larger of the largest init container (plus the sidecars started before it) and
+the sum of the app containers and sidecar init containers (``restartPolicy: Always``). The
+scheduler never splits a request across nodes, so such a Pod pends forever. Allowed: requests
+within both bounds, and resources whose bounds the policy does not know.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from fractions import Fraction
+
+from webhook import mig
+from webhook.model import Policy
+from webhook.pods import PodView
+from webhook.pools import resource_spec, select_pool
+from webhook.violations import Violation
+
+RULE = "topology"
+
+
+def effective_requests(view: PodView) -> dict[str, Fraction]:
+    """The scheduler's view of the Pod's request of each vendor resource."""
+    init_peak: dict[str, Fraction] = {}
+    sidecars: dict[str, Fraction] = {}
+    apps: dict[str, Fraction] = {}
+    for container in view.containers:
+        for name, quantity in container.gpu_quantity.items():
+            if quantity is None or quantity <= 0:
+                continue
+            if container.list_name == "containers":
+                apps[name] = apps.get(name, 0) + quantity
+            elif container.list_name == "initContainers":
+                if container.is_sidecar:
+                    sidecars[name] = sidecars.get(name, 0) + quantity
+                else:
+                    running = quantity + sidecars.get(name, 0)
+                    init_peak[name] = max(init_peak.get(name, 0), running)
+    totals: dict[str, Fraction] = {}
+    for name in {*init_peak, *sidecars, *apps}:
+        totals[name] = max(init_peak.get(name, 0), apps.get(name, 0) + sidecars.get(name, 0))
+    return totals
+
+
+def _node_capacity(view: PodView, policy: Policy, name: str) -> tuple[int, str] | None:
+    selection = select_pool(view, policy)
+    best: tuple[int, str] | None = None
+    for pool in selection.pools:
+        spec = pool.resources.get(name)
+        if spec is None:
+            continue
+        capacity = spec.per_node
+        if capacity is None and pool.gpus_per_node is not None:
+            short = name.partition("/")[2]
+            if spec.sharing == "Exclusive":
+                capacity = pool.gpus_per_node
+            elif spec.sharing == "MIG" and short.startswith(mig.MIG_PREFIX):
+                profile = mig.base_profile(short[len(mig.MIG_PREFIX):])
+                per_gpu = policy.mig_profile_counts.get(profile)
+                capacity = per_gpu * pool.gpus_per_node if per_gpu else None
+        if capacity is not None and (best is None or capacity > best[0]):
+            best = (capacity, f"the largest node of pool {pool.name!r}")
+    if best is None and not selection.pools:
+        spec = policy.resources.get(name)
+        if spec is not None and spec.per_node is not None:
+            best = (spec.per_node, "the largest node")
+    return best
+
+
+def check(view: PodView, policy: Policy) -> Iterator[Violation]:
+    for name, total in effective_requests(view).items():
+        spec = resource_spec(view, policy, name)
+        path = view.first_request_path(name)
+        shown = int(total) if total.denominator == 1 else float(total)
+        if spec is not None and spec.max_per_pod is not None and total > spec.max_per_pod:
+            yield Violation(
+                rule=RULE,
+                path=path,
+                value=shown,
+                message=f"the Pod requests {shown} {name} in all, above the policy's maximum "
+                f"of {spec.max_per_pod} per Pod",
+                hint="use several Pods, or a training controller (PyTorchJob, MPIJob, JobSet) "
+                "that spreads the work over nodes",
+                subject="pod",
+                field=f"total[{name}]",
+            )
+            continue
+        capacity = _node_capacity(view, policy, name)
+        if capacity is not None and total > capacity[0]:
+            yield Violation(
+                rule=RULE,
+                path=path,
+                value=shown,
+                message=f"the Pod requests {shown} {name} in all, but {capacity[1]} offers "
+                f"{capacity[0]}: a Pod must fit on one node",
+                hint="use several Pods or a training controller",
+                subject="pod",
+                field=f"total[{name}]",
+            )

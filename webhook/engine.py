@@ -1,0 +1,199 @@
+"""The admission decision: an AdmissionReview and a compiled policy in, a response out.
+
+``decide`` is a pure function: no I/O, no globals, no Flask. The web layer, the CLI and the
+tests all call it, and nothing outside it adds to the verdict.
+
+Two paths. The validate path judges the final object (after every mutating webhook and the
+API server's own validation) and is the only source of denials for most rules, of warnings
+and of audit records. The mutate path plans the pool's tolerations and affinity for a Pod on
+CREATE, and denies only what the API server would reject anyway before any validating webhook
+runs (the quantity rule), so that the user sees the policy's message instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook import mutation, response
+from webhook.checks.registry import BY_RULE, CHECKS
+from webhook.model import Policy, WorkloadKind
+from webhook.pods import PodView, build_view, walk_templates
+from webhook.pools import select_pool
+from webhook.review_types import AdmissionReviewResponse
+from webhook.violations import Finding, Violation
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+JUDGED_SUBRESOURCES = ("", "ephemeralcontainers")
+
+
+class RequestError(ValueError):
+    """A malformed AdmissionReview: the caller answers HTTP 400 with this message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    response: AdmissionReviewResponse
+    findings: tuple[Finding, ...] = ()
+    patch: tuple[dict, ...] = ()
+    patch_applied: bool = False
+    patch_recorded: bool = False
+
+    @property
+    def allowed(self) -> bool:
+        return self.response["response"]["allowed"]
+
+    @property
+    def violations(self) -> tuple[Finding, ...]:
+        return self.findings
+
+
+def review(admission_review: dict, policy: Policy, *, mutate: bool) -> AdmissionReviewResponse:
+    """The full AdmissionReview response for a request (``admission.k8s.io/v1``)."""
+    return decide(admission_review, policy, mutate=mutate).response
+
+
+def decide(admission_review: Any, policy: Policy, *, mutate: bool) -> Decision:
+    request = _request(admission_review)
+    uid = request["uid"]
+    operation = request.get("operation")
+    if operation not in ("CREATE", "UPDATE") or request.get("subResource", "") not in (
+        JUDGED_SUBRESOURCES
+    ):
+        return Decision(response.build(uid))
+    obj = request.get("object")
+    if not isinstance(obj, dict):
+        raise RequestError(f"request.object must be an object for {operation}")
+    workload = _workload(request, obj, policy)
+    if workload is None:
+        return Decision(response.build(uid))
+    namespace = str(
+        request.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "default"
+    )
+    views = list(_views(obj, workload, namespace, policy))
+    if mutate:
+        return _mutate(uid, request, obj, workload, views, policy)
+
+    findings = evaluate(views, policy)
+    old = request.get("oldObject")
+    if operation == "UPDATE" and isinstance(old, dict) and findings:
+        old_keys = {
+            f.violation.key
+            for f in evaluate(list(_views(old, workload, namespace, policy)), policy)
+        }
+        # What the object already had before this update is not the update's doing:
+        # controllers must still be able to label, scale and finalize it. It stays visible.
+        findings = [
+            Finding(f.violation, "Warn") if f.mode == "Enforce" and f.violation.key in old_keys
+            else f
+            for f in findings
+        ]
+    return Decision(
+        response.build(
+            uid,
+            denials=[f for f in findings if f.mode == "Enforce"],
+            warnings=[f for f in findings if f.mode == "Warn"],
+            audits=[f for f in findings if f.mode == "Audit"],
+        ),
+        findings=tuple(findings),
+    )
+
+
+def evaluate(
+    views: Iterable[PodView], policy: Policy, rules: Iterable[str] | None = None
+) -> list[Finding]:
+    """Every finding of the policy's checks on these pod templates, with its mode."""
+    checks = CHECKS if rules is None else tuple(BY_RULE[r] for r in rules)
+    findings: list[Finding] = []
+    for view in views:
+        modes = policy.rule_modes(view.namespace)
+        for check in checks:
+            mode = modes[check.rule].for_scope(view.gpu_relevant)
+            if mode == "Off" or _exempt(policy, view, check.rule):
+                continue
+            for violation in check.run(view, policy):
+                findings.append(Finding(violation, _effective(mode, violation)))
+    return findings
+
+
+def _effective(mode: str, violation: Violation) -> str:
+    return "Warn" if violation.advisory and mode == "Enforce" else mode
+
+
+def _exempt(policy: Policy, view: PodView, rule: str) -> bool:
+    return any(e.exempts(view.namespace, view.service_account, rule) for e in policy.exemptions)
+
+
+def _mutate(
+    uid: str,
+    request: Mapping,
+    obj: dict,
+    workload: WorkloadKind,
+    views: list[PodView],
+    policy: Policy,
+) -> Decision:
+    denials = [f for f in evaluate(views, policy, rules=("gpu-quantity",)) if f.mode == "Enforce"]
+    if denials:
+        return Decision(response.build(uid, denials=denials), findings=tuple(denials))
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    if (
+        workload.kind != "Pod"
+        or request["operation"] != "CREATE"
+        or request.get("subResource")
+        or not policy.mutation_enabled
+        or MIRROR_ANNOTATION in annotations
+        or not views
+    ):
+        return Decision(response.build(uid))
+    view = views[0]
+    selection = select_pool(view, policy)
+    if selection.violations:
+        return Decision(response.build(uid))  # the validate path denies it with the reasons
+    plan = mutation.plan(obj, view, selection, policy)
+    if not plan.operations:
+        return Decision(response.build(uid))
+    if policy.mutation_mode == "Record":
+        return Decision(
+            response.build(uid, would_patch=plan.operations),
+            patch=plan.operations,
+            patch_recorded=True,
+        )
+    return Decision(
+        response.build(uid, patch=plan.operations), patch=plan.operations, patch_applied=True
+    )
+
+
+def _request(admission_review: Any) -> Mapping:
+    if not isinstance(admission_review, dict):
+        raise RequestError("the body must be a JSON object (an AdmissionReview)")
+    if admission_review.get("kind") != "AdmissionReview":
+        raise RequestError(f"kind must be AdmissionReview, not {admission_review.get('kind')!r}")
+    if admission_review.get("apiVersion") != response.API_VERSION:
+        raise RequestError(
+            f"apiVersion must be {response.API_VERSION}, not "
+            f"{admission_review.get('apiVersion')!r}; set admissionReviewVersions: [v1]"
+        )
+    request = admission_review.get("request")
+    if not isinstance(request, dict):
+        raise RequestError("request is missing")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise RequestError("request.uid is missing")
+    return request
+
+
+def _workload(request: Mapping, obj: Mapping, policy: Policy) -> WorkloadKind | None:
+    kind = request.get("kind")
+    if isinstance(kind, dict) and kind.get("kind"):
+        return policy.workloads.get((kind.get("group", ""), kind["kind"]))
+    group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+    return policy.workloads.get((group, obj.get("kind")))
+
+
+def _views(obj: Mapping, workload: WorkloadKind, namespace: str, policy: Policy):
+    is_pod = workload.kind == "Pod"
+    for path, template in walk_templates(obj, workload):
+        view = build_view(workload.kind, path, template, namespace, policy, is_pod=is_pod)
+        if view is not None:
+            yield view

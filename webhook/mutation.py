@@ -1,0 +1,152 @@
+"""The mutation planner: what a GPU Pod needs from its pool, as ``add`` operations.
+
+Tolerations for the pool's taints that the Pod does not already tolerate; the pool's labels as
+required node affinity, ANDed into every existing nodeSelectorTerm (or a new term); the pool's
+preferred terms when absent; optionally ``NVIDIA_VISIBLE_DEVICES=void`` in containers that
+request no GPU; and an annotation recording what was injected. Every operation is guarded by
+what the Pod already has, so mutating the mutated Pod plans nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from webhook import patch
+from webhook.model import INJECTED_ANNOTATION, Policy
+from webhook.pods import PodView
+from webhook.pools import Selection
+from webhook.scheduling import toleration_for, tolerates
+
+REQUIRED = ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+PREFERRED = ("spec", "affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    operations: tuple[dict, ...]
+    injected: tuple[str, ...]  # what was added, for the annotation and the logs
+
+
+class _Operations(list):
+    """Operations planned so far, applied to a working copy as they are added, so that a later
+    operation sees the parents an earlier one created (two ``add``s of a missing
+    ``spec.affinity`` would otherwise overwrite each other)."""
+
+    def __init__(self, pod: Mapping) -> None:
+        super().__init__()
+        self.working = copy.deepcopy(pod)
+
+    def extend(self, operations) -> None:  # noqa: D102
+        for operation in operations or ():
+            patch.apply_add(self.working, operation)
+            self.append(operation)
+
+
+def plan(pod: Mapping, view: PodView, selection: Selection, policy: Policy) -> Plan:
+    operations = _Operations(pod)
+    injected: list[str] = []
+
+    missing = [
+        toleration_for(taint)
+        for taint in selection.taints
+        if not any(tolerates(t, taint) for t in view.tolerations())
+    ]
+    if missing:
+        operations.extend(patch.append(operations.working, ("spec", "tolerations"), missing))
+        injected.append(f"tolerations={len(missing)}")
+
+    if len(selection.pools) == 1:
+        pool = selection.pools[0]
+        if pool.require_node_affinity and not _selector_pins(view, pool.node_selector):
+            required = _required_operations(operations.working, pool.node_selector)
+            if required:
+                operations.extend(required)
+                injected.append(f"required-affinity={pool.name}")
+        preferred = _preferred_operations(operations.working, pool.preferred_affinity)
+        if preferred:
+            operations.extend(preferred)
+            injected.append(f"preferred-affinity={len(preferred)}")
+
+    if policy.inject_void and view.requested_gpu_names():
+        voided = 0
+        for container in view.containers:
+            if container.requests_gpu or container.list_name == "ephemeralContainers":
+                continue
+            env = container.spec.get("env")
+            names = {v.get("name") for v in env if isinstance(v, dict)} if isinstance(env, list) else set()
+            if "NVIDIA_VISIBLE_DEVICES" not in names:
+                ops = patch.append(
+                    operations.working, ("spec", container.list_name, container.index, "env"),
+                    [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+                )
+                if ops:
+                    operations.extend(ops)
+                    voided += 1
+        if voided:
+            injected.append(f"visible-devices-void={voided}")
+
+    if operations:
+        note = ",".join(injected)
+        operations.extend(
+            patch.add(operations.working, ("metadata", "annotations", INJECTED_ANNOTATION), note)
+        )
+    return Plan(tuple(operations), tuple(injected))
+
+
+def _selector_pins(view: PodView, labels: Mapping[str, str]) -> bool:
+    selector = view.node_selector()
+    return all(selector.get(k) == v for k, v in labels.items())
+
+
+def _expressions(labels: Mapping[str, str]) -> list[dict]:
+    return [{"key": k, "operator": "In", "values": [labels[k]]} for k in sorted(labels)]
+
+
+def _has(term: Mapping, expr: Mapping) -> bool:
+    existing = term.get("matchExpressions")
+    return isinstance(existing, list) and any(
+        isinstance(e, dict) and e.get("key") == expr["key"] and e.get("operator") == "In"
+        and e.get("values") == expr["values"]
+        for e in existing
+    )
+
+
+def _lookup(obj: object, segments: tuple) -> object:
+    for segment in segments:
+        obj = obj.get(segment) if isinstance(obj, dict) else None
+    return obj
+
+
+def _required_operations(pod: Mapping, labels: Mapping[str, str]) -> list[dict]:
+    wanted = _expressions(labels)
+    terms_path = (*REQUIRED, "nodeSelectorTerms")
+    terms = _lookup(pod, terms_path)
+    if not isinstance(terms, list) or not terms:
+        return patch.append(pod, terms_path, [{"matchExpressions": wanted}]) or []
+    operations: list[dict] = []
+    for index, term in enumerate(terms):
+        if not isinstance(term, dict):
+            continue
+        missing = [e for e in wanted if not _has(term, e)]
+        operations += patch.append(pod, (*terms_path, index, "matchExpressions"), missing) or []
+    return operations
+
+
+def _preferred_operations(pod: Mapping, preferences: tuple) -> list[dict]:
+    if not preferences:
+        return []
+    node = _lookup(pod, PREFERRED)
+    existing = node if isinstance(node, list) else []
+    missing = []
+    for preference in preferences:
+        term = {
+            "weight": preference["weight"],
+            "preference": {"matchExpressions": [dict(e, values=list(e["values"])) if "values" in e
+                                                 else dict(e)
+                                                 for e in preference["matchExpressions"]]},
+        }
+        if term not in existing:
+            missing.append(term)
+    return patch.append(pod, PREFERRED, missing) or []

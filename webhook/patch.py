@@ -1,0 +1,85 @@
+"""RFC 6902 JSON Patch operations that only ``add``: never replace the user's lists.
+
+Paths are RFC 6901 pointers with ``~`` and ``/`` escaped. A value whose parents are missing
+(or ``null``) is added at the deepest existing parent, wrapped in the missing levels, so every
+operation applies to the object as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+Segment = str | int
+
+
+def escape(segment: Segment) -> str:
+    return str(segment).replace("~", "~0").replace("/", "~1")
+
+
+def pointer(segments: Sequence[Segment]) -> str:
+    return "".join("/" + escape(s) for s in segments)
+
+
+def _wrap(segments: Sequence[Segment], value: Any) -> Any:
+    for segment in reversed(segments):
+        value = {segment: value}
+    return value
+
+
+def add(obj: Mapping, segments: Sequence[Segment], value: Any) -> list[dict] | None:
+    """One ``add`` that sets ``segments`` to ``value``, creating missing parent objects.
+
+    Returns None when a parent exists but is not an object (a malformed object the API server
+    rejects anyway): nothing is added there.
+    """
+    node: Any = obj
+    for depth, segment in enumerate(segments[:-1]):
+        child = node.get(segment) if isinstance(node, Mapping) else None
+        if child is None:
+            return [
+                {"op": "add", "path": pointer(segments[: depth + 1]),
+                 "value": _wrap(segments[depth + 1:], value)}
+            ]
+        if not isinstance(child, Mapping) and not (
+            isinstance(child, list) and isinstance(segments[depth + 1], int)
+        ):
+            return None
+        node = child
+    return [{"op": "add", "path": pointer(segments), "value": value}]
+
+
+def append(obj: Mapping, segments: Sequence[Segment], items: Sequence[Any]) -> list[dict] | None:
+    """Append items to the list at ``segments``; create it (and its parents) when missing."""
+    if not items:
+        return []
+    current: Any = obj
+    for segment in segments:
+        current = current.get(segment) if isinstance(current, Mapping) else (
+            current[segment] if isinstance(current, list) and isinstance(segment, int)
+            and segment < len(current) else None
+        )
+        if current is None:
+            break
+    if isinstance(current, list):
+        path = pointer(segments) + "/-"
+        return [{"op": "add", "path": path, "value": item} for item in items]
+    if current is not None:
+        return None
+    return add(obj, segments, list(items))
+
+
+def unescape(segment: str) -> str:
+    return segment.replace("~1", "/").replace("~0", "~")
+
+
+def apply_add(obj: Any, operation: Mapping) -> None:
+    """Apply one ``add`` in place (the planner keeps a working copy up to date with it)."""
+    *parents, last = [unescape(s) for s in operation["path"].split("/")[1:]]
+    node = obj
+    for segment in parents:
+        node = node[int(segment)] if isinstance(node, list) else node[segment]
+    if isinstance(node, list):
+        node.insert(len(node) if last == "-" else int(last), operation["value"])
+    else:
+        node[last] = operation["value"]

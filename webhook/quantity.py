@@ -1,0 +1,64 @@
+"""Kubernetes resource quantities, parsed to the API server's grammar.
+
+The grammar (k8s.io/apimachinery/pkg/api/resource) is::
+
+    <quantity>        ::= <signedNumber><suffix>
+    <suffix>          ::= <binarySI> | <decimalExponent> | <decimalSI>
+    <binarySI>        ::= Ki | Mi | Gi | Ti | Pi | Ei
+    <decimalSI>       ::= m | "" | k | M | G | T | P | E
+    <decimalExponent> ::= "e" <signedNumber> | "E" <signedNumber>
+
+We parse to an exact ``Fraction`` so that ``1000m`` is exactly one and ``1100m`` is not.
+Anything outside the grammar (``NaN``, ``Infinity``, ``1 Gi``, ``0x10``, booleans, lists) is
+``None``: callers report it, they never see an exception. The kubernetes client's own
+``parse_quantity`` accepts strings the API server rejects and loads the whole generated client.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+_QUANTITY = re.compile(
+    r"(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?:(?P<binary>Ki|Mi|Gi|Ti|Pi|Ei)|[eE](?P<exponent>[+-]?[0-9]+)|(?P<decimal>[mkMGTPE]?))\Z"
+)
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+# The API server caps exponents far below this; the cap keeps Fraction arithmetic cheap.
+_MAX_EXPONENT = 64
+
+
+def parse_quantity(value: object) -> Fraction | None:
+    """Return the exact value of a quantity, or None when the API server would reject it."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return None
+        return Fraction(repr(value)) if "e" not in repr(value) else Fraction(value)
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    match = _QUANTITY.match(value)
+    if match is None:
+        return None
+    number = Fraction(match["number"])
+    if match["sign"] == "-":
+        number = -number
+    if match["binary"]:
+        return number * _BINARY[match["binary"]]
+    exponent = int(match["exponent"]) if match["exponent"] is not None else _DECIMAL[match["decimal"]]
+    if abs(exponent) > _MAX_EXPONENT:
+        return None
+    return number * Fraction(10) ** exponent
+
+
+def format_quantity(value: object) -> str:
+    """The value as the API server prints it in a field error: strings quoted, numbers bare."""
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
