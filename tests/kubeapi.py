@@ -1,0 +1,876 @@
+"""A small fake Kubernetes API server for tests, speaking real API shapes over HTTPS.
+
+Tests of code that uses the real ``kubernetes`` client (``certs install``, the audit
+commands) point the client at this server instead of mocking the client: requests go
+through the client's serialization, content types, TLS verification and error handling.
+
+Only the standard library serves (``ThreadingHTTPServer`` on 127.0.0.1, port 0); TLS uses
+a certificate made by ``webhook.certs.generate`` for 127.0.0.1 and localhost.
+
+Use it from a test module by importing the fixtures (pytest finds them by name)::
+
+    from kubeapi import kube_api, kube_api_client  # noqa: F401
+
+    def test_something(kube_api, kube_api_client):
+        kube_api.add({"apiVersion": "v1", "kind": "Pod",
+                      "metadata": {"name": "p", "namespace": "ns"}})
+        pods = kubernetes.client.CoreV1Api(kube_api_client).list_pod_for_all_namespaces()
+
+Or without pytest: ``with FakeKubeAPI() as api: client = api.api_client()``.
+
+What it serves, for any resource type (built-in ones are known; others are registered by
+``add`` or ``register``):
+
+- ``GET`` a list, cluster-wide or per namespace, with ``limit``/``continue`` pagination,
+  ``labelSelector`` and ``fieldSelector`` (equality and set-based forms);
+- ``GET``/``POST``/``PUT``/``PATCH``/``DELETE`` of one object; PATCH understands JSON patch
+  (``application/json-patch+json``), JSON merge patch, and strategic merge patch (applied
+  as a merge patch, which is exact for the objects the tests use);
+- ``Status`` objects for 400/403/404/409/410/415/422 as the real API server words them;
+- injected failures: ``forbid(path)`` answers 403, ``fail(path, status)`` answers any status
+  (``expire_continue()`` gives the 410 ``Expired`` of a stale continue token);
+- ``requests``: every request received, in order, with its parsed body.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import fnmatch
+import http.server
+import json
+import re
+import secrets
+import ssl
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import jsonpatch
+import pytest
+import yaml
+
+from webhook import certs
+
+ADMISSION = "admissionregistration.k8s.io"
+
+# (group, version, plural) -> (Kind, namespaced). Items of lists of these built-in types
+# carry no apiVersion/kind, as with the real API server; custom resources keep them.
+BUILTIN: dict[tuple[str, str, str], tuple[str, bool]] = {
+    ("", "v1", "pods"): ("Pod", True),
+    ("", "v1", "secrets"): ("Secret", True),
+    ("", "v1", "configmaps"): ("ConfigMap", True),
+    ("", "v1", "services"): ("Service", True),
+    ("", "v1", "serviceaccounts"): ("ServiceAccount", True),
+    ("", "v1", "resourcequotas"): ("ResourceQuota", True),
+    ("", "v1", "limitranges"): ("LimitRange", True),
+    ("", "v1", "namespaces"): ("Namespace", False),
+    ("", "v1", "nodes"): ("Node", False),
+    ("apps", "v1", "deployments"): ("Deployment", True),
+    ("apps", "v1", "statefulsets"): ("StatefulSet", True),
+    ("apps", "v1", "daemonsets"): ("DaemonSet", True),
+    ("apps", "v1", "replicasets"): ("ReplicaSet", True),
+    ("batch", "v1", "jobs"): ("Job", True),
+    ("batch", "v1", "cronjobs"): ("CronJob", True),
+    (ADMISSION, "v1", "validatingwebhookconfigurations"): ("ValidatingWebhookConfiguration", False),
+    (ADMISSION, "v1", "mutatingwebhookconfigurations"): ("MutatingWebhookConfiguration", False),
+    ("scheduling.k8s.io", "v1", "priorityclasses"): ("PriorityClass", False),
+    ("node.k8s.io", "v1", "runtimeclasses"): ("RuntimeClass", False),
+}
+
+_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "AlreadyExists",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+}
+EXPIRED_MESSAGE = (
+    "The provided continue parameter is too old to display a consistent list result. "
+    "You can start a new list without the continue parameter, or use the continue token "
+    "in this response to retrieve the remainder of the results."
+)
+
+
+def status(
+    code: int, message: str, *, reason: str | None = None, details: dict | None = None
+) -> dict:
+    """A ``Status`` object as the API server sends with every error."""
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success" if code < 400 else "Failure",
+        "message": message,
+        "code": code,
+    }
+    if code >= 400 or reason:
+        body["reason"] = reason or _REASONS.get(code, "Unknown")
+    if details:
+        body["details"] = details
+    return body
+
+
+class ApiError(Exception):
+    """Raised inside the server to answer with a Status object."""
+
+    def __init__(self, code: int, message: str, *, reason: str | None = None, **details: Any):
+        super().__init__(message)
+        details = {k: v for k, v in details.items() if v}  # the API omits empty fields
+        self.body = status(code, message, reason=reason, details=details or None)
+        self.code = code
+
+
+@dataclass
+class RecordedRequest:
+    """One request the fake server received."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: Any  # parsed JSON, or the raw text when it was not JSON, or None
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "").split(";")[0].strip()
+
+
+@dataclass
+class _Rule:
+    pattern: str
+    method: str | None
+    code: int
+    reason: str | None
+    message: str | None
+    remaining: int | None  # None: forever
+    only_with_continue: bool = False
+
+    def matches(self, method: str, path: str, query: dict[str, list[str]]) -> bool:
+        if self.method is not None and self.method != method:
+            return False
+        if self.only_with_continue and not query.get("continue"):
+            return False
+        return fnmatch.fnmatchcase(path, self.pattern)
+
+
+@dataclass
+class _Resource:
+    kind: str
+    namespaced: bool
+    builtin: bool
+    objects: dict[tuple[str, str], dict] = field(default_factory=dict)  # (ns, name) -> obj
+
+
+@dataclass(frozen=True)
+class _Target:
+    group: str
+    version: str
+    plural: str
+    namespace: str | None
+    name: str | None
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+class FakeKubeAPI:
+    """The fake API server; start it with ``with FakeKubeAPI() as api:`` or ``start()``."""
+
+    def __init__(self, *, tls: bool = True, cert_dir: str | Path | None = None) -> None:
+        self.tls = tls
+        self.requests: list[RecordedRequest] = []
+        self._lock = threading.RLock()
+        self._resources: dict[tuple[str, str, str], _Resource] = {
+            key: _Resource(kind, namespaced, builtin=True)
+            for key, (kind, namespaced) in BUILTIN.items()
+        }
+        self._rules: list[_Rule] = []
+        self._resource_version = 1000
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._cert_dir = Path(cert_dir) if cert_dir is not None else None
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> FakeKubeAPI:
+        server = _Server(("127.0.0.1", 0), _Handler)
+        server.api = self
+        if self.tls:
+            if self._cert_dir is None:
+                self._tmp = tempfile.TemporaryDirectory(prefix="fake-kube-api-")
+                self._cert_dir = Path(self._tmp.name)
+            if not (self._cert_dir / certs.TLS_CERT).exists():
+                certs.generate(
+                    self._cert_dir,
+                    service="kubernetes",
+                    namespace="default",
+                    hosts=["127.0.0.1", "localhost"],
+                )
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(self._cert_dir / certs.TLS_CERT, self._cert_dir / certs.TLS_KEY)
+            server.ssl_context = context
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+            self._cert_dir = None
+
+    def __enter__(self) -> FakeKubeAPI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "the fake API server is not started"
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def ca_cert(self) -> Path | None:
+        """The CA that signed the server certificate (None without TLS)."""
+        return self._cert_dir / certs.CA_CERT if self.tls and self._cert_dir else None
+
+    # ------------------------------------------------------------------ clients
+
+    def api_client(self) -> Any:
+        """A ``kubernetes.client.ApiClient`` for this server, verifying its certificate."""
+        from kubernetes import client as k8s
+
+        configuration = k8s.Configuration(
+            host=self.url,
+            ssl_ca_cert=str(self.ca_cert) if self.ca_cert else None,
+            api_key={"BearerToken": "fake-token"},
+            api_key_prefix={"BearerToken": "Bearer"},
+            retries=0,
+        )
+        return k8s.ApiClient(configuration)
+
+    def write_kubeconfig(
+        self,
+        path: str | Path,
+        *,
+        context: str = "fake",
+        namespace: str = "default",
+        token: str = "fake-token",
+    ) -> Path:
+        """Write a kubeconfig whose current context is this server; return its path."""
+        cluster: dict[str, Any] = {"server": self.url}
+        if self.ca_cert:
+            cluster["certificate-authority"] = str(self.ca_cert)
+        document = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": context, "cluster": cluster}],
+            "users": [{"name": context, "user": {"token": token}}],
+            "contexts": [
+                {
+                    "name": context,
+                    "context": {"cluster": context, "user": context, "namespace": namespace},
+                }
+            ],
+            "current-context": context,
+        }
+        target = Path(path)
+        target.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+        target.chmod(0o600)
+        return target
+
+    # ------------------------------------------------------------------ state
+
+    def register(
+        self, group: str, version: str, plural: str, kind: str, *, namespaced: bool = True
+    ) -> None:
+        """Make a resource type known (listing it then answers an empty list, not 404)."""
+        with self._lock:
+            self._resources.setdefault(
+                (group, version, plural), _Resource(kind, namespaced, builtin=False)
+            )
+
+    def add(self, obj: dict, *, plural: str | None = None) -> dict:
+        """Seed an object (apiVersion, kind, metadata.name required); return the stored copy.
+
+        The plural is inferred for built-in kinds and by English rules otherwise; pass it for
+        custom resources whose plural is irregular. Cluster-scoped unless the object has a
+        metadata.namespace (or the type is a known namespaced one).
+        """
+        api_version = obj["apiVersion"]
+        group, _, version = api_version.rpartition("/")
+        kind = obj["kind"]
+        plural = plural or _plural_of(group, version, kind)
+        namespace = obj.get("metadata", {}).get("namespace")
+        with self._lock:
+            resource = self._resources.get((group, version, plural))
+            if resource is None:
+                resource = _Resource(kind, namespaced=namespace is not None, builtin=False)
+                self._resources[(group, version, plural)] = resource
+            if resource.namespaced and not namespace:
+                raise ValueError(f"{kind} {obj['metadata']['name']} needs a namespace")
+            stored = self._prepare_new(copy.deepcopy(obj), resource, namespace)
+            key = (stored["metadata"].get("namespace", ""), stored["metadata"]["name"])
+            resource.objects[key] = stored
+            return copy.deepcopy(stored)
+
+    def add_all(self, objects: Iterable[dict]) -> None:
+        for obj in objects:
+            self.add(obj)
+
+    def get(self, path: str) -> dict | None:
+        """The stored object at an API path (e.g. ``/api/v1/namespaces/ns/secrets/x``)."""
+        target = _parse_path(path)
+        if target is None or target.name is None:
+            raise ValueError(f"{path} is not the path of one object")
+        with self._lock:
+            resource = self._resources.get((target.group, target.version, target.plural))
+            if resource is None:
+                return None
+            obj = resource.objects.get((target.namespace or "", target.name))
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def forbid(self, path: str, *, method: str | None = None) -> None:
+        """Answer 403 Forbidden to requests whose path matches the glob (``*`` spans ``/``)."""
+        self._add_rule(_Rule(path, method, 403, None, None, remaining=None))
+
+    def fail(
+        self,
+        path: str,
+        code: int,
+        *,
+        method: str | None = None,
+        reason: str | None = None,
+        message: str | None = None,
+        times: int | None = 1,
+        only_with_continue: bool = False,
+    ) -> None:
+        """Answer the next ``times`` matching requests (None: all) with a Status of ``code``."""
+        self._add_rule(_Rule(path, method, code, reason, message, times, only_with_continue))
+
+    def expire_continue(self, path: str = "*", *, times: int | None = 1) -> None:
+        """Make list requests that carry a continue token answer 410 Expired."""
+        self.fail(
+            path,
+            410,
+            method="GET",
+            reason="Expired",
+            message=EXPIRED_MESSAGE,
+            times=times,
+            only_with_continue=True,
+        )
+
+    def requests_to(self, method: str | None = None, path: str = "*") -> list[RecordedRequest]:
+        """Recorded requests filtered by method and path glob."""
+        with self._lock:
+            return [
+                r
+                for r in self.requests
+                if (method is None or r.method == method) and fnmatch.fnmatchcase(r.path, path)
+            ]
+
+    def _add_rule(self, rule: _Rule) -> None:
+        with self._lock:
+            self._rules.append(rule)
+
+    def _next_resource_version(self) -> str:
+        self._resource_version += 1
+        return str(self._resource_version)
+
+    def _prepare_new(self, obj: dict, resource: _Resource, namespace: str | None) -> dict:
+        metadata = obj.setdefault("metadata", {})
+        if not metadata.get("name"):
+            if not metadata.get("generateName"):
+                raise ApiError(400, "name or generateName is required", reason="Invalid")
+            metadata["name"] = metadata["generateName"] + secrets.token_hex(3)[:5]
+        if resource.namespaced:
+            metadata["namespace"] = namespace
+        else:
+            metadata.pop("namespace", None)
+        metadata.setdefault("uid", str(uuid.uuid4()))
+        metadata.setdefault("creationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        metadata.setdefault("generation", 1)
+        metadata["resourceVersion"] = self._next_resource_version()
+        _normalize(obj, resource.kind)
+        return obj
+
+    # ------------------------------------------------------------------ serving
+
+    def _handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> tuple:
+        parts = urlsplit(raw_path)
+        path = parts.path.rstrip("/") or "/"
+        query = parse_qs(parts.query)
+        parsed_body: Any = None
+        if body:
+            try:
+                parsed_body = json.loads(body)
+            except ValueError:
+                parsed_body = body.decode("utf-8", "replace")
+        with self._lock:
+            self.requests.append(RecordedRequest(method, path, query, headers, parsed_body))
+            try:
+                return 200, self._dispatch(method, path, query, headers, parsed_body, body)
+            except ApiError as exc:
+                return exc.code, exc.body
+
+    def _dispatch(
+        self, method: str, path: str, query: dict, headers: dict, body: Any, raw: bytes
+    ) -> dict:
+        target = _parse_path(path)
+        for rule in self._rules:
+            if rule.matches(method, path, query) and rule.remaining != 0:
+                if rule.remaining is not None:
+                    rule.remaining -= 1
+                raise self._rule_error(rule, method, target)
+        if path == "/version" and method == "GET":
+            return {"major": "1", "minor": "31", "gitVersion": "v1.31.0", "platform": "fake"}
+        if target is None:
+            raise ApiError(404, "the server could not find the requested resource")
+        resource = self._resources.get((target.group, target.version, target.plural))
+        if resource is None or (target.namespace is not None and not resource.namespaced):
+            raise ApiError(404, "the server could not find the requested resource")
+        if target.name is None:
+            if method == "GET":
+                if query.get("watch", [""])[0] in ("true", "1"):
+                    raise ApiError(400, "watch is not supported by the fake API server")
+                return self._list(target, resource, query)
+            if method == "POST":
+                if resource.namespaced and target.namespace is None:
+                    raise ApiError(405, "create needs a namespace in the path")
+                return self._create(target, resource, body)
+            raise ApiError(405, f"{method} is not supported on a collection")
+        if resource.namespaced and target.namespace is None:
+            raise ApiError(404, "the server could not find the requested resource")
+        key = (target.namespace or "", target.name)
+        existing = resource.objects.get(key)
+        if existing is None:
+            raise ApiError(
+                404,
+                f'{_qualified(target)} "{target.name}" not found',
+                name=target.name,
+                group=target.group,
+                kind=target.plural,
+            )
+        if method == "GET":
+            return copy.deepcopy(existing)
+        if method == "PUT":
+            return self._replace(target, resource, existing, body)
+        if method == "PATCH":
+            content_type = headers.get("content-type", "").split(";")[0].strip()
+            return self._patch(target, resource, existing, content_type, body, raw)
+        if method == "DELETE":
+            del resource.objects[key]
+            return status(200, "", details={"name": target.name, "kind": target.plural})
+        raise ApiError(405, f"{method} is not supported")
+
+    def _rule_error(self, rule: _Rule, method: str, target: _Target | None) -> ApiError:
+        if rule.code == 403 and rule.message is None and target is not None:
+            verb = _VERBS.get(method, method.lower())
+            if method == "GET" and target.name is None:
+                verb = "list"
+            subject = f'{_qualified(target)} "{target.name}"' if target.name else target.plural
+            scope = (
+                f' in the namespace "{target.namespace}"'
+                if target.namespace
+                else " at the cluster scope"
+            )
+            message = (
+                f'{subject} is forbidden: User "system:serviceaccount:test:fake" cannot {verb} '
+                f'resource "{target.plural}" in API group "{target.group}"{scope}'
+            )
+            details = {"group": target.group, "kind": target.plural}
+            if target.name:
+                details["name"] = target.name
+            return ApiError(403, message, reason=rule.reason, **details)
+        message = rule.message or f"injected failure ({rule.code})"
+        return ApiError(rule.code, message, reason=rule.reason)
+
+    def _list(self, target: _Target, resource: _Resource, query: dict) -> dict:
+        items = sorted(
+            (key, obj)
+            for key, obj in resource.objects.items()
+            if target.namespace is None or key[0] == target.namespace
+        )
+        label_selector = query.get("labelSelector", [""])[0]
+        field_selector = query.get("fieldSelector", [""])[0]
+        if label_selector:
+            match = _label_matcher(label_selector)
+            items = [(k, o) for k, o in items if match(o.get("metadata", {}).get("labels") or {})]
+        if field_selector:
+            match_fields = _field_matcher(field_selector)
+            items = [(k, o) for k, o in items if match_fields(o)]
+        token = query.get("continue", [""])[0]
+        if token:
+            try:
+                start = tuple(json.loads(base64.urlsafe_b64decode(token.encode()))["start"])
+            except (ValueError, KeyError, TypeError):
+                raise ApiError(400, "continue key is not valid", reason="BadRequest") from None
+            items = [(k, o) for k, o in items if k > start]
+        metadata: dict[str, Any] = {"resourceVersion": str(self._resource_version)}
+        limit_raw = query.get("limit", ["0"])[0]
+        try:
+            limit = int(limit_raw)
+        except ValueError:
+            raise ApiError(400, f"invalid limit {limit_raw!r}") from None
+        if limit > 0 and len(items) > limit:
+            last_key = items[limit - 1][0]
+            metadata["remainingItemCount"] = len(items) - limit
+            next_token = {"v": "meta.k8s.io/v1", "rv": self._resource_version, "start": last_key}
+            metadata["continue"] = base64.urlsafe_b64encode(
+                json.dumps(next_token).encode()
+            ).decode()
+            items = items[:limit]
+        out_items = []
+        for _, obj in items:
+            item = copy.deepcopy(obj)
+            if resource.builtin:
+                item.pop("apiVersion", None)
+                item.pop("kind", None)
+            out_items.append(item)
+        return {
+            "kind": f"{resource.kind}List",
+            "apiVersion": target.api_version,
+            "metadata": metadata,
+            "items": out_items,
+        }
+
+    def _create(self, target: _Target, resource: _Resource, body: Any) -> dict:
+        obj = self._check_body(target, resource, body)
+        name = (obj.get("metadata") or {}).get("name")
+        if name and (target.namespace or "", name) in resource.objects:
+            raise ApiError(
+                409,
+                f'{_qualified(target)} "{name}" already exists',
+                reason="AlreadyExists",
+                name=name,
+                group=target.group,
+                kind=target.plural,
+            )
+        for drop in ("uid", "resourceVersion", "creationTimestamp", "generation"):
+            obj.get("metadata", {}).pop(drop, None)
+        stored = self._prepare_new(obj, resource, target.namespace)
+        resource.objects[(target.namespace or "", stored["metadata"]["name"])] = stored
+        return copy.deepcopy(stored)
+
+    def _replace(self, target: _Target, resource: _Resource, existing: dict, body: Any) -> dict:
+        obj = self._check_body(target, resource, body)
+        if obj.get("metadata", {}).get("name") != target.name:
+            raise ApiError(400, "the name of the object does not match the name on the URL")
+        sent_version = obj["metadata"].get("resourceVersion")
+        if sent_version and sent_version != existing["metadata"]["resourceVersion"]:
+            raise ApiError(
+                409,
+                f'Operation cannot be fulfilled on {_qualified(target)} "{target.name}": the '
+                "object has been modified; please apply your changes to the latest version "
+                "and try again",
+                reason="Conflict",
+                name=target.name,
+                group=target.group,
+                kind=target.plural,
+            )
+        return self._store_update(target, resource, existing, obj)
+
+    def _patch(
+        self,
+        target: _Target,
+        resource: _Resource,
+        existing: dict,
+        content_type: str,
+        body: Any,
+        raw: bytes,
+    ) -> dict:
+        if isinstance(body, str):
+            raise ApiError(400, "the patch is not valid JSON")
+        if content_type == "application/json-patch+json":
+            if not isinstance(body, list):
+                raise ApiError(400, "a JSON patch must be a list of operations")
+            try:
+                patched = jsonpatch.apply_patch(existing, body)
+            except jsonpatch.JsonPatchTestFailed as exc:
+                raise ApiError(422, f"the server rejected our request: {exc}") from None
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                raise ApiError(422, f"the server rejected our request: {exc}") from None
+        elif content_type in (
+            "application/merge-patch+json",
+            "application/strategic-merge-patch+json",
+        ):
+            if not isinstance(body, dict):
+                raise ApiError(400, "a merge patch must be a JSON object")
+            patched = _merge_patch(existing, body)
+        else:
+            raise ApiError(
+                415, f"the body of the request was in an unknown format - {content_type}"
+            )
+        return self._store_update(target, resource, existing, patched)
+
+    def _check_body(self, target: _Target, resource: _Resource, body: Any) -> dict:
+        if not isinstance(body, dict):
+            raise ApiError(400, "the request body must be a JSON object")
+        obj = copy.deepcopy(body)
+        if obj.get("kind", resource.kind) != resource.kind:
+            raise ApiError(400, f"kind {obj.get('kind')!r} does not match {resource.kind!r}")
+        obj["kind"] = resource.kind
+        obj["apiVersion"] = target.api_version
+        body_namespace = (obj.get("metadata") or {}).get("namespace")
+        if resource.namespaced and body_namespace and body_namespace != target.namespace:
+            raise ApiError(
+                400,
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request",
+            )
+        return obj
+
+    def _store_update(
+        self, target: _Target, resource: _Resource, existing: dict, obj: dict
+    ) -> dict:
+        metadata = obj.setdefault("metadata", {})
+        for immutable in ("name", "uid", "creationTimestamp"):
+            metadata[immutable] = existing["metadata"][immutable]
+        if resource.namespaced:
+            metadata["namespace"] = existing["metadata"]["namespace"]
+        obj["kind"] = resource.kind
+        obj["apiVersion"] = target.api_version
+        _normalize(obj, resource.kind)
+        if {k: v for k, v in obj.items() if k != "metadata"} != {
+            k: v for k, v in existing.items() if k != "metadata"
+        }:
+            metadata["generation"] = int(existing["metadata"].get("generation", 1)) + 1
+        metadata["resourceVersion"] = self._next_resource_version()
+        resource.objects[(target.namespace or "", target.name or "")] = obj
+        return copy.deepcopy(obj)
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = False
+    api: FakeKubeAPI
+    ssl_context: ssl.SSLContext | None = None
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, address = super().get_request()
+        if self.ssl_context is not None:
+            # The handshake runs in the request's thread (finish_request), so a client
+            # that never completes it cannot block the accepting thread.
+            sock = self.ssl_context.wrap_socket(
+                sock, server_side=True, do_handshake_on_connect=False
+            )
+        return sock, address
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if isinstance(request, ssl.SSLSocket):
+            request.settimeout(10)
+            try:
+                request.do_handshake()
+            except OSError:
+                return
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients closing keep-alive connections are normal; anything else is a bug here.
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError | ssl.SSLError | TimeoutError):
+            super().handle_error(request, client_address)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "fake-kube-apiserver"
+    timeout = 10
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+        pass
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        code, payload = self.server.api._handle(self.command, self.path, headers, body)
+        data = json.dumps(payload).encode("utf-8")
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+
+# ---------------------------------------------------------------------- helpers
+
+_PATH = re.compile(
+    r"^/(?:api/(?P<core_version>[^/]+)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))(?P<rest>/.*)?$"
+)
+
+
+def _parse_path(path: str) -> _Target | None:
+    match = _PATH.match(path.rstrip("/"))
+    if match is None:
+        return None
+    group = match["group"] or ""
+    version = match["version"] or match["core_version"]
+    rest = [p for p in (match["rest"] or "").split("/") if p]
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 2:
+        return None  # discovery documents and subresources are not served
+    return _Target(group, version, rest[0], namespace, rest[1] if len(rest) == 2 else None)
+
+
+def _qualified(target: _Target) -> str:
+    return f"{target.plural}.{target.group}" if target.group else target.plural
+
+
+def _plural_of(group: str, version: str, kind: str) -> str:
+    for (g, v, plural), (known_kind, _) in BUILTIN.items():
+        if g == group and v == version and known_kind == kind:
+            return plural
+    lower = kind.lower()
+    if lower.endswith("y") and lower[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return lower[:-1] + "ies"
+    if lower.endswith(("s", "x", "z", "ch", "sh")):
+        return lower + "es"
+    return lower + "s"
+
+
+def _normalize(obj: dict, kind: str) -> None:
+    # Secrets: stringData is write-only and lands in data, base64-encoded.
+    if kind == "Secret" and "stringData" in obj:
+        data = obj.setdefault("data", {}) or {}
+        for key, value in (obj.pop("stringData") or {}).items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+        obj["data"] = data
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merge_patch(result.get(key), value)
+    return result
+
+
+def _split_selector(selector: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for char in selector:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current).strip())
+    return [p for p in parts if p]
+
+
+_SET_TERM = re.compile(r"^(?P<key>[^\s!=]+)\s+(?P<op>in|notin)\s+\((?P<values>[^)]*)\)$")
+
+
+def _label_matcher(selector: str) -> Any:
+    checks = []
+    for term in _split_selector(selector):
+        set_match = _SET_TERM.match(term)
+        if set_match:
+            values = {v.strip() for v in set_match["values"].split(",") if v.strip()}
+            key, negate = set_match["key"], set_match["op"] == "notin"
+            checks.append(
+                lambda labels, k=key, vs=values, n=negate: (
+                    (labels.get(k) in vs) != n if k in labels else n
+                )
+            )
+        elif "!=" in term:
+            key, value = (s.strip() for s in term.split("!=", 1))
+            checks.append(lambda labels, k=key, v=value: labels.get(k) != v)
+        elif "=" in term:
+            key, value = (s.strip() for s in re.split(r"==?", term, maxsplit=1))
+            checks.append(lambda labels, k=key, v=value: labels.get(k) == v)
+        elif term.startswith("!"):
+            absent = term[1:].strip()
+            checks.append(lambda labels, k=absent: k not in labels)
+        else:
+            checks.append(lambda labels, k=term: k in labels)
+    return lambda labels: all(check(labels) for check in checks)
+
+
+def _field_matcher(selector: str) -> Any:
+    checks = []
+    for term in _split_selector(selector):
+        negate = "!=" in term
+        key, value = (s.strip() for s in re.split(r"!=|==?", term, maxsplit=1))
+        checks.append((key.split("."), value, negate))
+
+    def lookup(obj: Any, dotted: list[str]) -> str:
+        for part in dotted:
+            obj = obj.get(part) if isinstance(obj, dict) else None
+        return "" if obj is None else str(obj)
+
+    return lambda obj: all((lookup(obj, k) == v) != n for k, v, n in checks)
+
+
+# ---------------------------------------------------------------------- pytest fixtures
+
+
+@pytest.fixture
+def kube_api() -> Iterator[FakeKubeAPI]:
+    """A started HTTPS FakeKubeAPI on 127.0.0.1, stopped after the test."""
+    with FakeKubeAPI() as api:
+        yield api
+
+
+@pytest.fixture
+def kube_api_client(kube_api: FakeKubeAPI) -> Iterator[Any]:
+    """A ``kubernetes.client.ApiClient`` for ``kube_api``, closed after the test."""
+    api_client = kube_api.api_client()
+    try:
+        yield api_client
+    finally:
+        api_client.close()
+
+
+@pytest.fixture
+def kube_api_kubeconfig(kube_api: FakeKubeAPI, tmp_path: Path) -> Path:
+    """A kubeconfig file (context ``fake``) pointing at ``kube_api``."""
+    return kube_api.write_kubeconfig(tmp_path / "kubeconfig")
