@@ -1,0 +1,810 @@
+"""The Kubernetes manifests under manifests/: every kustomization renders, every object is
+valid against the Kubernetes 1.32 schema, and the deployment has the properties the webhook
+relies on (availability, hardening, hot-reloadable policy, webhook wiring)."""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+MANIFESTS = REPO / "manifests"
+K8S_VERSION = "1.32"
+
+NAMESPACE = "gpu-admission"
+OPT_OUT_LABEL = "gpu-admission.io/ignore"
+POLICY_CONFIGMAP = "gpu-admission-policy"
+TLS_SECRET = "gpu-admission-tls"
+POLICY_MOUNT = "/etc/gpu-admission/policy"
+TLS_MOUNT = "/etc/gpu-admission/tls"
+METRICS_DIR = "/var/run/gpu-admission/metrics"
+CERT_MANAGER_GROUP = "cert-manager.io"
+
+# Every kustomization a user may apply, by a short name.
+RENDERS = {
+    "root": MANIFESTS,
+    "base": MANIFESTS / "base",
+    "audit": MANIFESTS / "overlays" / "audit",
+    "cert-manager": MANIFESTS / "overlays" / "cert-manager",
+}
+# The validating webhook fails closed everywhere except in the audit overlay.
+VALIDATING_FAILURE_POLICY = {
+    "root": "Fail",
+    "base": "Fail",
+    "audit": "Ignore",
+    "cert-manager": "Fail",
+}
+
+EXPECTED_VALIDATING_RESOURCES = {
+    ("", "pods"),
+    ("", "pods/ephemeralcontainers"),
+    ("", "replicationcontrollers"),
+    ("apps", "deployments"),
+    ("apps", "replicasets"),
+    ("apps", "statefulsets"),
+    ("apps", "daemonsets"),
+    ("batch", "jobs"),
+    ("batch", "cronjobs"),
+    ("kubeflow.org", "pytorchjobs"),
+    ("kubeflow.org", "tfjobs"),
+    ("kubeflow.org", "mpijobs"),
+    ("ray.io", "rayjobs"),
+    ("ray.io", "rayclusters"),
+    ("jobset.x-k8s.io", "jobsets"),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+    ("batch.volcano.sh", "jobs"),
+}
+BUILTIN_GROUPS = {"", "apps", "batch"}
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+@functools.cache
+def render(name: str) -> tuple[dict[str, Any], ...]:
+    """`kubectl kustomize` one of RENDERS, parsed into a tuple of objects."""
+    result = subprocess.run(
+        ["kubectl", "kustomize", str(RENDERS[name])],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"kubectl kustomize {RENDERS[name]} failed:\n{result.stderr}"
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+
+def objects_of(objs: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objs if o.get("kind") == kind]
+
+
+def one(objs: Iterable[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [o for o in objects_of(objs, kind) if name is None or o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected exactly one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def api_group(obj: dict[str, Any]) -> str:
+    api_version = obj["apiVersion"]
+    return api_version.split("/", 1)[0] if "/" in api_version else ""
+
+
+def validating_rule_resources(rendered_objects: Iterable[dict[str, Any]]) -> set[tuple[str, str]]:
+    """Every (API group, resource) pair the ValidatingWebhookConfigurations intercept.
+
+    The core group is "" and subresources keep their "pods/ephemeralcontainers" form, e.g.
+    {("", "pods"), ("apps", "deployments"), ("kubeflow.org", "pytorchjobs"), ...}.
+    """
+    pairs: set[tuple[str, str]] = set()
+    for config in objects_of(rendered_objects, "ValidatingWebhookConfiguration"):
+        for webhook in config.get("webhooks", []):
+            for rule in webhook.get("rules", []):
+                for group in rule.get("apiGroups", []):
+                    for resource in rule.get("resources", []):
+                        pairs.add((group, resource))
+    return pairs
+
+
+def deployment(objs) -> dict[str, Any]:
+    return one(objs, "Deployment", "gpu-admission")
+
+
+def pod_spec(objs) -> dict[str, Any]:
+    return deployment(objs)["spec"]["template"]["spec"]
+
+
+def container(objs) -> dict[str, Any]:
+    containers = pod_spec(objs)["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def env_of(ctr: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in ctr.get("env", [])}
+
+
+def selector_matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """metav1.LabelSelector semantics (matchLabels and matchExpressions, ANDed)."""
+    for key, value in selector.get("matchLabels", {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions", []):
+        key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def webhook(objs, kind: str) -> dict[str, Any]:
+    webhooks = one(objs, kind, "gpu-admission")["webhooks"]
+    assert len(webhooks) == 1
+    return webhooks[0]
+
+
+def validate_cert_manager(obj: dict[str, Any]) -> list[str]:
+    """kubernetes-validate does not know CRDs: check cert-manager objects by hand."""
+    errors = []
+    where = f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
+    if obj["apiVersion"] != "cert-manager.io/v1":
+        errors.append(f"{where}: apiVersion {obj['apiVersion']} is not cert-manager.io/v1")
+    if not obj.get("metadata", {}).get("name") or obj["metadata"].get("namespace") != NAMESPACE:
+        errors.append(f"{where}: needs a name and namespace {NAMESPACE}")
+    spec = obj.get("spec") or {}
+    if obj["kind"] == "Issuer":
+        types = [t for t in ("selfSigned", "ca", "acme", "vault", "venafi") if t in spec]
+        if len(types) != 1:
+            errors.append(f"{where}: exactly one issuer type required, found {types}")
+        if "ca" in spec and not spec["ca"].get("secretName"):
+            errors.append(f"{where}: spec.ca.secretName is required")
+    elif obj["kind"] == "Certificate":
+        if not spec.get("secretName"):
+            errors.append(f"{where}: spec.secretName is required")
+        if not (spec.get("issuerRef") or {}).get("name"):
+            errors.append(f"{where}: spec.issuerRef.name is required")
+        if not (spec.get("commonName") or spec.get("dnsNames")):
+            errors.append(f"{where}: a commonName or dnsNames is required")
+    else:
+        errors.append(f"{where}: unexpected cert-manager kind")
+    return errors
+
+
+all_renders = pytest.mark.parametrize("name", list(RENDERS))
+
+
+# ---------------------------------------------------------------------------- rendering
+
+
+@all_renders
+def test_renders_and_every_object_is_valid(name):
+    objs = render(name)
+    assert objs, f"{name} rendered nothing"
+    errors = []
+    for obj in objs:
+        if api_group(obj) == CERT_MANAGER_GROUP:
+            errors.extend(validate_cert_manager(obj))
+            continue
+        try:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            errors.append(f"{obj['kind']}/{obj['metadata'].get('name')}: {exc.message}")
+    assert not errors, "\n".join(errors)
+
+
+def test_root_kustomization_is_the_base():
+    assert render("root") == render("base")
+
+
+@all_renders
+def test_no_secret_and_no_rbac_binding(name):
+    kinds = {o["kind"] for o in render(name)}
+    # The TLS Secret comes from `gpu-admission certs install` or cert-manager.
+    assert "Secret" not in kinds
+    # The server makes no API calls; the auditor ClusterRole is deliberately unbound.
+    assert not kinds & {"RoleBinding", "ClusterRoleBinding", "Role"}
+
+
+@all_renders
+def test_everything_namespaced_lives_in_the_webhook_namespace(name):
+    cluster_scoped = {
+        "Namespace",
+        "ClusterRole",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    }
+    for obj in render(name):
+        if obj["kind"] not in cluster_scoped:
+            assert obj["metadata"].get("namespace") == NAMESPACE, obj["metadata"]["name"]
+
+
+def test_namespace_opts_out_of_its_own_webhook():
+    namespace = one(render("base"), "Namespace", NAMESPACE)
+    assert OPT_OUT_LABEL in namespace["metadata"]["labels"]
+
+
+def test_service_account_has_no_token():
+    objs = render("base")
+    sa = one(objs, "ServiceAccount", "gpu-admission")
+    assert sa["automountServiceAccountToken"] is False
+    spec = pod_spec(objs)
+    assert spec["serviceAccountName"] == "gpu-admission"
+    assert spec.get("automountServiceAccountToken", False) is False
+
+
+def test_auditor_cluster_role_is_read_only_and_covers_the_validated_kinds():
+    objs = render("base")
+    role = one(objs, "ClusterRole", "gpu-admission-auditor")
+    readable = set()
+    for rule in role["rules"]:
+        assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
+        readable |= {(g, r) for g in rule["apiGroups"] for r in rule["resources"]}
+    validated = {(g, r) for g, r in validating_rule_resources(objs) if "/" not in r}
+    assert validated <= readable, validated - readable
+
+
+# ---------------------------------------------------------------------------- availability
+
+
+def test_replicas_are_owned_by_the_hpa():
+    objs = render("base")
+    # No spec.replicas: re-applying must not reset a scaled-out Deployment
+    # (see the note in manifests/base/kustomization.yaml).
+    assert "replicas" not in deployment(objs)["spec"]
+    hpa = one(objs, "HorizontalPodAutoscaler", "gpu-admission")
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "gpu-admission",
+    }
+    assert hpa["spec"]["minReplicas"] == 3
+    assert hpa["spec"]["maxReplicas"] == 10
+    [metric] = hpa["spec"]["metrics"]
+    assert metric["type"] == "Resource"
+    assert metric["resource"]["name"] == "cpu"
+    assert metric["resource"]["target"]["type"] == "Utilization"
+
+
+def test_rollout_never_reduces_ready_replicas():
+    strategy = deployment(render("base"))["spec"]["strategy"]
+    assert strategy["rollingUpdate"]["maxUnavailable"] == 0
+
+
+def test_pods_spread_across_nodes_and_zones():
+    objs = render("base")
+    pod_labels = deployment(objs)["spec"]["template"]["metadata"]["labels"]
+    spec = pod_spec(objs)
+    anti = spec["affinity"]["podAntiAffinity"]
+    # Preferred, so that small clusters still schedule every replica.
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in anti
+    terms = [t["podAffinityTerm"] for t in anti["preferredDuringSchedulingIgnoredDuringExecution"]]
+    assert any(
+        t["topologyKey"] == "kubernetes.io/hostname"
+        and selector_matches(t["labelSelector"], pod_labels)
+        for t in terms
+    )
+    constraints = spec["topologySpreadConstraints"]
+    assert constraints
+    assert all(selector_matches(c["labelSelector"], pod_labels) for c in constraints)
+
+
+def test_pdb_allows_one_voluntary_disruption_at_the_minimum_scale():
+    objs = render("base")
+    pdb = one(objs, "PodDisruptionBudget", "gpu-admission")
+    pod_labels = deployment(objs)["spec"]["template"]["metadata"]["labels"]
+    assert selector_matches(pdb["spec"]["selector"], pod_labels)
+    spec = pdb["spec"]
+    assert ("maxUnavailable" in spec) != ("minAvailable" in spec)
+    assert spec.get("maxUnavailable") == 1 or spec.get("minAvailable") == 2
+    min_replicas = one(objs, "HorizontalPodAutoscaler")["spec"]["minReplicas"]
+    allowed = spec.get("maxUnavailable") or min_replicas - spec["minAvailable"]
+    assert 1 <= allowed < min_replicas
+
+
+def test_critical_priority_is_admitted_by_a_quota():
+    objs = render("base")
+    assert pod_spec(objs)["priorityClassName"] == "system-cluster-critical"
+    quotas = [
+        q
+        for q in objects_of(objs, "ResourceQuota")
+        for e in q["spec"].get("scopeSelector", {}).get("matchExpressions", [])
+        if e["scopeName"] == "PriorityClass"
+        and e["operator"] == "In"
+        and "system-cluster-critical" in e["values"]
+    ]
+    assert quotas, "no ResourceQuota scoped to the system-cluster-critical priority class"
+    hpa_max = one(objs, "HorizontalPodAutoscaler")["spec"]["maxReplicas"]
+    assert int(quotas[0]["spec"]["hard"]["pods"]) > hpa_max
+
+
+# ---------------------------------------------------------------------------- the container
+
+
+def test_container_image_args_and_port():
+    ctr = container(render("base"))
+    assert ctr["image"] == "ghcr.io/example/gpu-admission:0.1.0"
+    assert ctr["args"] == [
+        "serve",
+        "--policy",
+        f"{POLICY_MOUNT}/policy.yaml",
+        "--cert",
+        f"{TLS_MOUNT}/tls.crt",
+        "--key",
+        f"{TLS_MOUNT}/tls.key",
+        "--bind",
+        "0.0.0.0:8443",
+    ]
+    assert {"name": "https", "containerPort": 8443, "protocol": "TCP"} in ctr["ports"]
+
+
+@pytest.mark.parametrize(
+    ("probe", "path"), [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")]
+)
+def test_probes_use_https(probe, path):
+    ctr = container(render("base"))
+    get = ctr[probe]["httpGet"]
+    assert get["scheme"] == "HTTPS"
+    assert get["path"] == path
+    ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
+    assert ports.get(get["port"], get["port"]) == 8443
+
+
+def test_resources_have_requests_and_limits():
+    resources = container(render("base"))["resources"]
+    for section in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(resources[section]), section
+
+
+def test_container_is_hardened():
+    objs = render("base")
+    pod_ctx = pod_spec(objs).get("securityContext", {})
+    ctx = {**pod_ctx, **container(objs)["securityContext"]}  # container settings win
+    assert ctx["runAsNonRoot"] is True
+    assert ctx["runAsUser"] == 10001
+    assert ctx["readOnlyRootFilesystem"] is True
+    assert ctx["allowPrivilegeEscalation"] is False
+    assert ctx["capabilities"]["drop"] == ["ALL"]
+    assert "add" not in ctx["capabilities"]
+    assert ctx["seccompProfile"]["type"] == "RuntimeDefault"
+    assert not container(objs)["securityContext"].get("privileged", False)
+
+
+def test_writable_dirs_are_memory_backed():
+    objs = render("base")
+    ctr = container(objs)
+    volumes = {v["name"]: v for v in pod_spec(objs)["volumes"]}
+    mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
+    for path in ("/tmp", METRICS_DIR):
+        volume = volumes[mounts[path]["name"]]
+        assert volume["emptyDir"]["medium"] == "Memory", path
+    assert env_of(ctr)["PROMETHEUS_MULTIPROC_DIR"] == METRICS_DIR
+
+
+def test_drain_fits_in_the_termination_grace_period():
+    objs = render("base")
+    drain = int(env_of(container(objs))["GPU_ADMISSION_DRAIN_SECONDS"])
+    grace = pod_spec(objs)["terminationGracePeriodSeconds"]
+    assert drain == 15
+    assert grace == 40
+    # Room after the drain for gunicorn to finish in-flight requests (each bounded by the
+    # validating webhook's timeout).
+    timeout = webhook(objs, "ValidatingWebhookConfiguration")["timeoutSeconds"]
+    assert drain + timeout < grace
+
+
+def test_policy_configmap_is_mounted_as_a_directory():
+    objs = render("base")
+    ctr = container(objs)
+    configmap = one(objs, "ConfigMap", POLICY_CONFIGMAP)  # stable name: no hash suffix
+    assert set(configmap["data"]) == {"policy.yaml"}
+    volumes = {v["name"]: v for v in pod_spec(objs)["volumes"]}
+    [mount] = [
+        m
+        for m in ctr["volumeMounts"]
+        if volumes[m["name"]].get("configMap", {}).get("name") == POLICY_CONFIGMAP
+    ]
+    # subPath mounts are never updated, which would defeat the hot reload.
+    assert "subPath" not in mount and "subPathExpr" not in mount
+    assert mount["mountPath"] == POLICY_MOUNT
+    assert mount["readOnly"] is True
+    assert "items" not in volumes[mount["name"]]["configMap"]
+    policy_arg = ctr["args"][ctr["args"].index("--policy") + 1]
+    assert policy_arg == f"{mount['mountPath']}/policy.yaml"
+
+
+def test_tls_secret_is_mounted():
+    objs = render("base")
+    ctr = container(objs)
+    volumes = {v["name"]: v for v in pod_spec(objs)["volumes"]}
+    [mount] = [
+        m
+        for m in ctr["volumeMounts"]
+        if volumes[m["name"]].get("secret", {}).get("secretName") == TLS_SECRET
+    ]
+    assert mount["mountPath"] == TLS_MOUNT
+    assert "subPath" not in mount  # the rotated certificate must reach the Pod
+
+
+def test_policy_copy_matches_the_default_policy():
+    # Kustomize generators cannot read outside manifests/base, hence the copy:
+    #   cp policies/default.yaml manifests/base/policy.yaml
+    default = REPO / "policies" / "default.yaml"
+    copy = MANIFESTS / "base" / "policy.yaml"
+    assert default.is_file(), "policies/default.yaml is missing"
+    assert copy.read_bytes() == default.read_bytes(), "manifests/base/policy.yaml is stale"
+
+
+def test_service_maps_443_to_8443():
+    objs = render("base")
+    service = one(objs, "Service", "gpu-admission")
+    [port] = service["spec"]["ports"]
+    assert port["port"] == 443
+    assert port["targetPort"] == 8443
+    pod_labels = deployment(objs)["spec"]["template"]["metadata"]["labels"]
+    assert selector_matches({"matchLabels": service["spec"]["selector"]}, pod_labels)
+
+
+# ---------------------------------------------------------------------------- webhooks
+
+
+@all_renders
+@pytest.mark.parametrize(
+    ("kind", "hook_name", "path", "timeout"),
+    [
+        ("ValidatingWebhookConfiguration", "validate.gpu-admission.io", "/validate", 5),
+        ("MutatingWebhookConfiguration", "mutate.gpu-admission.io", "/mutate", 3),
+    ],
+)
+def test_webhook_common_fields(name, kind, hook_name, path, timeout):
+    objs = render(name)
+    hook = webhook(objs, kind)
+    assert hook["name"] == hook_name
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert hook["sideEffects"] == "None"
+    assert hook["matchPolicy"] == "Equivalent"
+    assert hook["timeoutSeconds"] == timeout
+    client = hook["clientConfig"]
+    assert "url" not in client
+    assert client["service"] == {
+        "namespace": NAMESPACE,
+        "name": "gpu-admission",
+        "path": path,
+        "port": 443,
+    }
+    # Filled by `certs install` or cert-manager's cainjector, never shipped.
+    assert client.get("caBundle", "") == ""
+    service = one(objs, "Service", client["service"]["name"])
+    assert client["service"]["port"] in {p["port"] for p in service["spec"]["ports"]}
+
+
+@all_renders
+@pytest.mark.parametrize("kind", ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"])
+def test_webhook_namespace_selector(name, kind):
+    objs = render(name)
+    selector = webhook(objs, kind)["namespaceSelector"]
+    expressions = selector["matchExpressions"]
+    assert {
+        "key": "kubernetes.io/metadata.name",
+        "operator": "NotIn",
+        "values": ["kube-system", "gpu-admission"],
+    } in expressions
+    assert {"key": OPT_OUT_LABEL, "operator": "DoesNotExist"} in expressions
+
+    def judged(ns: str, labels: dict[str, str] | None = None) -> bool:
+        return selector_matches(selector, {"kubernetes.io/metadata.name": ns, **(labels or {})})
+
+    assert judged("team-a")
+    assert not judged("kube-system")
+    assert not judged(NAMESPACE)
+    assert not judged("team-b", {OPT_OUT_LABEL: "true"})
+    own = one(objs, "Namespace", NAMESPACE)["metadata"]["labels"]
+    assert not selector_matches(selector, {"kubernetes.io/metadata.name": NAMESPACE, **own})
+
+
+@all_renders
+def test_failure_policies(name):
+    objs = render(name)
+    expected = VALIDATING_FAILURE_POLICY[name]
+    assert webhook(objs, "ValidatingWebhookConfiguration")["failurePolicy"] == expected
+    assert webhook(objs, "MutatingWebhookConfiguration")["failurePolicy"] == "Ignore"
+
+
+@all_renders
+def test_validating_rules(name):
+    objs = render(name)
+    assert validating_rule_resources(objs) == EXPECTED_VALIDATING_RESOURCES
+    for rule in webhook(objs, "ValidatingWebhookConfiguration")["rules"]:
+        assert sorted(rule["operations"]) == ["CREATE", "UPDATE"], rule
+        assert rule.get("scope", "*") in {"Namespaced", "*"}
+        groups = set(rule["apiGroups"])
+        if groups <= BUILTIN_GROUPS:
+            assert rule["apiVersions"] == ["v1"], rule
+        else:
+            assert not groups & BUILTIN_GROUPS, "do not mix built-in and CRD groups in a rule"
+            assert rule["apiVersions"] == ["*"], rule
+
+
+def test_validating_rule_resources_helper():
+    assert validating_rule_resources([]) == set()
+    assert ("apps", "deployments") in validating_rule_resources(render("base"))
+
+
+@all_renders
+def test_mutating_webhook(name):
+    hook = webhook(render(name), "MutatingWebhookConfiguration")
+    assert hook["reinvocationPolicy"] == "IfNeeded"
+    assert hook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
+    conditions = hook["matchConditions"]
+    assert 1 <= len(conditions) <= 3
+    for condition in conditions:
+        assert "nvidia.com/" in condition["expression"]
+        assert "has(" in condition["expression"]
+
+
+# ---------------------------------------------------------------------------- the CEL
+
+# A tiny evaluator for the CEL subset the matchConditions use (member access, has(),
+# .exists(), .startsWith(), &&, ||, !, string literals), with CEL's strictness about
+# absent fields: reading a missing field is an error, which the API server would count
+# as a webhook failure. Short-circuiting is stricter than CEL's error absorption, so an
+# expression that passes here also evaluates cleanly in the API server.
+
+_TOKEN = re.compile(r"\s*(?:(&&|\|\||[().,!])|'([^'\\]*)'|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+class CelError(Exception):
+    pass
+
+
+def _tokenize(text: str) -> list[tuple[str, str]]:
+    tokens, pos = [], 0
+    while pos < len(text.rstrip()):
+        match = _TOKEN.match(text, pos)
+        if not match:
+            raise CelError(f"cannot parse CEL at: {text[pos : pos + 30]!r}")
+        op, string, ident = match.groups()
+        tokens.append(
+            ("op", op) if op else ("str", string) if string is not None else ("id", ident)
+        )
+        pos = match.end()
+    return tokens
+
+
+class _Parser:
+    def __init__(self, text: str):
+        self.tokens = _tokenize(text)
+        self.pos = 0
+
+    def peek(self) -> tuple[str, str] | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def take(self, value: str | None = None) -> tuple[str, str]:
+        token = self.peek()
+        if token is None or (value is not None and token[1] != value):
+            raise CelError(f"expected {value!r}, got {token!r}")
+        self.pos += 1
+        return token
+
+    def parse(self):
+        node = self.or_()
+        if self.peek() is not None:
+            raise CelError(f"trailing tokens from {self.peek()!r}")
+        return node
+
+    def or_(self):
+        node = self.and_()
+        while self.peek() == ("op", "||"):
+            self.take()
+            node = ("or", node, self.and_())
+        return node
+
+    def and_(self):
+        node = self.unary()
+        while self.peek() == ("op", "&&"):
+            self.take()
+            node = ("and", node, self.unary())
+        return node
+
+    def unary(self):
+        if self.peek() == ("op", "!"):
+            self.take()
+            return ("not", self.unary())
+        return self.postfix(self.primary())
+
+    def primary(self):
+        kind, value = self.take()
+        if (kind, value) == ("op", "("):
+            node = self.or_()
+            self.take(")")
+            return node
+        if kind == "str":
+            return ("lit", value)
+        if kind == "id" and value == "has":
+            self.take("(")
+            arg = self.postfix(self.primary())
+            self.take(")")
+            if arg[0] != "field":
+                raise CelError("has() needs a field selection")
+            return ("has", arg[1], arg[2])
+        if kind == "id":
+            return ("var", value)
+        raise CelError(f"unexpected {value!r}")
+
+    def postfix(self, node):
+        while self.peek() == ("op", "."):
+            self.take()
+            _, name = self.take()
+            if self.peek() != ("op", "("):
+                node = ("field", node, name)
+                continue
+            self.take("(")
+            if name == "exists":
+                _, var = self.take()
+                self.take(",")
+                node = ("exists", node, var, self.or_())
+            elif name == "startsWith":
+                node = ("startsWith", node, self.or_())
+            else:
+                raise CelError(f"unsupported function {name}")
+            self.take(")")
+        return node
+
+
+def cel_eval(expression: str, variables: dict[str, Any]) -> Any:
+    def ev(node, env):
+        op = node[0]
+        if op == "lit":
+            return node[1]
+        if op == "var":
+            return env[node[1]]
+        if op == "field":
+            target = ev(node[1], env)
+            if not isinstance(target, dict) or node[2] not in target:
+                raise CelError(f"no such key: {node[2]}")
+            return target[node[2]]
+        if op == "has":
+            target = ev(node[1], env)
+            if not isinstance(target, dict):
+                raise CelError("has() on a non-map")
+            return node[2] in target
+        if op == "exists":
+            items = ev(node[1], env)
+            if not isinstance(items, list | dict):
+                raise CelError("exists() on a non-list")
+            return any(ev(node[3], {**env, node[2]: item}) for item in items)
+        if op == "startsWith":
+            return ev(node[1], env).startswith(ev(node[2], env))
+        if op == "and":
+            return _bool(ev(node[1], env)) and _bool(ev(node[2], env))
+        if op == "or":
+            return _bool(ev(node[1], env)) or _bool(ev(node[2], env))
+        if op == "not":
+            return not _bool(ev(node[1], env))
+        raise CelError(op)
+
+    return ev(_Parser(expression).parse(), variables)
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise CelError(f"expected a bool, got {value!r}")
+    return value
+
+
+def _pod(containers, init_containers=None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": containers}
+    if init_containers is not None:
+        spec["initContainers"] = init_containers
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+
+
+GPU = {"nvidia.com/gpu": "1"}
+CEL_CASES = [
+    ("no resources", _pod([{"name": "a"}]), False),
+    ("empty resources", _pod([{"name": "a", "resources": {}}]), False),
+    ("cpu only", _pod([{"name": "a", "resources": {"limits": {"cpu": "1"}}}]), False),
+    ("other vendor", _pod([{"name": "a", "resources": {"limits": {"amd.com/gpu": "1"}}}]), False),
+    ("empty init list", _pod([{"name": "a"}], []), False),
+    ("init without resources", _pod([{"name": "a"}], [{"name": "i"}]), False),
+    ("gpu limit", _pod([{"name": "a", "resources": {"limits": GPU}}]), True),
+    ("gpu request", _pod([{"name": "a", "resources": {"requests": GPU}}]), True),
+    (
+        "mig request in second container",
+        _pod(
+            [
+                {"name": "a"},
+                {"name": "b", "resources": {"requests": {"nvidia.com/mig-1g.5gb": "1"}}},
+            ]
+        ),
+        True,
+    ),
+    (
+        "gpu in init container",
+        _pod([{"name": "a"}], [{"name": "i", "resources": {"limits": GPU}}]),
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "pod", "expected"), CEL_CASES, ids=[c[0] for c in CEL_CASES])
+def test_mutating_match_conditions_select_exactly_gpu_pods(case, pod, expected):
+    conditions = webhook(render("base"), "MutatingWebhookConfiguration")["matchConditions"]
+    variables = {"object": pod, "oldObject": None, "request": {"operation": "CREATE"}}
+    # matchConditions are ANDed; each must evaluate without error (has() guards).
+    results = [cel_eval(c["expression"], variables) for c in conditions]
+    assert all(isinstance(r, bool) for r in results)
+    assert all(results) is expected, case
+
+
+def test_cel_evaluator_rejects_unguarded_access():
+    with pytest.raises(CelError):
+        cel_eval("object.spec.initContainers.exists(c, true)", {"object": _pod([]), "true": True})
+
+
+# ---------------------------------------------------------------------------- overlays
+
+
+def test_audit_overlay_records_mutations_and_replaces_the_policy():
+    audit, base = render("audit"), render("base")
+    assert env_of(container(audit)).get("GPU_ADMISSION_MUTATION") == "record"
+    assert env_of(container(base)).get("GPU_ADMISSION_MUTATION", "apply") != "record"
+    configmap = one(audit, "ConfigMap", POLICY_CONFIGMAP)  # replaced, not added
+    audit_policy = (MANIFESTS / "overlays" / "audit" / "policy.yaml").read_text()
+    assert configmap["data"] == {"policy.yaml": audit_policy}
+    assert configmap["data"] != one(base, "ConfigMap", POLICY_CONFIGMAP)["data"]
+    # Everything else about the Deployment is untouched.
+    assert pod_spec(audit)["volumes"] == pod_spec(base)["volumes"]
+
+
+def test_cert_manager_overlay_issues_the_serving_certificate():
+    objs = render("cert-manager")
+    issuers = {o["metadata"]["name"]: o for o in objects_of(objs, "Issuer")}
+    certificates = {o["metadata"]["name"]: o for o in objects_of(objs, "Certificate")}
+
+    serving = certificates["gpu-admission"]["spec"]
+    assert serving["secretName"] == TLS_SECRET
+    service = one(objs, "Service", "gpu-admission")["metadata"]
+    svc = f"{service['name']}.{service['namespace']}.svc"
+    assert svc in serving["dnsNames"]
+    assert f"{svc}.cluster.local" in serving["dnsNames"]
+
+    # Issuer chain: self-signed -> CA certificate -> CA issuer -> serving certificate.
+    ca_issuer = issuers[serving["issuerRef"]["name"]]
+    assert serving["issuerRef"]["kind"] == "Issuer"
+    [ca_cert] = [c for c in certificates.values() if c["spec"].get("isCA")]
+    assert ca_issuer["spec"]["ca"]["secretName"] == ca_cert["spec"]["secretName"]
+    assert "selfSigned" in issuers[ca_cert["spec"]["issuerRef"]["name"]]["spec"]
+
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        annotations = one(objs, kind, "gpu-admission")["metadata"]["annotations"]
+        namespace, name = annotations["cert-manager.io/inject-ca-from"].split("/")
+        assert namespace == NAMESPACE and name in certificates
+        assert certificates[name]["spec"]["secretName"] == TLS_SECRET
+
+
+def test_base_has_no_cert_manager_objects():
+    assert not [o for o in render("base") if api_group(o) == CERT_MANAGER_GROUP]
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        meta = one(render("base"), kind)["metadata"]
+        assert "cert-manager.io/inject-ca-from" not in meta.get("annotations", {})
