@@ -85,7 +85,8 @@ def decide(admission_review: Any, policy: Policy, *, mutate: bool) -> Decision:
         # What the object already had before this update is not the update's doing:
         # controllers must still be able to label, scale and finalize it. It stays visible.
         findings = [
-            Finding(f.violation, "Warn") if f.mode == "Enforce" and f.violation.key in old_keys
+            Finding(f.violation, "Warn")
+            if f.mode == "Enforce" and f.violation.key in old_keys
             else f
             for f in findings
         ]

@@ -26,62 +26,139 @@ MIG_PROFILE = re.compile(
 # used to tell a malformed profile from a name that is not a MIG name at all.
 MIG_PREFIX = "mig-"
 
+
 def _table(pairs: list[tuple[str, int]]) -> MappingProxyType:
     return MappingProxyType(dict(pairs))
+
 
 CATALOGUE: MappingProxyType = MappingProxyType(
     {
         "A100-40GB": _table(
-            [("1g.5gb", 7), ("1g.5gb.me", 1), ("1g.10gb", 4), ("2g.10gb", 3),
-             ("3g.20gb", 2), ("4g.20gb", 1), ("7g.40gb", 1)]
+            [
+                ("1g.5gb", 7),
+                ("1g.5gb.me", 1),
+                ("1g.10gb", 4),
+                ("2g.10gb", 3),
+                ("3g.20gb", 2),
+                ("4g.20gb", 1),
+                ("7g.40gb", 1),
+            ]
         ),
         "A100-80GB": _table(
-            [("1g.10gb", 7), ("1g.10gb.me", 1), ("1g.20gb", 4), ("2g.20gb", 3),
-             ("3g.40gb", 2), ("4g.40gb", 1), ("7g.80gb", 1)]
+            [
+                ("1g.10gb", 7),
+                ("1g.10gb.me", 1),
+                ("1g.20gb", 4),
+                ("2g.20gb", 3),
+                ("3g.40gb", 2),
+                ("4g.40gb", 1),
+                ("7g.80gb", 1),
+            ]
         ),
         "A30": _table(
             [("1g.6gb", 4), ("1g.6gb.me", 1), ("2g.12gb", 2), ("2g.12gb.me", 1), ("4g.24gb", 1)]
         ),
         "H100-80GB": _table(
-            [("1g.10gb", 7), ("1g.10gb.me", 1), ("1g.20gb", 4), ("2g.20gb", 3),
-             ("3g.40gb", 2), ("4g.40gb", 1), ("7g.80gb", 1)]
+            [
+                ("1g.10gb", 7),
+                ("1g.10gb.me", 1),
+                ("1g.20gb", 4),
+                ("2g.20gb", 3),
+                ("3g.40gb", 2),
+                ("4g.40gb", 1),
+                ("7g.80gb", 1),
+            ]
         ),
         "H100-94GB": _table(
-            [("1g.12gb", 7), ("1g.12gb.me", 1), ("1g.24gb", 4), ("2g.24gb", 3),
-             ("3g.47gb", 2), ("4g.47gb", 1), ("7g.94gb", 1)]
+            [
+                ("1g.12gb", 7),
+                ("1g.12gb.me", 1),
+                ("1g.24gb", 4),
+                ("2g.24gb", 3),
+                ("3g.47gb", 2),
+                ("4g.47gb", 1),
+                ("7g.94gb", 1),
+            ]
         ),
         # GH200 with the 96 GB H100 (device 0x2342); H20 (0x2329) shares its profiles.
         "GH200-96GB": _table(
-            [("1g.12gb", 7), ("1g.12gb.me", 1), ("1g.24gb", 4), ("2g.24gb", 3),
-             ("3g.48gb", 2), ("4g.48gb", 1), ("7g.96gb", 1)]
+            [
+                ("1g.12gb", 7),
+                ("1g.12gb.me", 1),
+                ("1g.24gb", 4),
+                ("2g.24gb", 3),
+                ("3g.48gb", 2),
+                ("4g.48gb", 1),
+                ("7g.96gb", 1),
+            ]
         ),
         "H20": _table(
-            [("1g.12gb", 7), ("1g.12gb.me", 1), ("1g.24gb", 4), ("2g.24gb", 3),
-             ("3g.48gb", 2), ("4g.48gb", 1), ("7g.96gb", 1)]
+            [
+                ("1g.12gb", 7),
+                ("1g.12gb.me", 1),
+                ("1g.24gb", 4),
+                ("2g.24gb", 3),
+                ("3g.48gb", 2),
+                ("4g.48gb", 1),
+                ("7g.96gb", 1),
+            ]
         ),
         "GH200-144GB": _table(
-            [("1g.18gb", 7), ("1g.18gb.me", 1), ("1g.36gb", 4), ("2g.36gb", 3),
-             ("3g.72gb", 2), ("4g.72gb", 1), ("7g.144gb", 1)]
+            [
+                ("1g.18gb", 7),
+                ("1g.18gb.me", 1),
+                ("1g.36gb", 4),
+                ("2g.36gb", 3),
+                ("3g.72gb", 2),
+                ("4g.72gb", 1),
+                ("7g.144gb", 1),
+            ]
         ),
         "H200-141GB": _table(
-            [("1g.18gb", 7), ("1g.18gb.me", 1), ("1g.35gb", 4), ("2g.35gb", 3),
-             ("3g.71gb", 2), ("4g.71gb", 1), ("7g.141gb", 1)]
+            [
+                ("1g.18gb", 7),
+                ("1g.18gb.me", 1),
+                ("1g.35gb", 4),
+                ("2g.35gb", 3),
+                ("3g.71gb", 2),
+                ("4g.71gb", 1),
+                ("7g.141gb", 1),
+            ]
         ),
         "B200": _table(
-            [("1g.23gb", 7), ("1g.23gb.me", 1), ("1g.45gb", 4), ("2g.45gb", 3),
-             ("3g.90gb", 2), ("4g.90gb", 1), ("7g.180gb", 1)]
+            [
+                ("1g.23gb", 7),
+                ("1g.23gb.me", 1),
+                ("1g.45gb", 4),
+                ("2g.45gb", 3),
+                ("3g.90gb", 2),
+                ("4g.90gb", 1),
+                ("7g.180gb", 1),
+            ]
         ),
         "RTX-PRO-6000": _table(
-            [("1g.24gb", 4), ("1g.24gb.me", 1), ("1g.24gb.gfx", 4), ("1g.24gb.me.all", 1),
-             ("1g.24gb-me", 4), ("2g.48gb", 2), ("2g.48gb.gfx", 2), ("2g.48gb.me.all", 1),
-             ("2g.48gb-me", 2), ("4g.96gb", 1), ("4g.96gb.gfx", 1)]
+            [
+                ("1g.24gb", 4),
+                ("1g.24gb.me", 1),
+                ("1g.24gb.gfx", 4),
+                ("1g.24gb.me.all", 1),
+                ("1g.24gb-me", 4),
+                ("2g.48gb", 2),
+                ("2g.48gb.gfx", 2),
+                ("2g.48gb.me.all", 1),
+                ("2g.48gb-me", 2),
+                ("4g.96gb", 1),
+                ("4g.96gb.gfx", 1),
+            ]
         ),
     }
 )
 
+
 def is_well_formed(profile: str) -> bool:
     """``1g.10gb``, ``1g.10gb.me``, ``3g.40gb.shared`` are; ``1g10gb``, ``1G.10GB`` are not."""
     return MIG_PROFILE.match(profile) is not None
+
 
 def base_profile(profile: str) -> str:
     """The profile without ``.shared``: the instance that a time-sliced MIG replica lives on."""

@@ -137,6 +137,7 @@ class Policy:
     workloads: MappingProxyType  # (group, kind) -> WorkloadKind
     declared_names: frozenset[str]  # every GPU resource name the policy knows
     near_misses: MappingProxyType  # near_miss_key(name) -> declared name
+    retired: MappingProxyType  # retired resource name -> (replacement, reason)
 
     def rule_modes(self, namespace: str) -> MappingProxyType:
         """The rule modes in force in a namespace: the first matching override wins."""
@@ -146,8 +147,9 @@ class Policy:
         return self.rules
 
     def is_vendor_resource(self, name: str) -> bool:
+        """A GPU resource: under a vendor domain, or a retired GPU resource name."""
         domain, sep, _ = name.partition("/")
-        return bool(sep) and domain in self.vendor_domains
+        return bool(sep) and domain in self.vendor_domains or name in self.retired
 
     @property
     def mutation_applies(self) -> bool:

@@ -17,7 +17,7 @@ from webhook import patch
 from webhook.model import INJECTED_ANNOTATION, Policy
 from webhook.pods import PodView
 from webhook.pools import Selection
-from webhook.scheduling import toleration_for, tolerates
+from webhook.scheduling import tolerates, toleration_for
 
 REQUIRED = ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
 PREFERRED = ("spec", "affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
@@ -75,10 +75,15 @@ def plan(pod: Mapping, view: PodView, selection: Selection, policy: Policy) -> P
             if container.requests_gpu or container.list_name == "ephemeralContainers":
                 continue
             env = container.spec.get("env")
-            names = {v.get("name") for v in env if isinstance(v, dict)} if isinstance(env, list) else set()
+            names = (
+                {v.get("name") for v in env if isinstance(v, dict)}
+                if isinstance(env, list)
+                else set()
+            )
             if "NVIDIA_VISIBLE_DEVICES" not in names:
                 ops = patch.append(
-                    operations.working, ("spec", container.list_name, container.index, "env"),
+                    operations.working,
+                    ("spec", container.list_name, container.index, "env"),
                     [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
                 )
                 if ops:
@@ -107,7 +112,9 @@ def _expressions(labels: Mapping[str, str]) -> list[dict]:
 def _has(term: Mapping, expr: Mapping) -> bool:
     existing = term.get("matchExpressions")
     return isinstance(existing, list) and any(
-        isinstance(e, dict) and e.get("key") == expr["key"] and e.get("operator") == "In"
+        isinstance(e, dict)
+        and e.get("key") == expr["key"]
+        and e.get("operator") == "In"
         and e.get("values") == expr["values"]
         for e in existing
     )
@@ -143,9 +150,12 @@ def _preferred_operations(pod: Mapping, preferences: tuple) -> list[dict]:
     for preference in preferences:
         term = {
             "weight": preference["weight"],
-            "preference": {"matchExpressions": [dict(e, values=list(e["values"])) if "values" in e
-                                                 else dict(e)
-                                                 for e in preference["matchExpressions"]]},
+            "preference": {
+                "matchExpressions": [
+                    dict(e, values=list(e["values"])) if "values" in e else dict(e)
+                    for e in preference["matchExpressions"]
+                ]
+            },
         }
         if term not in existing:
             missing.append(term)

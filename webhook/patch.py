@@ -38,8 +38,11 @@ def add(obj: Mapping, segments: Sequence[Segment], value: Any) -> list[dict] | N
         child = node.get(segment) if isinstance(node, Mapping) else None
         if child is None:
             return [
-                {"op": "add", "path": pointer(segments[: depth + 1]),
-                 "value": _wrap(segments[depth + 1:], value)}
+                {
+                    "op": "add",
+                    "path": pointer(segments[: depth + 1]),
+                    "value": _wrap(segments[depth + 1 :], value),
+                }
             ]
         if not isinstance(child, Mapping) and not (
             isinstance(child, list) and isinstance(segments[depth + 1], int)
@@ -55,9 +58,14 @@ def append(obj: Mapping, segments: Sequence[Segment], items: Sequence[Any]) -> l
         return []
     current: Any = obj
     for segment in segments:
-        current = current.get(segment) if isinstance(current, Mapping) else (
-            current[segment] if isinstance(current, list) and isinstance(segment, int)
-            and segment < len(current) else None
+        current = (
+            current.get(segment)
+            if isinstance(current, Mapping)
+            else (
+                current[segment]
+                if isinstance(current, list) and isinstance(segment, int) and segment < len(current)
+                else None
+            )
         )
         if current is None:
             break

@@ -97,7 +97,9 @@ class PodView:
 
     def tolerations(self) -> list:
         tolerations = self.spec.get("tolerations")
-        return [t for t in tolerations if isinstance(t, dict)] if isinstance(tolerations, list) else []
+        return (
+            [t for t in tolerations if isinstance(t, dict)] if isinstance(tolerations, list) else []
+        )
 
 
 def _dig(obj: Any, *keys: str) -> Any:

@@ -101,7 +101,12 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     errors = _pre_schema_lint(document, lines)
     if not errors:
         for err in sorted(_validator().iter_errors(document), key=lambda e: list(e.absolute_path)):
-            errors.append(lines.error(list(err.absolute_path), _schema_message(err)))
+            path = list(err.absolute_path)
+            if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+                # Point at the unknown key itself, not at the object that holds it.
+                extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+                path.append(extra[0])
+            errors.append(lines.error(path, _schema_message(err)))
     if not errors:
         errors = _semantic_lint(document, lines)
     if errors:
@@ -232,22 +237,28 @@ def _semantic_lint(doc: dict, lines: _LineFinder) -> list[str]:
     mig_spec = spec.get("migCatalogue", {})
     for i, product in enumerate(mig_spec.get("customProducts", [])):
         if product["name"] in catalogue:
-            err(["spec", "migCatalogue", "customProducts", i, "name"],
-                f"duplicate product {product['name']!r}: it is already catalogued")
+            err(
+                ["spec", "migCatalogue", "customProducts", i, "name"],
+                f"duplicate product {product['name']!r}: it is already catalogued",
+            )
         for j, profile in enumerate(product["profiles"]):
             if not mig.is_well_formed(profile) or profile.endswith(".shared"):
-                err(["spec", "migCatalogue", "customProducts", i, "profiles", j],
+                err(
+                    ["spec", "migCatalogue", "customProducts", i, "profiles", j],
                     f"malformed MIG profile {profile!r}: expected <g>g.<mem>gb with an optional "
-                    "attribute (.me, .me.all, .gfx, -me), e.g. 1g.10gb or 1g.10gb.me")
+                    "attribute (.me, .me.all, .gfx, -me), e.g. 1g.10gb or 1g.10gb.me",
+                )
         catalogue[product["name"]] = {p: 1 for p in product["profiles"]}
     products = mig_spec.get("products", ["*"])
     for i, product in enumerate(products):
         if product != "*" and product not in catalogue:
             close = difflib.get_close_matches(product, list(catalogue), 1, 0.5)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            err(["spec", "migCatalogue", "products", i],
+            err(
+                ["spec", "migCatalogue", "products", i],
                 f"unknown GPU product {product!r}{hint}; catalogued: {', '.join(catalogue)}; "
-                "add others under migCatalogue.customProducts")
+                "add others under migCatalogue.customProducts",
+            )
     profiles = _catalogued_profiles(catalogue, products)
     domains = spec.get("vendorDomains", ["nvidia.com"])
 
@@ -255,25 +266,38 @@ def _semantic_lint(doc: dict, lines: _LineFinder) -> list[str]:
         name, sharing = resource["name"], resource["sharing"]
         domain, _, short = name.partition("/")
         if domain in domains and short.startswith(mig.MIG_PREFIX):
-            profile = short[len(mig.MIG_PREFIX):]
+            profile = short[len(mig.MIG_PREFIX) :]
             if not mig.is_well_formed(profile):
-                err([*path, "name"], f"malformed MIG resource name {name!r}: expected "
-                    f"{domain}/mig-<g>g.<mem>gb[.me][.shared], e.g. {domain}/mig-1g.10gb")
+                err(
+                    [*path, "name"],
+                    f"malformed MIG resource name {name!r}: expected "
+                    f"{domain}/mig-<g>g.<mem>gb[.me][.shared], e.g. {domain}/mig-1g.10gb",
+                )
             elif mig.base_profile(profile) not in profiles:
-                err([*path, "name"], f"MIG profile {profile!r} is not offered by the declared "
-                    f"products ({', '.join(products)}); declare the product in migCatalogue")
+                err(
+                    [*path, "name"],
+                    f"MIG profile {profile!r} is not offered by the declared "
+                    f"products ({', '.join(products)}); declare the product in migCatalogue",
+                )
             expected = "MIGTimeSlicing" if profile.endswith(".shared") else "MIG"
             if sharing != expected:
                 err([*path, "sharing"], f"{name} is a MIG instance: sharing must be {expected}")
         elif sharing in ("MIG", "MIGTimeSlicing") and short != "gpu":
-            err([*path, "sharing"], f"{name} is not a MIG resource name: only nvidia.com/gpu "
-                "(MIG strategy single) or nvidia.com/mig-<profile> can be MIG")
+            err(
+                [*path, "sharing"],
+                f"{name} is not a MIG resource name: only nvidia.com/gpu "
+                "(MIG strategy single) or nvidia.com/mig-<profile> can be MIG",
+            )
         if short.endswith(".shared") and sharing not in SOFTWARE_SHARING:
-            err([*path, "sharing"], f"{name} is a shared replica: sharing must be TimeSlicing, "
-                "MPS or MIGTimeSlicing")
+            err(
+                [*path, "sharing"],
+                f"{name} is a shared replica: sharing must be TimeSlicing, MPS or MIGTimeSlicing",
+            )
         if resource.get("failRequestsGreaterThanOne") and sharing not in SOFTWARE_SHARING:
-            err([*path, "failRequestsGreaterThanOne"],
-                "only applies to time-slicing or MPS replicas")
+            err(
+                [*path, "failRequestsGreaterThanOne"],
+                "only applies to time-slicing or MPS replicas",
+            )
 
     seen_resources: set[str] = set()
     for i, resource in enumerate(spec.get("resources", [])):
@@ -298,14 +322,18 @@ def _semantic_lint(doc: dict, lines: _LineFinder) -> list[str]:
             lint_resource([*path, "resources", j], resource)
         software = modes & SOFTWARE_SHARING
         if software and "Exclusive" in modes:
-            err([*path, "resources"],
+            err(
+                [*path, "resources"],
                 f"pool {pool['name']!r} mixes software sharing ({', '.join(sorted(software))}) "
                 "with exclusive full cards: replicas share memory and faults with the cards "
-                "they run on; put them in separate pools (MIG beside full cards is fine)")
+                "they run on; put them in separate pools (MIG beside full cards is fine)",
+            )
         if "MPS" in modes and modes & {"TimeSlicing", "MIGTimeSlicing"}:
-            err([*path, "resources"],
+            err(
+                [*path, "resources"],
                 f"pool {pool['name']!r} mixes time-slicing with MPS: a node runs one sharing "
-                "mode; split the pool")
+                "mode; split the pool",
+            )
         for j, pref in enumerate(pool.get("preferredAffinity", [])):
             for k, expr in enumerate(pref["matchExpressions"]):
                 _lint_expression(expr, [*path, "preferredAffinity", j, "matchExpressions", k], err)
@@ -314,8 +342,10 @@ def _semantic_lint(doc: dict, lines: _LineFinder) -> list[str]:
     for i, workload in enumerate(spec.get("workloads", [])):
         key = (workload["group"], workload["kind"])
         if key in seen_kinds:
-            err(["spec", "workloads", i], f"duplicate workload kind {workload['kind']} "
-                f"in group {workload['group']!r}")
+            err(
+                ["spec", "workloads", i],
+                f"duplicate workload kind {workload['kind']} in group {workload['group']!r}",
+            )
         seen_kinds.add(key)
         for j, template in enumerate(workload["templates"]):
             try:
@@ -414,9 +444,7 @@ def _rule_modes(base: dict[str, RuleModes], ruleset: dict) -> MappingProxyType:
 
 
 def _frozen(mapping: dict) -> MappingProxyType:
-    return MappingProxyType(
-        {k: tuple(v) if isinstance(v, list) else v for k, v in mapping.items()}
-    )
+    return MappingProxyType({k: tuple(v) if isinstance(v, list) else v for k, v in mapping.items()})
 
 
 def _compile(doc: dict, source: str, digest: str) -> Policy:
@@ -438,8 +466,10 @@ def _compile(doc: dict, source: str, digest: str) -> Policy:
             taints=tuple(_frozen(t) for t in p.get("taints", [])),
             preferred_affinity=tuple(
                 MappingProxyType(
-                    {"weight": a["weight"],
-                     "matchExpressions": tuple(_frozen(e) for e in a["matchExpressions"])}
+                    {
+                        "weight": a["weight"],
+                        "matchExpressions": tuple(_frozen(e) for e in a["matchExpressions"]),
+                    }
                 )
                 for a in p.get("preferredAffinity", [])
             ),
@@ -448,8 +478,10 @@ def _compile(doc: dict, source: str, digest: str) -> Policy:
         )
         for p in spec.get("pools", [])
     )
-    builtin = {r: RuleModes(DEFAULT_RULE_MODES["gpuPods"], DEFAULT_RULE_MODES["otherPods"])
-               for r in RULE_IDS}
+    builtin = {
+        r: RuleModes(DEFAULT_RULE_MODES["gpuPods"], DEFAULT_RULE_MODES["otherPods"])
+        for r in RULE_IDS
+    }
     rules = _rule_modes(builtin, spec.get("rules", {}))
     overrides = tuple(
         NamespaceOverride(_namespaces(o["namespaces"]), _rule_modes(dict(rules), o["rules"]))
@@ -470,7 +502,9 @@ def _compile(doc: dict, source: str, digest: str) -> Policy:
         )
     for w in spec.get("workloads", []):
         workloads[(w["group"], w["kind"])] = WorkloadKind(
-            w["group"], w["kind"], w.get("resource", w["kind"].lower() + "s"),
+            w["group"],
+            w["kind"],
+            w.get("resource", w["kind"].lower() + "s"),
             tuple(compile_template_path(p) for p in w["templates"]),
         )
     domains = tuple(spec.get("vendorDomains", ["nvidia.com"]))
@@ -505,6 +539,12 @@ def _compile(doc: dict, source: str, digest: str) -> Policy:
         workloads=MappingProxyType(workloads),
         declared_names=frozenset(declared),
         near_misses=MappingProxyType({near_miss_key(n): n for n in sorted(declared)}),
+        retired=MappingProxyType(
+            {
+                r["name"]: (r["replacement"], r.get("reason", ""))
+                for r in spec.get("retiredResources", [])
+            }
+        ),
     )
 
 

@@ -57,7 +57,9 @@ def _select(view: PodView, policy: Policy) -> Selection:
     pinned = len(compatible) < len(policy.pools)
     candidates = [p for p in offering if p in compatible]
     if not candidates:
-        return Selection((), (), (_pend_forever(view, known, compatible, offering, pinned),), requested)
+        return Selection(
+            (), (), (_pend_forever(view, known, compatible, offering, pinned),), requested
+        )
 
     allowed = [p for p in candidates if p.allows_namespace(view.namespace)]
     if not allowed:
@@ -99,10 +101,13 @@ def _explicit(
     pool = next((p for p in policy.pools if p.name == name), None)
     if pool is None:
         violation = Violation(
-            rule="pool-access", path=path, value=name,
+            rule="pool-access",
+            path=path,
+            value=name,
             message=f"no GPU pool is named {name!r}",
             hint="use one of: " + ", ".join(p.name for p in policy.pools),
-            error_type="Not supported", subject="pool-annotation",
+            error_type="Not supported",
+            subject="pool-annotation",
         )
         return Selection((), (), (violation,), requested)
     missing = [n for n in known if n not in pool.resources]
@@ -114,7 +119,9 @@ def _explicit(
             else f"the Pod's nodeSelector or node affinity excludes the nodes of pool {name!r}"
         )
         violation = Violation(
-            rule="sharing-mode", path=path, value=name,
+            rule="sharing-mode",
+            path=path,
+            value=name,
             message=f"{reason}: the Pod would pend forever",
             hint="request a resource the pool offers, or choose another pool",
             subject="pool-annotation",
@@ -122,10 +129,13 @@ def _explicit(
         return Selection((), (), (violation,), requested)
     if not pool.allows_namespace(view.namespace):
         violation = Violation(
-            rule="pool-access", path=path, value=name,
+            rule="pool-access",
+            path=path,
+            value=name,
             message=f"namespace {view.namespace!r} may not use pool {name!r}",
             hint="choose a pool the namespace may use, or ask the platform team for access",
-            error_type="Forbidden", subject="pool-annotation",
+            error_type="Forbidden",
+            subject="pool-annotation",
         )
         return Selection((), (), (violation,), requested)
     return Selection((pool,), pool.taints, (), requested)
@@ -152,8 +162,12 @@ def _pend_forever(
             f"the Pod's node selection admits only {reachable}, which does not offer {wanted}: "
             "it would pend forever"
         )
-        path = f"{view.spec_path}.nodeSelector" if view.node_selector() else (
-            f"{view.spec_path}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        path = (
+            f"{view.spec_path}.nodeSelector"
+            if view.node_selector()
+            else (
+                f"{view.spec_path}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            )
         )
         value: object = dict(view.node_selector()) or "nodeSelectorTerms"
     else:
@@ -161,7 +175,10 @@ def _pend_forever(
         path = view.first_request_path(known[-1])
         value = known[-1]
     return Violation(
-        rule="sharing-mode", path=path, value=value, message=message,
+        rule="sharing-mode",
+        path=path,
+        value=value,
+        message=message,
         hint=f"{wanted} offered by: {where}; select one of those pools or request its resources",
         subject="node-selection",
     )

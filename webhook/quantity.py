@@ -49,7 +49,9 @@ def parse_quantity(value: object) -> Fraction | None:
         number = -number
     if match["binary"]:
         return number * _BINARY[match["binary"]]
-    exponent = int(match["exponent"]) if match["exponent"] is not None else _DECIMAL[match["decimal"]]
+    exponent = (
+        int(match["exponent"]) if match["exponent"] is not None else _DECIMAL[match["decimal"]]
+    )
     if abs(exponent) > _MAX_EXPONENT:
         return None
     return number * Fraction(10) ** exponent

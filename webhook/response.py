@@ -32,7 +32,11 @@ def warnings_for(findings: Sequence[Finding]) -> list[str]:
     for index, finding in enumerate(findings):
         text = _clip(f"{finding.path}: {finding.message}", MAX_WARNING_CHARS)
         remaining = len(findings) - index
-        if len(out) == MAX_WARNINGS - 1 and remaining > 1 or total + len(text) > MAX_WARNINGS_TOTAL - 64:
+        if (
+            len(out) == MAX_WARNINGS - 1
+            and remaining > 1
+            or total + len(text) > MAX_WARNINGS_TOTAL - 64
+        ):
             out.append(f"and {remaining} more GPU policy warning(s)")
             break
         out.append(text)
@@ -40,20 +44,26 @@ def warnings_for(findings: Sequence[Finding]) -> list[str]:
     return out
 
 
-def audit_annotations(findings: Sequence[Finding], would_patch: Sequence[dict] = ()) -> dict[str, str]:
+def audit_annotations(
+    findings: Sequence[Finding], would_patch: Sequence[dict] = ()
+) -> dict[str, str]:
     annotations: dict[str, str] = {}
     if findings:
         records = [f.as_record() for f in findings]
         text = json.dumps(records, separators=(",", ":"), default=str)
         while len(text) > MAX_AUDIT_VALUE and len(records) > 1:
             records = records[: len(records) // 2]
-            text = json.dumps(records + [{"truncated": len(findings) - len(records)}],
-                              separators=(",", ":"), default=str)
+            text = json.dumps(
+                records + [{"truncated": len(findings) - len(records)}],
+                separators=(",", ":"),
+                default=str,
+            )
         annotations["violations"] = text
         annotations["rules"] = ",".join(sorted({f.rule for f in findings}))
     if would_patch:
-        annotations["would-patch"] = _clip(json.dumps(list(would_patch), separators=(",", ":")),
-                                           MAX_AUDIT_VALUE)
+        annotations["would-patch"] = _clip(
+            json.dumps(list(would_patch), separators=(",", ":")), MAX_AUDIT_VALUE
+        )
     return annotations
 
 

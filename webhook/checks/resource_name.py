@@ -1,13 +1,11 @@
-"""GPU resource names are exact.
-
-Restricted: a name under a GPU vendor domain that is a near miss of a name the policy knows
-(case, a missing or extra separator, a plural, words swapped: ``nvidia.com/GPU``,
-``nvidia.com/gpus``, ``nvidia.com/mig-1g10gb``, ``nvidia.com/sharedgpu``), which would pend
-forever because no node advertises it; a malformed MIG name; a well-formed MIG profile that no
-declared product offers (a warning by default: new hardware must not be blocked by an old
-catalogue). Allowed: declared names and catalogued MIG profiles. Other undeclared names under
-the domain (the network operator's ``nvidia.com/hostdev``) are warned, unless the policy says
-Allow or Deny.
+"""GPU resource names are exact. Restricted: a name under a GPU vendor domain that is a near miss
+of a name the policy knows (case, a missing or extra separator, a plural, words swapped:
+``nvidia.com/GPU``, ``nvidia.com/gpus``, ``nvidia.com/mig-1g10gb``, ``nvidia.com/sharedgpu``),
+which would pend forever because no node advertises it; a malformed MIG name; a well-formed MIG
+profile that no declared product offers (a warning by default: new hardware must not be blocked
+by an old catalogue); a retired name such as ``alpha.kubernetes.io/nvidia-gpu``. Allowed:
+declared names and catalogued MIG profiles. Other undeclared names under the domain (the
+network operator's ``nvidia.com/hostdev``) are warned, unless the policy says Allow or Deny.
 """
 
 from __future__ import annotations
@@ -46,15 +44,24 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
 
 
 def _judge(name: str, policy: Policy) -> tuple[str, str, bool] | None:
+    if name in policy.retired:
+        replacement, reason = policy.retired[name]
+        because = f" ({reason})" if reason else ""
+        return (
+            f"{name!r} is a retired resource name{because}: no node advertises it",
+            f"did you mean {replacement}?",
+            False,
+        )
     domain, _, short = name.partition("/")
-    if short.startswith(mig.MIG_PREFIX) and mig.is_well_formed(short[len(mig.MIG_PREFIX):]):
-        profile = short[len(mig.MIG_PREFIX):]
+    if short.startswith(mig.MIG_PREFIX) and mig.is_well_formed(short[len(mig.MIG_PREFIX) :]):
+        profile = short[len(mig.MIG_PREFIX) :]
         products = ", ".join(policy.mig_products)
         close = difflib.get_close_matches(
             mig.base_profile(profile), sorted(policy.mig_profiles), 1, 0.6
         )
         hint = (
-            f"did you mean {domain}/mig-{close[0]}?" if close
+            f"did you mean {domain}/mig-{close[0]}?"
+            if close
             else "check the node's capacity for the exact name"
         )
         return (
@@ -90,6 +97,9 @@ def _anagram(name: str, policy: Policy) -> str | None:
     """``sharedgpu`` for ``gpu.shared``: the same letters in another order."""
     key = sorted(near_miss_key(name).partition("/")[2])
     for candidate_key, candidate in policy.near_misses.items():
-        if sorted(candidate_key.partition("/")[2]) == key and candidate.split("/")[0] == name.split("/")[0]:
+        if (
+            sorted(candidate_key.partition("/")[2]) == key
+            and candidate.split("/")[0] == name.split("/")[0]
+        ):
             return candidate
     return None

@@ -27,7 +27,7 @@ def sharing_of(view: PodView, policy: Policy, name: str) -> str | None:
     if spec is not None:
         return spec.sharing
     short = name.partition("/")[2]
-    if short.startswith(mig.MIG_PREFIX) and mig.is_well_formed(short[len(mig.MIG_PREFIX):]):
+    if short.startswith(mig.MIG_PREFIX) and mig.is_well_formed(short[len(mig.MIG_PREFIX) :]):
         return "MIGTimeSlicing" if short.endswith(".shared") else "MIG"
     return None
 

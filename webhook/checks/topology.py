@@ -58,7 +58,7 @@ def _node_capacity(view: PodView, policy: Policy, name: str) -> tuple[int, str] 
             if spec.sharing == "Exclusive":
                 capacity = pool.gpus_per_node
             elif spec.sharing == "MIG" and short.startswith(mig.MIG_PREFIX):
-                profile = mig.base_profile(short[len(mig.MIG_PREFIX):])
+                profile = mig.base_profile(short[len(mig.MIG_PREFIX) :])
                 per_gpu = policy.mig_profile_counts.get(profile)
                 capacity = per_gpu * pool.gpus_per_node if per_gpu else None
         if capacity is not None and (best is None or capacity > best[0]):

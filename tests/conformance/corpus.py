@@ -1,0 +1,67 @@
+"""The conformance corpus (real manifests in ../shared/conformance/manifests) and its table.
+
+``expectations.yaml`` says, per file, the namespace it is reviewed in and the expected verdict
+and rule ids under each policy. The engine tests and the CLI tests both read it.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+import webhook
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT.parent / "shared" / "conformance" / "manifests"
+TABLE = Path(__file__).with_name("expectations.yaml")
+POLICIES = {
+    "default": ROOT / "policies" / "default.yaml",
+    "strict": ROOT / "policies" / "examples" / "strict.yaml",
+}
+
+
+@cache
+def policy(name: str) -> webhook.Policy:
+    return webhook.load_policy(POLICIES[name])
+
+
+def load_table() -> dict:
+    return yaml.safe_load(TABLE.read_text("utf-8"))
+
+
+def documents(file_name: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all((CORPUS / file_name).read_text("utf-8")) if d]
+
+
+def admission_review(obj: dict, namespace: str, uid: str = "conformance") -> dict:
+    group, _, version = obj.get("apiVersion", "").rpartition("/")
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": group, "version": version, "kind": obj.get("kind", "")},
+            "operation": "CREATE",
+            "namespace": namespace,
+            "object": obj,
+        },
+    }
+
+
+def judge(file_name: str, namespace: str, policy_name: str) -> dict:
+    """The verdict on a file: denied if any document is, with the rule ids by mode."""
+    outcome: dict[str, set[str]] = {"denied": set(), "warned": set(), "audited": set()}
+    allowed = True
+    for obj in documents(file_name):
+        decision = webhook.decide(
+            admission_review(obj, namespace), policy(policy_name), mutate=False
+        )
+        allowed = allowed and decision.allowed
+        for finding in decision.findings:
+            bucket = {"Enforce": "denied", "Warn": "warned", "Audit": "audited"}[finding.mode]
+            outcome[bucket].add(finding.rule)
+    result: dict = {"verdict": "allowed" if allowed else "denied"}
+    result.update({k: sorted(v) for k, v in outcome.items() if v})
+    return result

@@ -1,0 +1,246 @@
+"""Loading policies: the shipped ones load, broken ones are refused naming the line."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import webhook
+from webhook.policy import default_policy_path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "policies" / "examples").glob("*.yaml"))
+
+MINIMAL = """\
+apiVersion: gpu-admission.io/v1alpha1
+kind: GPUAdmissionPolicy
+metadata:
+  name: test
+spec:
+{spec}
+"""
+
+
+def policy_text(spec: str) -> str:
+    return MINIMAL.format(spec=textwrap.indent(textwrap.dedent(spec).strip("\n"), "  "))
+
+
+def refused(spec: str) -> webhook.PolicyError:
+    with pytest.raises(webhook.PolicyError) as info:
+        webhook.parse_policy(policy_text(spec), source="test.yaml")
+    return info.value
+
+
+def test_default_policy_loads_and_is_packaged() -> None:
+    policy = webhook.load_policy(ROOT / "policies" / "default.yaml")
+    assert policy.name == "default"
+    assert default_policy_path().read_text() == (ROOT / "policies" / "default.yaml").read_text()
+
+
+def test_schema_copy_for_editors_is_identical_to_the_packaged_schema() -> None:
+    packaged = ROOT / "webhook" / "data" / "policy.schema.json"
+    assert (ROOT / "policies" / "policy.schema.json").read_text() == packaged.read_text()
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_loads(path: Path) -> None:
+    policy = webhook.load_policy(path)
+    assert policy.source == str(path)
+    assert len(policy.sha256) == 64
+
+
+def test_examples_cover_what_the_issue_asks_for() -> None:
+    names = {p.stem for p in EXAMPLES}
+    assert {"labelled-pools", "mig-mixed", "time-slicing", "strict", "audit-rollout"} <= names
+
+
+def test_compiled_policy_is_immutable() -> None:
+    policy = webhook.load_policy(ROOT / "policies" / "default.yaml")
+    with pytest.raises(AttributeError):
+        policy.name = "changed"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        policy.rules["privileged"] = None  # type: ignore[index]
+
+
+def test_schema_error_names_source_line_and_field() -> None:
+    error = refused(
+        """
+        rules:
+          privileged: {gpuPods: Deny}
+        """
+    )
+    assert "test.yaml:7: spec.rules.privileged.gpuPods: 'Deny' is not one of" in str(error)
+
+
+def test_unknown_field_suggests_the_right_one() -> None:
+    error = refused("vendorDomain: [nvidia.com]")
+    assert "test.yaml:6: spec.vendorDomain: unknown field 'vendorDomain'" in str(error)
+    assert "(did you mean 'vendorDomains'?)" in str(error)
+
+
+def test_malformed_mig_profile_is_refused() -> None:
+    error = refused(
+        """
+        migCatalogue:
+          customProducts:
+            - name: X100
+              profiles: [1g10gb]
+        """
+    )
+    assert (
+        "test.yaml:9: spec.migCatalogue.customProducts[0].profiles[0]: malformed MIG profile"
+        in (str(error))
+    )
+
+
+def test_malformed_mig_resource_in_a_pool_is_refused() -> None:
+    error = refused(
+        """
+        pools:
+          - name: mig
+            nodeSelector: {pool: mig}
+            resources:
+              - {name: nvidia.com/mig-1g10gb, sharing: MIG}
+        """
+    )
+    assert "test.yaml:10: spec.pools[0].resources[0].name: malformed MIG resource name" in str(
+        error
+    )
+
+
+def test_unknown_product_is_refused_with_a_suggestion() -> None:
+    error = refused("migCatalogue: {products: [A100-80G]}")
+    assert "did you mean 'A100-80GB'?" in str(error)
+
+
+def test_pool_mixing_software_sharing_with_exclusive_cards_is_refused() -> None:
+    error = refused(
+        """
+        pools:
+          - name: mixed
+            nodeSelector: {pool: mixed}
+            resources:
+              - {name: nvidia.com/gpu, sharing: Exclusive}
+              - {name: nvidia.com/gpu.shared, sharing: TimeSlicing}
+        """
+    )
+    assert "test.yaml:10: spec.pools[0].resources: pool 'mixed' mixes software sharing" in str(
+        error
+    )
+
+
+def test_pool_mixing_time_slicing_with_mps_is_refused() -> None:
+    error = refused(
+        """
+        pools:
+          - name: soft
+            nodeSelector: {pool: soft}
+            resources:
+              - {name: nvidia.com/gpu.shared, sharing: TimeSlicing}
+              - {name: example.com/mps, sharing: MPS}
+        """
+    )
+    assert "mixes time-slicing with MPS" in str(error)
+
+
+def test_full_cards_beside_mig_instances_are_allowed() -> None:
+    policy = webhook.parse_policy(
+        policy_text(
+            """
+            pools:
+              - name: mixed-strategy
+                nodeSelector: {nvidia.com/mig.strategy: mixed}
+                resources:
+                  - {name: nvidia.com/gpu, sharing: Exclusive}
+                  - {name: nvidia.com/mig-1g.10gb, sharing: MIG}
+            """
+        )
+    )
+    assert [p.name for p in policy.pools] == ["mixed-strategy"]
+
+
+def test_label_based_exemption_is_refused() -> None:
+    error = refused(
+        """
+        exemptions:
+          - namespaces: [ml]
+            labels: {team: infra}
+        """
+    )
+    assert "test.yaml:8: spec.exemptions[0].labels: exemptions cannot select by object label" in (
+        str(error)
+    )
+
+
+def test_duplicate_pool_name_is_refused() -> None:
+    error = refused(
+        """
+        pools:
+          - name: a
+            nodeSelector: {pool: a}
+            resources: [{name: nvidia.com/gpu, sharing: Exclusive}]
+          - name: a
+            nodeSelector: {pool: b}
+            resources: [{name: nvidia.com/gpu, sharing: Exclusive}]
+        """
+    )
+    assert "test.yaml:10: spec.pools[1].name: duplicate pool name 'a'" in str(error)
+
+
+def test_duplicate_yaml_key_is_refused() -> None:
+    error = refused(
+        """
+        unknownResources: Warn
+        unknownResources: Deny
+        """
+    )
+    assert "test.yaml:7: spec.unknownResources: duplicate key" in str(error)
+
+
+def test_invalid_template_path_is_refused() -> None:
+    error = refused(
+        """
+        workloads:
+          - group: example.com
+            kind: Trainer
+            templates: ["spec.workers[].template"]
+        """
+    )
+    assert "invalid template path 'spec.workers[].template'" in str(error)
+
+
+def test_every_error_is_reported_at_once() -> None:
+    error = refused(
+        """
+        pools:
+          - name: a
+            nodeSelector: {pool: a}
+            resources: [{name: nvidia.com/mig-1g10gb, sharing: MIG}]
+          - name: a
+            nodeSelector: {pool: a}
+            resources: [{name: nvidia.com/gpu, sharing: Exclusive}]
+        """
+    )
+    assert len(error.errors) == 2
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("", "expected one YAML document, found 0"),
+        ("a: [", "not valid YAML"),
+        ("- 1\n- 2\n", "(document): [1, 2] is not of type 'object'"),
+        ("a: 1\n---\nb: 2\n", "expected one YAML document, found 2"),
+    ],
+)
+def test_not_a_policy_at_all(text: str, fragment: str) -> None:
+    with pytest.raises(webhook.PolicyError) as info:
+        webhook.parse_policy(text, source="x.yaml")
+    assert fragment in str(info.value)
+
+
+def test_unreadable_file_is_a_policy_error(tmp_path: Path) -> None:
+    with pytest.raises(webhook.PolicyError, match="cannot read"):
+        webhook.load_policy(tmp_path / "missing.yaml")
