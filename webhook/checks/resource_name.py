@@ -1,11 +1,13 @@
-"""GPU resource names are exact. Restricted: a name under a GPU vendor domain that is a near miss
-of a name the policy knows (case, a missing or extra separator, a plural, words swapped:
-``nvidia.com/GPU``, ``nvidia.com/gpus``, ``nvidia.com/mig-1g10gb``, ``nvidia.com/sharedgpu``),
-which would pend forever because no node advertises it; a malformed MIG name; a well-formed MIG
-profile that no declared product offers (a warning by default: new hardware must not be blocked
-by an old catalogue); a retired name such as ``alpha.kubernetes.io/nvidia-gpu``. Allowed:
-declared names and catalogued MIG profiles. Other undeclared names under the domain (the
-network operator's ``nvidia.com/hostdev``) are warned, unless the policy says Allow or Deny.
+"""GPU resource names are exact.
+
+Restricted: a name under a GPU vendor domain that is a near miss of a name the policy knows
+(case, a missing or extra separator, a plural, words swapped: ``nvidia.com/GPU``,
+``nvidia.com/gpus``, ``nvidia.com/mig-1g10gb``, ``nvidia.com/sharedgpu``), which would pend
+forever because no node advertises it; a malformed MIG name; a well-formed MIG profile that no
+declared product offers (a warning by default: new hardware must not be blocked by an old
+catalogue); a retired name such as ``alpha.kubernetes.io/nvidia-gpu``. Allowed: declared names
+and catalogued MIG profiles. Other undeclared names under the domain (the network operator's
+``nvidia.com/hostdev``) are warned, unless the policy says Allow or Deny.
 """
 
 from __future__ import annotations
