@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from webhook import certs, server
+    from webhook import certs, cli_review, server
 
     parser = argparse.ArgumentParser(
         prog="gpu-admission",
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     server.add_subcommands(commands)
     certs.add_subcommands(commands)
+    cli_review.add_subcommands(commands)
     return parser
 
 

@@ -1,0 +1,111 @@
+"""Rendering CLI outcomes: plain records (for JSON and YAML) and the human table."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import yaml
+
+from webhook.documents import Document
+from webhook.judge import Outcome
+from webhook.violations import Finding
+
+VERDICT = {True: "allowed", False: "denied"}
+
+
+def use_colour(stream: TextIO) -> bool:
+    """Colours only on a terminal, and never when NO_COLOR is set."""
+    return stream.isatty() and "NO_COLOR" not in os.environ
+
+
+def paint(text: str, colour: str, enabled: bool) -> str:
+    codes = {"red": "31", "yellow": "33", "green": "32", "dim": "2", "bold": "1"}
+    return f"\033[{codes[colour]}m{text}\033[0m" if enabled else text
+
+
+def finding_record(finding: Finding, document: Document | None = None) -> dict[str, Any]:
+    record = finding.as_record()
+    if document is not None:
+        record["line"] = document.line_of(finding.path)
+    return record
+
+
+def outcome_record(document: Document, outcome: Outcome, *, with_mutation: bool) -> dict[str, Any]:
+    obj = outcome.obj if isinstance(outcome.obj, dict) else {}
+    meta = obj.get("metadata") or {}
+    record: dict[str, Any] = {
+        "source": document.source,
+        "document": document.number,
+        "line": document.line,
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "name": meta.get("name") or meta.get("generateName"),
+        "namespace": outcome.namespace,
+        "judged": outcome.judged,
+        "verdict": VERDICT[outcome.allowed],
+        "violations": [finding_record(f, document) for f in outcome.findings],
+    }
+    if with_mutation:
+        record["mutations"] = [
+            {"template": m.template_path or None, "patch": list(m.operations), "mutated": m.mutated}
+            for m in outcome.mutations
+        ]
+    return record
+
+
+def dump(data: Any, fmt: str, stream: TextIO = sys.stdout) -> None:
+    import json
+
+    if fmt == "json":
+        json.dump(data, stream, indent=2, default=str)
+        stream.write("\n")
+    else:
+        yaml.safe_dump(data, stream, sort_keys=False, default_flow_style=False, width=100)
+
+
+def table(rows: Sequence[tuple[Document, Outcome]], stream: TextIO, *, show_mutation: bool) -> None:
+    colour = use_colour(stream)
+    for document, outcome in rows:
+        if not outcome.judged:
+            continue
+        verdict = VERDICT[outcome.allowed]
+        shade = (
+            "green"
+            if outcome.allowed and not outcome.findings
+            else ("yellow" if outcome.allowed else "red")
+        )
+        where = f"{document.source}:{document.line}"
+        stream.write(
+            f"{paint(verdict.upper(), shade, colour)}  {document.describe()}  "
+            f"(namespace {outcome.namespace}, {where})\n"
+        )
+        for finding in outcome.findings:
+            mode = {"Enforce": "deny", "Warn": "warn", "Audit": "audit"}[finding.mode]
+            line = document.line_of(finding.path)
+            stream.write(
+                f"  {mode:<5} [{finding.rule}] {finding.violation.render()}  (line {line})\n"
+            )
+        if show_mutation:
+            for mutation in outcome.mutations:
+                target = f" Pods of {mutation.template_path}" if mutation.template_path else ""
+                stream.write(f"  mutate{target}:\n")
+                for operation in mutation.operations:
+                    stream.write(f"    add {operation['path']}: {_short(operation['value'])}\n")
+    judged = [o for _, o in rows if o.judged]
+    denied = sum(1 for o in judged if not o.allowed)
+    skipped = len(rows) - len(judged)
+    stream.write(
+        f"{len(judged)} object(s) judged: {denied} denied, {len(judged) - denied} allowed"
+        + (f"; {skipped} not a Pod or workload, skipped" if skipped else "")
+        + "\n"
+    )
+
+
+def _short(value: Any) -> str:
+    import json
+
+    text = json.dumps(value, separators=(", ", ": "))
+    return text if len(text) <= 160 else text[:157] + "..."
