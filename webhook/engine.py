@@ -193,8 +193,7 @@ def _workload(request: Mapping, obj: Mapping, policy: Policy) -> WorkloadKind | 
 
 
 def _views(obj: Mapping, workload: WorkloadKind, namespace: str, policy: Policy):
-    is_pod = workload.kind == "Pod"
     for path, template in walk_templates(obj, workload):
-        view = build_view(workload.kind, path, template, namespace, policy, is_pod=is_pod)
+        view = build_view(workload.kind, path, template, namespace, policy)
         if view is not None:
             yield view

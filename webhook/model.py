@@ -138,6 +138,8 @@ class Policy:
     declared_names: frozenset[str]  # every GPU resource name the policy knows
     near_misses: MappingProxyType  # near_miss_key(name) -> declared name
     retired: MappingProxyType  # retired resource name -> (replacement, reason)
+    gpu_label_keys: frozenset[str]  # node labels that select a GPU pool
+    gpu_taint_keys: frozenset[str]  # taint keys of GPU nodes (pools' and gpuNodeTaints)
 
     def rule_modes(self, namespace: str) -> MappingProxyType:
         """The rule modes in force in a namespace: the first matching override wins."""

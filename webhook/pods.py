@@ -130,8 +130,6 @@ def build_view(
     template: Mapping,
     namespace: str,
     policy: Policy,
-    *,
-    is_pod: bool,
 ) -> PodView | None:
     """A view of one PodTemplateSpec (or of a Pod, whose template is the object itself)."""
     spec = template.get("spec")
@@ -187,7 +185,7 @@ def _gpu_relevant(view: PodView, policy: Policy) -> bool:
                     return True
     if any(isinstance(k, str) and k.startswith(CDI_PREFIX) for k in view.annotations):
         return True
-    gpu_label_keys = {k for pool in policy.pools for k in pool.node_selector}
+    gpu_label_keys = policy.gpu_label_keys
     for key in view.node_selector():
         if key in gpu_label_keys or policy.is_vendor_resource(str(key)):
             return True
@@ -196,9 +194,7 @@ def _gpu_relevant(view: PodView, policy: Policy) -> bool:
             key = expr.get("key") if isinstance(expr, dict) else None
             if isinstance(key, str) and (key in gpu_label_keys or policy.is_vendor_resource(key)):
                 return True
-    gpu_taint_keys = {t["key"] for t in policy.gpu_node_taints}
-    gpu_taint_keys.update(t["key"] for pool in policy.pools for t in pool.taints)
-    return any(t.get("key") in gpu_taint_keys for t in view.tolerations())
+    return any(t.get("key") in policy.gpu_taint_keys for t in view.tolerations())
 
 
 def walk_templates(obj: Mapping, workload: WorkloadKind) -> Iterator[tuple[str, Mapping]]:

@@ -10,6 +10,7 @@ import difflib
 import fnmatch
 import hashlib
 import json
+import posixpath
 import re
 from functools import cache
 from importlib import resources
@@ -529,7 +530,9 @@ def _compile(doc: dict, source: str, digest: str) -> Policy:
         uncatalogued_mig=mig_spec.get("uncataloguedProfiles", "Warn"),
         pools=pools,
         gpu_node_taints=tuple(_frozen(t) for t in spec.get("gpuNodeTaints", [])),
-        host_device_paths=tuple(spec.get("hostDevices", {}).get("paths", [])),
+        host_device_paths=tuple(
+            normalise_host_path(p) for p in spec.get("hostDevices", {}).get("paths", [])
+        ),
         inject_void=spec.get("deviceVisibility", {}).get("injectVoid", False),
         mutation_enabled=mutation.get("enabled", True),
         mutation_mode=mutation.get("mode", "Apply"),
@@ -539,6 +542,11 @@ def _compile(doc: dict, source: str, digest: str) -> Policy:
         workloads=MappingProxyType(workloads),
         declared_names=frozenset(declared),
         near_misses=MappingProxyType({near_miss_key(n): n for n in sorted(declared)}),
+        gpu_label_keys=frozenset(k for pool in pools for k in pool.node_selector),
+        gpu_taint_keys=frozenset(
+            [t["key"] for t in spec.get("gpuNodeTaints", [])]
+            + [t["key"] for pool in pools for t in pool.taints]
+        ),
         retired=MappingProxyType(
             {
                 r["name"]: (r["replacement"], r.get("reason", ""))
@@ -546,6 +554,11 @@ def _compile(doc: dict, source: str, digest: str) -> Policy:
             }
         ),
     )
+
+
+def normalise_host_path(path: str) -> str:
+    """``//dev/./nvidia0/`` is ``/dev/nvidia0``: what the kubelet would mount."""
+    return posixpath.normpath(re.sub(r"/+", "/", path)) if path else path
 
 
 def near_miss_key(name: str) -> str:

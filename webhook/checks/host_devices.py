@@ -9,20 +9,14 @@ any other hostPath (other policies may restrict those).
 
 from __future__ import annotations
 
-import posixpath
-import re
 from collections.abc import Iterator
 
 from webhook.model import Policy
 from webhook.pods import PodView
+from webhook.policy import normalise_host_path as normalise
 from webhook.violations import Violation
 
 RULE = "host-devices"
-_SLASHES = re.compile(r"/+")
-
-
-def normalise(path: str) -> str:
-    return posixpath.normpath(_SLASHES.sub("/", path)) if path else path
 
 
 def exposes_gpu(path: str, extra: tuple[str, ...]) -> bool:
@@ -35,7 +29,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     volumes = view.spec.get("volumes")
     if not isinstance(volumes, list):
         return
-    extra = tuple(normalise(p) for p in policy.host_device_paths)
+    extra = policy.host_device_paths  # normalised when the policy was compiled
     for index, volume in enumerate(volumes):
         host_path = volume.get("hostPath") if isinstance(volume, dict) else None
         if not isinstance(host_path, dict) or not isinstance(host_path.get("path"), str):
