@@ -808,3 +808,16 @@ def test_base_has_no_cert_manager_objects():
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         meta = one(render("base"), kind)["metadata"]
         assert "cert-manager.io/inject-ca-from" not in meta.get("annotations", {})
+
+
+def test_every_kind_the_default_policy_declares_is_in_the_validating_rules():
+    import webhook
+
+    policy = webhook.load_policy(REPO / "policies" / "default.yaml")
+    declared = {
+        (w.group, w.resource) for w in policy.workloads.values() if w.group != "extensions"
+    }
+    for name in RENDERS:
+        covered = validating_rule_resources(render(name))
+        assert declared - covered == set(), f"{name}: not intercepted: {declared - covered}"
+        assert ("", "pods/ephemeralcontainers") in covered
