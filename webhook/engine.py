@@ -78,15 +78,12 @@ def decide(admission_review: Any, policy: Policy, *, mutate: bool) -> Decision:
     findings = evaluate(views, policy)
     old = request.get("oldObject")
     if operation == "UPDATE" and isinstance(old, dict) and findings:
-        old_keys = {
-            f.violation.key
-            for f in evaluate(list(_views(old, workload, namespace, policy)), policy)
-        }
+        old_keys = {f.key for f in evaluate(list(_views(old, workload, namespace, policy)), policy)}
         # What the object already had before this update is not the update's doing:
         # controllers must still be able to label, scale and finalize it. It stays visible.
         findings = [
-            Finding(f.violation, "Warn")
-            if f.mode == "Enforce" and f.violation.key in old_keys
+            Finding(f.violation, "Warn", f.template)
+            if f.mode == "Enforce" and f.key in old_keys
             else f
             for f in findings
         ]
@@ -114,7 +111,7 @@ def evaluate(
             if mode == "Off" or _exempt(policy, view, check.rule):
                 continue
             for violation in check.run(view, policy):
-                findings.append(Finding(violation, _effective(mode, violation)))
+                findings.append(Finding(violation, _effective(mode, violation), view.spec_path))
     return findings
 
 

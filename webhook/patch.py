@@ -27,6 +27,14 @@ def _wrap(segments: Sequence[Segment], value: Any) -> Any:
     return value
 
 
+def _child(node: Any, segment: Segment) -> Any:
+    if isinstance(node, Mapping):
+        return node.get(segment)
+    if isinstance(node, list) and isinstance(segment, int) and 0 <= segment < len(node):
+        return node[segment]
+    return None
+
+
 def add(obj: Mapping, segments: Sequence[Segment], value: Any) -> list[dict] | None:
     """One ``add`` that sets ``segments`` to ``value``, creating missing parent objects.
 
@@ -35,8 +43,10 @@ def add(obj: Mapping, segments: Sequence[Segment], value: Any) -> list[dict] | N
     """
     node: Any = obj
     for depth, segment in enumerate(segments[:-1]):
-        child = node.get(segment) if isinstance(node, Mapping) else None
+        child = _child(node, segment)
         if child is None:
+            if isinstance(node, list):
+                return None  # an index past the end: nothing to add into
             return [
                 {
                     "op": "add",
@@ -44,9 +54,7 @@ def add(obj: Mapping, segments: Sequence[Segment], value: Any) -> list[dict] | N
                     "value": _wrap(segments[depth + 1 :], value),
                 }
             ]
-        if not isinstance(child, Mapping) and not (
-            isinstance(child, list) and isinstance(segments[depth + 1], int)
-        ):
+        if not isinstance(child, (Mapping, list)):
             return None
         node = child
     return [{"op": "add", "path": pointer(segments), "value": value}]
@@ -58,15 +66,7 @@ def append(obj: Mapping, segments: Sequence[Segment], items: Sequence[Any]) -> l
         return []
     current: Any = obj
     for segment in segments:
-        current = (
-            current.get(segment)
-            if isinstance(current, Mapping)
-            else (
-                current[segment]
-                if isinstance(current, list) and isinstance(segment, int) and segment < len(current)
-                else None
-            )
-        )
+        current = _child(current, segment)
         if current is None:
             break
     if isinstance(current, list):

@@ -35,7 +35,16 @@ class ContainerView:
 
     @property
     def requests_gpu(self) -> bool:
-        return any(q is None or q > 0 for q in self.gpu_quantity.values())
+        """Asks for some vendor resource: any quantity but a clean zero (a negative or
+        unparsable one is an attempt, and is judged as one)."""
+        return any(q is None or q != 0 for q in self.gpu_quantity.values())
+
+    def requests_declared_gpu(self, policy: Policy) -> bool:
+        """Asks for a GPU the policy knows (not e.g. the network operator's nvidia.com/hostdev)."""
+        return any(
+            (q is None or q != 0) and (n in policy.declared_names or n in policy.retired)
+            for n, q in self.gpu_quantity.items()
+        )
 
     @property
     def is_sidecar(self) -> bool:

@@ -201,7 +201,10 @@ def _schema_message(err: jsonschema.ValidationError) -> str:
         ]
         return f"unknown field {', '.join(hints)}; allowed: {', '.join(known)}"
     if err.validator == "enum":
-        return f"{err.instance!r} is not one of {', '.join(map(str, err.validator_value))}"
+        message = f"{err.instance!r} is not one of {', '.join(map(str, err.validator_value))}"
+        if err.instance is False and "Off" in err.validator_value:
+            message += ' (YAML reads an unquoted Off as false: write "Off")'
+        return message
     return err.message
 
 
@@ -419,13 +422,17 @@ def _namespaces(patterns: list[str]) -> NamespaceMatcher:
     return NamespaceMatcher(patterns=tuple(patterns), regex=regex)
 
 
-def _resource(raw: dict) -> ResourceSpec:
+def _resource(raw: dict, defaults: ResourceSpec | None = None) -> ResourceSpec:
+    """A resource declaration; a pool's inherits the cluster-wide one's per-Pod limits."""
     return ResourceSpec(
         name=raw["name"],
         sharing=raw["sharing"],
         per_node=raw.get("perNode"),
-        max_per_pod=raw.get("maxPerPod"),
-        fail_requests_greater_than_one=raw.get("failRequestsGreaterThanOne", False),
+        max_per_pod=raw.get("maxPerPod", defaults.max_per_pod if defaults else None),
+        fail_requests_greater_than_one=raw.get(
+            "failRequestsGreaterThanOne",
+            defaults.fail_requests_greater_than_one if defaults else False,
+        ),
     )
 
 
@@ -462,7 +469,9 @@ def _compile(doc: dict, source: str, digest: str) -> Policy:
         Pool(
             name=p["name"],
             node_selector=MappingProxyType(dict(p["nodeSelector"])),
-            resources=MappingProxyType({r["name"]: _resource(r) for r in p["resources"]}),
+            resources=MappingProxyType(
+                {r["name"]: _resource(r, resources_.get(r["name"])) for r in p["resources"]}
+            ),
             gpus_per_node=p.get("gpusPerNode"),
             taints=tuple(_frozen(t) for t in p.get("taints", [])),
             preferred_affinity=tuple(

@@ -43,14 +43,14 @@ def _select(view: PodView, policy: Policy) -> Selection:
     requested = tuple(view.requested_gpu_names())
     if not requested:
         return NO_GPU
+    annotation = view.annotations.get(POOL_ANNOTATION)
+    if annotation is not None and policy.pools:
+        declared = [name for name in requested if name in policy.declared_names]
+        return _explicit(view, policy, str(annotation), declared, requested)
     pool_names = {name for pool in policy.pools for name in pool.resources}
     known = [name for name in requested if name in pool_names]
     if not known:
         return Selection((), policy.gpu_node_taints, (), requested)
-
-    annotation = view.annotations.get(POOL_ANNOTATION)
-    if annotation is not None:
-        return _explicit(view, policy, str(annotation), known, requested)
 
     offering = [p for p in policy.pools if all(n in p.resources for n in known)]
     compatible = [p for p in policy.pools if _compatible(view, p)]

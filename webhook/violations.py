@@ -59,7 +59,7 @@ class Violation:
     def cause(self) -> dict:
         return {
             "reason": _CAUSE_REASON[self.error_type],
-            "message": f"{self.error_type}: {self.detail()}",
+            "message": self.render()[len(self.path) + 2 :],
             "field": self.path,
         }
 
@@ -70,6 +70,11 @@ class Finding:
 
     violation: Violation
     mode: Mode
+    template: str = ""  # the pod template's spec path: part of the finding's identity
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return (self.template, *self.violation.key)
 
     @property
     def rule(self) -> str:

@@ -23,9 +23,10 @@ HARMLESS = ("void", "none")
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     for container in view.containers:
-        if container.requests_gpu:
+        if container.requests_declared_gpu(policy):
             continue
         env = container.spec.get("env")
+        voided = False
         for index, var in enumerate(env if isinstance(env, list) else ()):
             if not isinstance(var, dict):
                 continue
@@ -48,6 +49,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 continue
             value = var.get("value", "")
             if name == "NVIDIA_VISIBLE_DEVICES" and str(value).strip().lower() in HARMLESS:
+                voided = True
                 continue
             yield Violation(
                 rule=RULE,
@@ -60,7 +62,8 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 subject=container.name,
                 field=field,
             )
-        if container.spec.get("envFrom") and view.gpu_relevant:
+        # An explicit env entry overrides envFrom, so NVIDIA_VISIBLE_DEVICES=void settles it.
+        if container.spec.get("envFrom") and view.gpu_relevant and not voided:
             yield Violation(
                 rule=RULE,
                 path=f"{container.path}.envFrom",

@@ -1,0 +1,1 @@
+"""Policy suites for the admission checks: one module per rule."""

@@ -1,0 +1,182 @@
+"""device-visibility: no device-visibility tricks (env variables, envFrom, CDI annotations)."""
+
+from __future__ import annotations
+
+import jsonpatch
+import pytest
+
+from .conftest import (
+    BASE_SPEC,
+    CONTAINER_LISTS,
+    KIND_IDS,
+    KINDS,
+    assert_allowed_clean,
+    by_mode,
+    container,
+    denied,
+    mutate,
+    place,
+    pod,
+    policy,
+    status_message,
+    template,
+    validate,
+    warnings,
+)
+
+ENV0 = "spec.containers[0].env[0]"
+ENV_FROM = [{"configMapRef": {"name": "settings"}}]
+
+
+@pytest.mark.parametrize("value", ["all", "0", "GPU-6f1c2b3a", "0,1", ""])
+def test_non_gpu_container_setting_visible_devices_is_denied(value):
+    decision = validate(pod(container("side", env={"NVIDIA_VISIBLE_DEVICES": value})))
+    assert not decision.allowed
+    assert denied(decision) == [("device-visibility", f"{ENV0}.value")]
+    assert status_message(decision).startswith(
+        f"{ENV0}.value: Invalid value: \"{value}\": container 'side' requests no GPU but sets "
+        "NVIDIA_VISIBLE_DEVICES"
+    )
+
+
+@pytest.mark.parametrize("value", ["void", "none", "VOID", " void "])
+def test_void_and_none_are_allowed(value):
+    obj = pod(container("side", env={"NVIDIA_VISIBLE_DEVICES": value}))
+    assert_allowed_clean(validate(obj))
+
+
+def test_driver_capabilities_are_denied_whatever_the_value():
+    obj = pod(container("side", env={"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}))
+    decision = validate(obj)
+    assert denied(decision) == [("device-visibility", f"{ENV0}.value")]
+    assert "sets NVIDIA_DRIVER_CAPABILITIES" in status_message(decision)
+
+
+def test_value_from_is_denied_because_it_cannot_be_checked():
+    env = [
+        {"name": "PATH", "value": "/bin"},
+        {
+            "name": "NVIDIA_VISIBLE_DEVICES",
+            "valueFrom": {"configMapKeyRef": {"name": "gpu", "key": "devices"}},
+        },
+    ]
+    decision = validate(pod(container("side", env=env)))
+    path = "spec.containers[0].env[1].valueFrom"
+    assert denied(decision) == [("device-visibility", path)]
+    assert status_message(decision).startswith(
+        f"{path}: Forbidden: NVIDIA_VISIBLE_DEVICES from valueFrom cannot be checked"
+    )
+
+
+def test_gpu_container_may_set_the_variables():
+    env = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+    assert_allowed_clean(validate(pod(container("train", gpu=1, env=env))))
+
+
+def test_non_gpu_sidecar_of_a_gpu_pod_is_still_denied():
+    decision = validate(
+        pod(container("train", gpu=1), container("side", env={"NVIDIA_VISIBLE_DEVICES": "all"}))
+    )
+    assert denied(decision) == [("device-visibility", "spec.containers[1].env[0].value")]
+
+
+def test_a_zero_gpu_request_is_no_gpu():
+    obj = pod(container("side", gpu=0, env={"NVIDIA_VISIBLE_DEVICES": "all"}))
+    assert denied(validate(obj)) == [("device-visibility", f"{ENV0}.value")]
+
+
+def test_other_variables_are_ignored():
+    obj = pod(container("side", env={"CUDA_VISIBLE_DEVICES": "0", "NVIDIA_VISIBLE": "all"}))
+    assert_allowed_clean(validate(obj))
+
+
+# --- envFrom ----------------------------------------------------------------------------
+
+
+def test_env_from_in_a_gpu_pod_is_warned():
+    decision = validate(pod(container("train", gpu=1), container("side", envFrom=ENV_FROM)))
+    assert decision.allowed
+    assert by_mode(decision, "Warn") == [("device-visibility", "spec.containers[1].envFrom")]
+    (warning,) = warnings(decision)
+    assert warning.startswith("spec.containers[1].envFrom: container 'side' requests no GPU")
+
+
+def test_env_from_in_a_gpu_container_is_fine():
+    assert_allowed_clean(validate(pod(container("train", gpu=1, envFrom=ENV_FROM))))
+
+
+def test_env_from_in_a_non_gpu_pod_is_fine():
+    assert_allowed_clean(validate(pod(container("web", envFrom=ENV_FROM))))
+
+
+def test_env_from_with_void_in_env_is_fine():
+    side = container("side", env={"NVIDIA_VISIBLE_DEVICES": "void"}, envFrom=ENV_FROM)
+    assert_allowed_clean(validate(pod(container("train", gpu=1), side)))
+
+
+def test_inject_void_adds_env_to_the_existing_container():
+    inject = policy(BASE_SPEC + "deviceVisibility: {injectVoid: true}")
+    obj = pod(container("train", gpu=1), container("side", envFrom=ENV_FROM))
+    patched = jsonpatch.apply_patch(obj, list(mutate(obj, inject).patch))
+    assert [c["name"] for c in patched["spec"]["containers"]] == ["train", "side"]
+    assert patched["spec"]["containers"][1]["env"] == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+    ]
+
+
+def test_inject_void_appends_to_an_existing_env():
+    inject = policy(BASE_SPEC + "deviceVisibility: {injectVoid: true}")
+    side = container("side", env={"LANG": "C"}, envFrom=ENV_FROM)
+    obj = pod(container("train", gpu=1), side)
+    patched = jsonpatch.apply_patch(obj, list(mutate(obj, inject).patch))
+    assert [c["name"] for c in patched["spec"]["containers"]] == ["train", "side"]
+    assert patched["spec"]["containers"][1]["env"] == [
+        {"name": "LANG", "value": "C"},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+    ]
+
+
+# --- CDI annotations ----------------------------------------------------------------------
+
+
+def test_cdi_annotation_is_denied():
+    obj = pod(container(), annotations={"cdi.k8s.io/foo": "nvidia.com/gpu=all"})
+    decision = validate(obj)
+    path = "metadata.annotations[cdi.k8s.io/foo]"
+    assert denied(decision) == [("device-visibility", path)]
+    assert status_message(decision).startswith(
+        f'{path}: Invalid value: "nvidia.com/gpu=all": CDI annotations request devices'
+    )
+
+
+def test_cdi_annotation_is_denied_in_a_gpu_pod_too():
+    obj = pod(container(gpu=1), annotations={"cdi.k8s.io/x": "nvidia.com/gpu=0"})
+    assert denied(validate(obj)) == [("device-visibility", "metadata.annotations[cdi.k8s.io/x]")]
+
+
+def test_other_annotations_are_fine():
+    obj = pod(container(gpu=1), annotations={"example.com/cdi": "x", "cdi.k8s.io": "y"})
+    assert_allowed_clean(validate(obj))
+
+
+# --- Every container list, every kind -----------------------------------------------------
+
+
+@pytest.mark.parametrize("where", CONTAINER_LISTS)
+@pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
+def test_every_kind_and_container_list(kind, where):
+    good = validate(kind.wrap(place(container("x", env={"NVIDIA_VISIBLE_DEVICES": "void"}), where)))
+    assert good.allowed
+    assert "device-visibility" not in {f.rule for f in good.findings}
+
+    bad = kind.wrap(place(container("x", env={"NVIDIA_VISIBLE_DEVICES": "all"}), where))
+    decision = validate(bad)
+    assert denied(decision) == [("device-visibility", f"{kind.prefix}spec.{where}[0].env[0].value")]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
+def test_cdi_annotation_in_every_kind(kind):
+    obj = kind.wrap(template(container(), annotations={"cdi.k8s.io/foo": "nvidia.com/gpu=all"}))
+    assert denied(validate(obj)) == [
+        ("device-visibility", f"{kind.prefix}metadata.annotations[cdi.k8s.io/foo]")
+    ]

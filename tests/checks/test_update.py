@@ -1,0 +1,301 @@
+"""Operations, subresources, UPDATE against oldObject, unknown kinds and malformed reviews."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+import webhook
+
+from .conftest import (
+    KINDS,
+    admission,
+    assert_allowed_clean,
+    by_mode,
+    container,
+    default_policy,
+    denied,
+    pod,
+    status_message,
+    template,
+    validate,
+    warnings,
+)
+
+POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
+
+
+def privileged_at(index: int, where: str = "containers") -> str:
+    return f"spec.{where}[{index}].securityContext.privileged"
+
+
+# --- UPDATE: what the object already had is not the update's doing --------------------------
+
+
+def test_update_keeping_a_privileged_container_is_allowed_with_a_warning():
+    old = pod(container("train", gpu=1, privileged=True))
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"]["touched"] = "yes"
+    decision = validate(new, operation="UPDATE", old=old)
+    assert decision.allowed
+    assert denied(decision) == []
+    assert by_mode(decision, "Warn") == [("privileged", privileged_at(0))]
+    assert warnings(decision)[0].startswith(f"{privileged_at(0)}: container 'train'")
+
+
+def test_update_adding_privileged_to_another_container_is_denied_naming_only_it():
+    old = pod(container("train", gpu=1, privileged=True), container("side"))
+    new = pod(container("train", gpu=1, privileged=True), container("side", privileged=True))
+    decision = validate(new, operation="UPDATE", old=old)
+    assert not decision.allowed
+    assert denied(decision) == [("privileged", privileged_at(1))]
+    message = status_message(decision)
+    assert "container 'side'" in message
+    assert "container 'train'" not in message
+    assert by_mode(decision, "Warn") == [("privileged", privileged_at(0))]
+
+
+def test_reordered_containers_are_matched_by_name():
+    old = pod(container("train", gpu=1, privileged=True), container("side"))
+    new = pod(container("side"), container("train", gpu=1, privileged=True))
+    decision = validate(new, operation="UPDATE", old=old)
+    assert decision.allowed
+    assert by_mode(decision, "Warn") == [("privileged", privileged_at(1))]
+
+
+def test_a_renamed_container_is_new():
+    old = pod(container("train", gpu=1, privileged=True))
+    new = pod(container("trainer", gpu=1, privileged=True))
+    assert denied(validate(new, operation="UPDATE", old=old)) == [("privileged", privileged_at(0))]
+
+
+def test_same_name_in_another_container_list_is_new():
+    old = pod(container("train", gpu=1), init=[container("setup", privileged=True)])
+    new = pod(
+        container("setup", gpu=1, privileged=True), init=[container("setup", privileged=True)]
+    )
+    decision = validate(new, operation="UPDATE", old=old)
+    assert denied(decision) == [("privileged", privileged_at(0))]
+
+
+def test_update_fixing_the_problem_is_clean():
+    old = pod(container("train", gpu=1, privileged=True))
+    new = pod(container("train", gpu=1))
+    assert_allowed_clean(validate(new, operation="UPDATE", old=old))
+
+
+def test_update_without_old_object_is_judged_like_a_create():
+    new = pod(container("train", gpu=1, privileged=True))
+    assert denied(validate(new, operation="UPDATE", old=None)) == [("privileged", privileged_at(0))]
+
+
+def test_update_of_a_deployment_template():
+    deployment = next(k for k in KINDS if k.name == "Deployment")
+    old = deployment.wrap(template(container("train", gpu=1, privileged=True)))
+    scaled = copy.deepcopy(old)
+    scaled["spec"]["replicas"] = 3
+    assert validate(scaled, operation="UPDATE", old=old).allowed
+
+    worse = copy.deepcopy(old)
+    worse["spec"]["template"]["spec"]["containers"].append(container("side", privileged=True))
+    decision = validate(worse, operation="UPDATE", old=old)
+    assert denied(decision) == [
+        ("privileged", "spec.template.spec.containers[1].securityContext.privileged")
+    ]
+
+
+def test_update_adding_a_problem_to_another_template_is_denied():
+    def job(worker_privileged):
+        return {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "train"},
+            "spec": {
+                "pytorchReplicaSpecs": {
+                    "Master": {"template": template(container("pytorch", gpu=1, privileged=True))},
+                    "Worker": {
+                        "template": template(
+                            container("pytorch", gpu=1, privileged=worker_privileged)
+                        )
+                    },
+                }
+            },
+        }
+
+    decision = validate(job(True), operation="UPDATE", old=job(None))
+    assert denied(decision) == [
+        (
+            "privileged",
+            "spec.pytorchReplicaSpecs[Worker].template.spec.containers[0]"
+            ".securityContext.privileged",
+        )
+    ]
+
+
+# --- pods/ephemeralcontainers -------------------------------------------------------------
+
+
+def debug(privileged: bool | None) -> dict:
+    return container("debug", privileged=privileged, stdin=True, tty=True)
+
+
+def test_adding_a_privileged_ephemeral_container_is_denied():
+    old = pod(container("train", gpu=1))
+    new = pod(container("train", gpu=1), ephemeral=[debug(True)])
+    decision = validate(new, operation="UPDATE", old=old, sub_resource="ephemeralcontainers")
+    assert not decision.allowed
+    assert denied(decision) == [("privileged", privileged_at(0, "ephemeralContainers"))]
+    assert "container 'debug'" in status_message(decision)
+
+
+def test_adding_a_harmless_ephemeral_container_to_a_pod_with_old_problems_is_allowed():
+    old = pod(container("train", gpu=1, privileged=True))
+    new = pod(container("train", gpu=1, privileged=True), ephemeral=[debug(None)])
+    decision = validate(new, operation="UPDATE", old=old, sub_resource="ephemeralcontainers")
+    assert decision.allowed
+    assert by_mode(decision, "Warn") == [("privileged", privileged_at(0))]
+
+
+def test_ephemeral_container_in_a_non_gpu_pod_is_audited():
+    old = pod(container("web"))
+    new = pod(container("web"), ephemeral=[debug(True)])
+    decision = validate(new, operation="UPDATE", old=old, sub_resource="ephemeralcontainers")
+    assert decision.allowed
+    assert by_mode(decision, "Audit") == [("privileged", privileged_at(0, "ephemeralContainers"))]
+
+
+# --- Operations and subresources that are not judged --------------------------------------
+
+
+@pytest.mark.parametrize("operation", ["DELETE", "CONNECT"])
+def test_delete_and_connect_are_allowed(operation):
+    bad = pod(container("train", gpu=1, privileged=True))
+    review = admission(None, operation=operation, old=bad, kind=POD_KIND)
+    response = webhook.review(review, default_policy(), mutate=False)
+    assert response["response"] == {"uid": review["request"]["uid"], "allowed": True}
+
+
+def test_delete_with_the_object_in_old_object_is_allowed():
+    bad = pod(container("train", gpu=1, privileged=True))
+    assert_allowed_clean(validate(None, operation="DELETE", old=bad))
+
+
+@pytest.mark.parametrize("sub_resource", ["status", "binding", "eviction", "exec", "log"])
+def test_other_subresources_are_ignored(sub_resource):
+    bad = pod(container("train", gpu=1, privileged=True))
+    decision = validate(bad, operation="UPDATE", old=bad, sub_resource=sub_resource)
+    assert_allowed_clean(decision)
+
+
+def test_dry_run_is_judged_like_a_real_request():
+    bad = pod(container("train", gpu=1, privileged=True))
+    real = validate(bad)
+    dry = validate(bad, dry_run=True)
+    assert not dry.allowed
+    assert denied(dry) == denied(real) == [("privileged", privileged_at(0))]
+    assert status_message(dry) == status_message(real)
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {}},
+        {
+            "apiVersion": "example.com/v1",
+            "kind": "Trainer",
+            "metadata": {"name": "t"},
+            "spec": {"template": template(container(gpu="0.5", privileged=True))},
+        },
+    ],
+    ids=["ConfigMap", "Service", "undeclared-custom-kind"],
+)
+def test_unknown_kinds_are_allowed(obj):
+    assert_allowed_clean(validate(obj))
+
+
+def test_the_request_kind_decides_not_the_object():
+    bad = pod(container("train", gpu=1, privileged=True))
+    cm_kind = {"group": "", "version": "v1", "kind": "ConfigMap"}
+    assert_allowed_clean(validate(bad, kind=cm_kind))
+
+
+def test_legacy_extensions_group_is_judged():
+    legacy = {
+        "apiVersion": "extensions/v1beta1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "d"},
+        "spec": {"template": template(container("x", gpu=1, privileged=True))},
+    }
+    assert denied(validate(legacy)) == [
+        ("privileged", "spec.template.spec.containers[0].securityContext.privileged")
+    ]
+
+
+def test_workload_without_a_template_is_allowed():
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {},
+    }
+    assert_allowed_clean(validate(deployment))
+
+
+def test_pod_without_containers_is_allowed():
+    assert_allowed_clean(validate({"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {}}))
+
+
+# --- Malformed reviews --------------------------------------------------------------------
+
+
+def good_review() -> dict:
+    return admission(pod(container("train", gpu=1)))
+
+
+def malformed(change) -> dict:
+    review = good_review()
+    change(review)
+    return review
+
+
+MALFORMED = {
+    "not-a-dict": lambda: ["AdmissionReview"],
+    "a-string": lambda: "AdmissionReview",
+    "none": lambda: None,
+    "missing-request": lambda: malformed(lambda r: r.pop("request")),
+    "request-not-a-dict": lambda: malformed(lambda r: r.update(request="x")),
+    "missing-uid": lambda: malformed(lambda r: r["request"].pop("uid")),
+    "empty-uid": lambda: malformed(lambda r: r["request"].update(uid="")),
+    "uid-not-a-string": lambda: malformed(lambda r: r["request"].update(uid=42)),
+    "wrong-apiVersion": lambda: malformed(
+        lambda r: r.update(apiVersion="admission.k8s.io/v1beta1")
+    ),
+    "missing-apiVersion": lambda: malformed(lambda r: r.pop("apiVersion")),
+    "wrong-kind": lambda: malformed(lambda r: r.update(kind="AdmissionRequest")),
+    "missing-kind": lambda: malformed(lambda r: r.pop("kind")),
+    "object-missing-on-create": lambda: malformed(lambda r: r["request"].pop("object")),
+    "object-null-on-create": lambda: malformed(lambda r: r["request"].update(object=None)),
+    "object-a-list-on-create": lambda: malformed(lambda r: r["request"].update(object=[])),
+    "object-a-string-on-update": lambda: malformed(
+        lambda r: r["request"].update(operation="UPDATE", object="{}")
+    ),
+}
+
+
+@pytest.mark.parametrize("mutate_", [False, True], ids=["validate", "mutate"])
+@pytest.mark.parametrize("build", MALFORMED.values(), ids=MALFORMED.keys())
+def test_malformed_reviews_raise_request_error(build, mutate_):
+    with pytest.raises(webhook.RequestError):
+        webhook.decide(build(), default_policy(), mutate=mutate_)
+
+
+def test_request_error_is_a_value_error_with_a_useful_message():
+    review = malformed(lambda r: r.update(apiVersion="admission.k8s.io/v1beta1"))
+    with pytest.raises(ValueError, match="admissionReviewVersions"):
+        webhook.review(review, default_policy(), mutate=False)
+
+
+def test_a_good_review_does_not_raise():
+    assert webhook.decide(good_review(), default_policy(), mutate=False).allowed
