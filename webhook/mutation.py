@@ -40,7 +40,8 @@ class _Operations(list):
 
     def extend(self, operations) -> None:  # noqa: D102
         for operation in operations or ():
-            patch.apply_add(self.working, operation)
+            # A copy: later operations change the working copy, never a planned value.
+            patch.apply_add(self.working, {**operation, "value": copy.deepcopy(operation["value"])})
             self.append(operation)
 
 
@@ -64,10 +65,10 @@ def plan(pod: Mapping, view: PodView, selection: Selection, policy: Policy) -> P
             if required:
                 operations.extend(required)
                 injected.append(f"required-affinity={pool.name}")
-        preferred = _preferred_operations(operations.working, pool.preferred_affinity)
+        preferred, added = _preferred_operations(operations.working, pool.preferred_affinity)
         if preferred:
             operations.extend(preferred)
-            injected.append(f"preferred-affinity={len(preferred)}")
+            injected.append(f"preferred-affinity={added}")
 
     if policy.inject_void and view.requested_gpu_names():
         voided = 0
@@ -141,9 +142,10 @@ def _required_operations(pod: Mapping, labels: Mapping[str, str]) -> list[dict]:
     return operations
 
 
-def _preferred_operations(pod: Mapping, preferences: tuple) -> list[dict]:
+def _preferred_operations(pod: Mapping, preferences: tuple) -> tuple[list[dict], int]:
+    """The operations that add the missing preferred terms, and how many terms they add."""
     if not preferences:
-        return []
+        return [], 0
     node = _lookup(pod, PREFERRED)
     existing = node if isinstance(node, list) else []
     missing = []
@@ -159,4 +161,4 @@ def _preferred_operations(pod: Mapping, preferences: tuple) -> list[dict]:
         }
         if term not in existing:
             missing.append(term)
-    return patch.append(pod, PREFERRED, missing) or []
+    return patch.append(pod, PREFERRED, missing) or [], len(missing)

@@ -57,6 +57,8 @@ def add(obj: Mapping, segments: Sequence[Segment], value: Any) -> list[dict] | N
         if not isinstance(child, (Mapping, list)):
             return None
         node = child
+    if isinstance(node, list) != isinstance(segments[-1], int):
+        return None  # a field of a list or an index of an object: nothing sensible to add
     return [{"op": "add", "path": pointer(segments), "value": value}]
 
 
