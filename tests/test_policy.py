@@ -244,3 +244,16 @@ def test_not_a_policy_at_all(text: str, fragment: str) -> None:
 def test_unreadable_file_is_a_policy_error(tmp_path: Path) -> None:
     with pytest.raises(webhook.PolicyError, match="cannot read"):
         webhook.load_policy(tmp_path / "missing.yaml")
+
+
+def test_a_pool_open_to_no_namespace_is_refused() -> None:
+    error = refused(
+        """
+        pools:
+          - name: none
+            nodeSelector: {pool: none}
+            resources: [{name: nvidia.com/gpu, sharing: Exclusive}]
+            namespaces: []
+        """
+    )
+    assert "spec.pools[0].namespaces: [] should be non-empty" in str(error)

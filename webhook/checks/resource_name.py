@@ -58,11 +58,9 @@ def _judge(name: str, policy: Policy) -> tuple[str, str, bool] | None:
     if short.startswith(mig.MIG_PREFIX) and mig.is_well_formed(short[len(mig.MIG_PREFIX) :]):
         profile = short[len(mig.MIG_PREFIX) :]
         products = ", ".join(policy.mig_products)
-        close = difflib.get_close_matches(
-            mig.base_profile(profile), sorted(policy.mig_profiles), 1, 0.6
-        )
+        close = _closest_profile(mig.base_profile(profile), policy.mig_profiles)
         hint = (
-            f"did you mean {domain}/mig-{close[0]}?"
+            f"did you mean {domain}/mig-{close}?"
             if close
             else "check the node's capacity for the exact name"
         )
@@ -93,6 +91,23 @@ def _judge(name: str, policy: Policy) -> tuple[str, str, bool] | None:
         "check the spelling against the node's capacity, or declare the resource in the policy",
         policy.unknown_resources == "Warn",
     )
+
+
+def _closest_profile(profile: str, catalogued: frozenset[str]) -> str | None:
+    """The catalogued profile with the same compute slices and the least memory that is at
+    least as much as asked for (``1g.5gb`` on an 80 GB card: ``1g.10gb``), else the nearest."""
+    wanted = mig.MIG_PROFILE.match(profile)
+    same_compute = [
+        (int(m["mem"]), p)
+        for p in catalogued
+        if (m := mig.MIG_PROFILE.match(p)) and m["gpc"] == wanted["gpc"] and not m["attr"]
+    ]
+    if not same_compute:
+        close = difflib.get_close_matches(profile, sorted(catalogued), 1, 0.6)
+        return close[0] if close else None
+    memory = int(wanted["mem"])
+    larger = sorted(c for c in same_compute if c[0] >= memory)
+    return (larger or sorted(same_compute, key=lambda c: abs(c[0] - memory)))[0][1]
 
 
 def _anagram(name: str, policy: Policy) -> str | None:

@@ -1,0 +1,763 @@
+"""``gpu-admission policy``: validate (errors with lines, whole-policy lints, webhook wiring),
+test (the shipped suites pass; a wrong expectation, a typo or an empty suite never does) and
+schema. The shipped suites under policies/tests run here, which is how ``make test`` runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conformance.corpus import load_table
+from webhook import policy, policy_tests
+from webhook.cli import main
+from webhook.cli_policy import covers, rule_covers
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = [ROOT / "policies" / "default.yaml", *sorted((ROOT / "policies/examples").glob("*.yaml"))]
+TESTS = ROOT / "policies" / "tests"
+LABELLED = ROOT / "policies" / "examples" / "labelled-pools.yaml"
+GPU_POD = TESTS / "labelled-pools" / "gpu-pod.yaml"
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip("\n"), "utf-8")
+    return path
+
+
+def policy_file(tmp_path: Path, spec: str, name: str = "policy.yaml") -> Path:
+    head = "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
+    head += "metadata:\n  name: test\nspec:\n"
+    return write(tmp_path / name, head + textwrap.indent(textwrap.dedent(spec).strip(), "  "))
+
+
+# --- policy validate --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_every_shipped_policy_is_valid_without_warnings(capsys, path: Path) -> None:
+    code, out, err = run(capsys, "policy", "validate", "--strict", str(path))
+    assert (code, err) == (0, "")
+    assert out == f"{path}: valid\n"
+    assert "\033[" not in out  # no colours when stdout is not a terminal
+
+
+def test_errors_name_file_line_and_field_and_exit_1(tmp_path: Path, capsys) -> None:
+    path = policy_file(
+        tmp_path,
+        """
+        pools:
+          - name: a
+            nodeSelector: {gpu: a100}
+            resources:
+              - {name: nvidia.com/gpu, sharing: Exclusive}
+          - name: a
+            nodeSelector: {gpu: l4}
+            resources:
+              - {name: nvidia.com/mig-1g10gb, sharing: MIG}
+        """,
+    )
+    code, out, _ = run(capsys, "policy", "validate", str(path))
+    assert code == 1
+    assert f"{path}:11: spec.pools[1].name: duplicate pool name 'a'" in out
+    assert f"{path}:14: spec.pools[1].resources[0].name: malformed MIG resource name" in out
+    assert out.splitlines()[-1] == f"{path}: invalid, 2 errors"
+
+
+def test_not_yaml_is_invalid_with_its_line(tmp_path: Path, capsys) -> None:
+    path = write(tmp_path / "p.yaml", "spec:\n  pools: [\n")
+    code, out, _ = run(capsys, "policy", "validate", str(path))
+    assert code == 1
+    assert f"{path}:3: not valid YAML" in out
+
+
+def test_missing_policy_file_exits_2_with_one_line(tmp_path: Path, capsys) -> None:
+    code, out, err = run(capsys, "policy", "validate", str(tmp_path / "nope.yaml"))
+    assert (code, out) == (2, "")
+    assert err == f"gpu-admission: error: {tmp_path / 'nope.yaml'}: no such file\n"
+
+
+def warnings_of(tmp_path: Path, capsys, spec: str) -> list[str]:
+    path = policy_file(tmp_path, spec)
+    code, out, _ = run(capsys, "policy", "validate", str(path))
+    assert code == 0, out  # warnings alone never fail without --strict
+    return [line.removeprefix(f"{path}:") for line in out.splitlines() if ": warning: " in line]
+
+
+POOL = """
+  - name: {name}
+    nodeSelector: {selector}
+    resources: [{{name: nvidia.com/gpu, sharing: {sharing}}}]"""
+
+
+def pools(*specs: tuple[str, str, str]) -> str:
+    return "pools:" + "".join(POOL.format(name=n, selector=s, sharing=m) for n, s, m in specs)
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ("{gpu: a100}", "{gpu: a100}"),  # equal selectors
+        ("{gpu: a100}", "{gpu: a100, zone: west}"),  # the second pool's nodes are the first's
+        ("{gpu: a100, zone: west}", "{gpu: a100}"),
+    ],
+)
+def test_overlapping_pools_with_different_modes_are_warned(
+    tmp_path: Path, capsys, first: str, second: str
+) -> None:
+    found = warnings_of(
+        tmp_path, capsys, pools(("full", first, "Exclusive"), ("sliced", second, "TimeSlicing"))
+    )
+    assert len(found) == 1
+    assert found[0].startswith("12: spec.pools[1].resources[0].sharing: warning: pools 'full' and")
+    assert "declare nvidia.com/gpu as Exclusive and TimeSlicing" in found[0]
+
+
+@pytest.mark.parametrize(
+    "first, second, second_mode",
+    [
+        ("{gpu: a100}", "{gpu: l4}", "TimeSlicing"),  # one key, different values: disjoint
+        ("{gpu: a100}", "{gpu: a100}", "Exclusive"),  # same mode: nothing to warn about
+    ],
+)
+def test_disjoint_or_agreeing_pools_are_not_warned(
+    tmp_path: Path, capsys, first: str, second: str, second_mode: str
+) -> None:
+    spec = pools(("one", first, "Exclusive"), ("two", second, second_mode))
+    assert warnings_of(tmp_path, capsys, spec) == []
+
+
+def test_override_after_a_broader_one_is_unreachable(tmp_path: Path, capsys) -> None:
+    found = warnings_of(
+        tmp_path,
+        capsys,
+        """
+        namespaceOverrides:
+          - namespaces: ["*"]
+            rules: {default: {gpuPods: Warn}}
+          - namespaces: [ml-train]
+            rules: {default: {gpuPods: Audit}}
+        """,
+    )
+    assert found == [
+        "9: spec.namespaceOverrides[1]: warning: unreachable override, its rule modes never "
+        "apply: namespaceOverrides[0] ('*') matches 'ml-train' first, and the first matching "
+        "override wins"
+    ]
+
+
+def test_a_shadowed_pattern_of_an_otherwise_reachable_override_is_warned(
+    tmp_path: Path, capsys
+) -> None:
+    found = warnings_of(
+        tmp_path,
+        capsys,
+        """
+        namespaceOverrides:
+          - namespaces: ["ml-*"]
+            rules: {default: {gpuPods: Warn}}
+          - namespaces: [web, "ml-x-*"]
+            rules: {default: {gpuPods: Audit}}
+        """,
+    )
+    assert len(found) == 1
+    assert found[0].startswith("9: spec.namespaceOverrides[1].namespaces[1]: warning: this pattern")
+
+
+def test_override_of_exempt_namespaces_is_unreachable(tmp_path: Path, capsys) -> None:
+    found = warnings_of(
+        tmp_path,
+        capsys,
+        """
+        namespaceOverrides:
+          - namespaces: [kube-system]
+            rules: {default: {gpuPods: Audit}}
+        exemptions:
+          - namespaces: [kube-system]
+        """,
+    )
+    assert found == [
+        "7: spec.namespaceOverrides[0]: warning: unreachable override, its rule modes never "
+        "apply: exemptions[0] ('kube-system') exempts 'kube-system' from every rule"
+    ]
+
+
+def test_an_override_before_a_broader_one_is_fine(tmp_path: Path, capsys) -> None:
+    spec = """
+        namespaceOverrides:
+          - namespaces: [ml-train]
+            rules: {default: {gpuPods: Audit}}
+          - namespaces: ["ml-*"]
+            rules: {default: {gpuPods: Warn}}
+        """
+    assert warnings_of(tmp_path, capsys, spec) == []
+
+
+def test_exemption_covered_by_an_exemption_from_every_rule_is_redundant(
+    tmp_path: Path, capsys
+) -> None:
+    found = warnings_of(
+        tmp_path,
+        capsys,
+        """
+        exemptions:
+          - namespaces: ["gpu-*", kube-system]
+          - namespaces: [gpu-operator]
+            rules: [privileged]
+          - namespaces: [kube-system]
+            serviceAccounts: [device-plugin]
+        """,
+    )
+    assert [line.split(": warning: ")[0] for line in found] == [
+        "8: spec.exemptions[1]",
+        "10: spec.exemptions[2]",
+    ]
+    assert "exemptions[0] already exempts every namespace it names (gpu-operator)" in found[0]
+
+
+def test_narrower_exemptions_do_not_make_others_redundant(tmp_path: Path, capsys) -> None:
+    spec = """
+        exemptions:
+          - namespaces: [kube-system]
+            rules: [privileged]
+          - namespaces: [kube-system]
+            serviceAccounts: [device-plugin]
+          - namespaces: [kube-system]
+            rules: [host-devices]
+        """
+    assert warnings_of(tmp_path, capsys, spec) == []
+
+
+def test_pool_open_only_to_exempt_namespaces_is_warned(tmp_path: Path, capsys) -> None:
+    found = warnings_of(
+        tmp_path,
+        capsys,
+        """
+        pools:
+          - name: ops
+            nodeSelector: {pool: ops}
+            resources: [{name: nvidia.com/gpu, sharing: Exclusive}]
+            namespaces: [kube-system]
+        exemptions:
+          - namespaces: [kube-system]
+            rules: [pool-access, privileged]
+        """,
+    )
+    assert len(found) == 1
+    assert found[0].startswith("10: spec.pools[0].namespaces: warning: every namespace pool 'ops'")
+
+
+def test_strict_turns_warnings_into_failure(tmp_path: Path, capsys) -> None:
+    path = policy_file(tmp_path, "exemptions:\n  - namespaces: [a]\n  - namespaces: [a]\n")
+    code, out, _ = run(capsys, "policy", "validate", "--strict", str(path))
+    assert code == 1
+    assert out.splitlines()[-1] == f"{path}: invalid (--strict), 1 warning"
+
+
+@pytest.mark.parametrize(
+    "broad, narrow, expected",
+    [
+        ("*", "anything-*", True),
+        ("ml-*", "ml-train", True),
+        ("ml-*", "ml-x-*", True),
+        ("ml-*", "ml-[ab]", True),
+        ("ml-?", "ml-a", True),
+        ("ml-?", "ml-*", False),
+        ("ml-train", "ml-*", False),
+        ("ml-*", "web", False),
+        ("*-dev", "team-*-dev", False),  # true, but not among the certain cases: never claimed
+    ],
+)
+def test_pattern_coverage_claims_only_certain_cases(
+    broad: str, narrow: str, expected: bool
+) -> None:
+    assert covers(broad, narrow) is expected
+
+
+# --- policy validate --manifests --------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl renders the kustomization")
+def test_base_manifests_send_every_kind_of_every_shipped_policy(capsys) -> None:
+    args = ["policy", "validate", "--manifests", str(ROOT / "manifests/base")]
+    code, out, err = run(capsys, *args, *map(str, SHIPPED))
+    assert (code, err) == (0, ""), out
+    assert out.count("cover every kind it judges") == len(SHIPPED)
+
+
+def vwc_copy(tmp_path: Path, old: str, new: str) -> Path:
+    source = ROOT / "manifests/base/validatingwebhookconfiguration.yaml"
+    text = source.read_text("utf-8")
+    assert old in text
+    return write(tmp_path / "manifests" / source.name, text.replace(old, new))
+
+
+def test_a_webhook_config_missing_a_resource_fails_naming_it(tmp_path: Path, capsys) -> None:
+    vwc_copy(tmp_path, "[pytorchjobs, tfjobs, mpijobs]", "[pytorchjobs, mpijobs]")
+    default = ROOT / "policies/default.yaml"
+    code, out, _ = run(
+        capsys, "policy", "validate", str(default), "--manifests", str(tmp_path / "manifests")
+    )
+    assert code == 1
+    line = next(line for line in out.splitlines() if "tfjobs" in line)
+    assert line.startswith(f"{default}:63: spec.workloads[1]: tfjobs.kubeflow.org is not sent")
+    assert "on CREATE, UPDATE" in line and "no TFJob is ever reviewed" in line
+    assert out.splitlines()[-1] == f"{default}: invalid, 1 error"
+
+
+def test_a_webhook_config_missing_update_or_ephemeral_containers_fails(
+    tmp_path: Path, capsys
+) -> None:
+    manifests = vwc_copy(
+        tmp_path,
+        "operations: [CREATE, UPDATE]\n        resources: [pods, pods/ephemeralcontainers,",
+        "operations: [CREATE]\n        resources: [pods,",
+    ).parent
+    args = ["policy", "validate", str(LABELLED), "--manifests", str(manifests)]
+    code, out, _ = run(capsys, *args)
+    assert code == 1
+    assert "built-in kind Pod: pods is not sent to the validating webhook on UPDATE" in out
+    assert "built-in kind Pod: pods/ephemeralcontainers is not sent" in out
+    assert "replicationcontrollers is not sent to the validating webhook on UPDATE" in out
+
+
+def test_kinds_a_policy_adds_must_be_sent_too(tmp_path: Path, capsys) -> None:
+    vwc_copy(tmp_path, "- apiGroups: [ray.io]", "- apiGroups: [ray.io]")
+    path = policy_file(
+        tmp_path,
+        """
+        workloads:
+          - {group: example.com, kind: Trainer, templates: [spec.template]}
+        """,
+    )
+    code, out, _ = run(
+        capsys, "policy", "validate", str(path), "--manifests", str(tmp_path / "manifests")
+    )
+    assert code == 1
+    assert f"{path}:7: spec.workloads[0]: trainers.example.com is not sent" in out
+
+
+@pytest.mark.parametrize(
+    "rule, expected",
+    [
+        ({"apiGroups": ["*"], "resources": ["*"], "operations": ["*"]}, True),
+        ({"apiGroups": ["apps"], "resources": ["*/*"], "operations": ["UPDATE"]}, True),
+        ({"apiGroups": ["apps"], "resources": ["deployments"], "operations": ["CREATE"]}, False),
+        ({"apiGroups": [""], "resources": ["deployments"], "operations": ["UPDATE"]}, False),
+        ({"apiGroups": ["apps"], "resources": ["deployments/scale"], "operations": ["*"]}, False),
+    ],
+)
+def test_rule_matching_follows_the_api_server(rule: dict, expected: bool) -> None:
+    assert rule_covers(rule, "apps", "deployments", "UPDATE") is expected
+
+
+def test_subresources_match_their_own_wildcards() -> None:
+    rule = {"apiGroups": [""], "resources": ["pods/*"], "operations": ["UPDATE"]}
+    assert rule_covers(rule, "", "pods/ephemeralcontainers", "UPDATE")
+    assert not rule_covers(rule, "", "pods", "UPDATE")
+    star = {"apiGroups": [""], "resources": ["*"], "operations": ["UPDATE"]}
+    assert not rule_covers(star, "", "pods/ephemeralcontainers", "UPDATE")
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "broken"])
+def test_unusable_manifests_dir_exits_2(tmp_path: Path, capsys, kind: str) -> None:
+    directory = tmp_path / "m"
+    if kind != "missing":
+        write(directory / "a.yaml", "kind: ConfigMap\n" if kind == "empty" else "a: [\n")
+    code, out, err = run(capsys, "policy", "validate", str(LABELLED), "--manifests", str(directory))
+    assert (code, out) == (2, "")
+    assert err.startswith("gpu-admission: error: ") and err.count("\n") == 1
+
+
+# --- policy test: the shipped suites ----------------------------------------------------
+
+
+def test_every_shipped_suite_passes(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # PATH defaults to policies/tests
+    code, out, err = run(capsys, "policy", "test")
+    lines = out.splitlines()
+    suites = policy_tests.discover_suites([TESTS])
+    cases = sum(len(yaml.safe_load(p.read_text())["cases"]) for p in suites)
+    assert (code, err) == (0, ""), out
+    assert lines[-1] == f"{cases} passed, 0 failed"
+    assert len(lines) == cases + 1 and all(line.endswith(" PASSED") for line in lines[:-1])
+
+
+def test_every_shipped_policy_has_a_suite() -> None:
+    tested = {
+        (path.parent / yaml.safe_load(path.read_text())["policy"]).resolve()
+        for path in policy_tests.discover_suites([TESTS])
+    }
+    assert {p.resolve() for p in SHIPPED} <= tested
+
+
+@pytest.mark.parametrize("policy_name", ["default", "strict"])
+def test_conformance_suites_agree_with_the_table(policy_name: str) -> None:
+    suite = yaml.safe_load((TESTS / f"{policy_name}.test.yaml").read_text())
+    table = load_table()["files"]
+    cases = {Path(c["manifest"]).name: c for c in suite["cases"]}
+    assert sorted(cases) == sorted(table)
+    for file_name, row in table.items():
+        case = cases[file_name]
+        assert case["manifest"] == f"../../../shared/conformance/manifests/{file_name}"
+        assert case["namespace"] == row["namespace"], file_name
+        expected = {"denied": [], "warned": [], "audited": [], **row[policy_name]}
+        assert case["expect"] == expected, file_name
+
+
+# --- policy test: failing, invalid and empty suites -------------------------------------
+
+
+def suite(tmp_path: Path, cases: str, *, head: str = "", name: str = "s.test.yaml") -> Path:
+    text = (
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: PolicyTestSuite\n"
+        f"policy: {LABELLED}\n{textwrap.dedent(head)}cases:\n"
+        + textwrap.indent(textwrap.dedent(cases).strip("\n"), "  ")
+        + "\n"
+    )
+    return write(tmp_path / name, text)
+
+
+def run_suite(capsys, path: Path) -> tuple[int, list[str]]:
+    code, out, err = run(capsys, "policy", "test", str(path))
+    assert err == ""
+    return code, out.splitlines()
+
+
+def test_a_wrong_expectation_fails_with_details(tmp_path: Path, capsys) -> None:
+    path = suite(
+        tmp_path,
+        f"""
+        - name: web may use the training pool
+          manifest: {GPU_POD}
+          namespace: web
+          expect: {{verdict: allowed, denied: []}}
+        """,
+    )
+    code, lines = run_suite(capsys, path)
+    assert code == 1
+    assert lines[0] == f"{path}::web may use the training pool FAILED"
+    assert f"    case at {path}:5" in lines
+    assert "    verdict: expected allowed, got denied" in lines
+    assert "    denied: expected [], got [pool-access]" in lines
+    assert any(
+        re.match(r" +deny \[pool-access\] Pod/trainer: spec\.containers\[0\]", x) for x in lines
+    )
+    assert lines[-1] == "0 passed, 1 failed"
+
+
+def test_one_failing_case_fails_the_run_among_passing_ones(tmp_path: Path, capsys) -> None:
+    path = suite(
+        tmp_path,
+        f"""
+        - name: passes
+          manifest: {GPU_POD}
+          namespace: ml-train
+          expect: {{verdict: allowed}}
+        - name: fails
+          manifest: {GPU_POD}
+          namespace: ml-train
+          expect: {{verdict: allowed, warned: [pool-access]}}
+        """,
+    )
+    code, lines = run_suite(capsys, path)
+    assert code == 1
+    assert lines[-1] == "1 passed, 1 failed"
+
+
+@pytest.mark.parametrize(
+    "expect, failure",
+    [
+        ({"messages": ["no such text"]}, "messages: no violation matches 'no such text'"),
+        ({"audited": ["privileged"]}, "audited: expected [privileged], got []"),
+        ({"mutation": {"none": True}}, "mutation: expected none, got a patch of Pod/trainer: "),
+        ({"mutation": {"applied": False}}, "mutation.applied: expected the patch only recorded"),
+        (
+            {"mutation": {"patched": {"spec.tolerations[0].value": "absent"}}},
+            'mutation.patched spec.tolerations[0].value: expected "absent", got "present"',
+        ),
+        (
+            {"mutation": {"patched": {"/spec/priorityClassName": "high"}}},
+            "mutation.patched /spec/priorityClassName: absent from the patched Pod/trainer",
+        ),
+        (
+            {"mutation": {"absent": ["spec.affinity"]}},
+            "mutation.absent spec.affinity: the patched Pod/trainer has it",
+        ),
+        (
+            {"mutation": {"patched": {"metadata.annotations[gpu-admission.io/injected]": 1}}},
+            "mutation.patched metadata.annotations[gpu-admission.io/injected]: expected 1",
+        ),
+    ],
+)
+def test_each_kind_of_expectation_can_fail(
+    tmp_path: Path, capsys, expect: dict, failure: str
+) -> None:
+    case = {
+        "name": "c",
+        "manifest": str(GPU_POD),
+        "namespace": "ml-train",
+        "expect": {"verdict": "allowed", **expect},
+    }
+    code, lines = run_suite(capsys, suite(tmp_path, yaml.safe_dump([case])))
+    assert code == 1
+    assert any(line.strip().startswith(failure) for line in lines), lines
+    assert lines[-1] == "0 passed, 1 failed"
+
+
+def test_booleans_are_not_numbers(tmp_path: Path, capsys) -> None:
+    case = {
+        "name": "c",
+        "object": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [
+                    {"name": "m", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+                ]
+            },
+        },
+        "namespace": "ml-train",
+        "expect": {
+            "verdict": "allowed",
+            "mutation": {"patched": {"/spec/containers/0/resources/limits/nvidia.com~1gpu": True}},
+        },
+    }
+    code, lines = run_suite(capsys, suite(tmp_path, yaml.safe_dump([case])))
+    assert code == 1 and "expected true, got 1" in " ".join(lines)
+
+
+def test_an_object_nothing_judges_fails(tmp_path: Path, capsys) -> None:
+    path = suite(
+        tmp_path,
+        """
+        - name: a typo in the kind
+          object: {apiVersion: v1, kind: Pd, metadata: {name: p}}
+          expect: {verdict: allowed}
+        """,
+    )
+    code, lines = run_suite(capsys, path)
+    assert code == 1
+    assert any(line.startswith("    nothing was judged: no object is a Pod") for line in lines)
+    assert lines[-1] == "0 passed, 1 failed"
+
+
+CASE = "- name: c\n  object: {kind: Pod}\n"
+
+
+@pytest.mark.parametrize(
+    "cases, head, error",
+    [
+        pytest.param(
+            CASE + "  expect: {verdict: denied, denied: [privilegd]}\n",
+            "",
+            ":7: cases[0].expect.denied[0]: unknown rule id 'privilegd' (did you mean "
+            "'privileged'?)",
+            id="misspelt rule id",
+        ),
+        pytest.param(
+            CASE + "  expect: {verdict: allowed, warn: [privileged]}\n",
+            "",
+            ":7: cases[0].expect.warn: unknown key 'warn' (did you mean 'warned'?)",
+            id="unknown key in expect",
+        ),
+        pytest.param(
+            "- name: c\n  objects: {kind: Pod}\n  expect: {verdict: allowed}\n",
+            "",
+            ":6: cases[0].objects: unknown key 'objects' (did you mean 'object'?)",
+            id="unknown key in a case",
+        ),
+        pytest.param(
+            CASE,
+            "",
+            ":5: cases[0]: missing 'expect': every case states what must happen",
+            id="no expectation",
+        ),
+        pytest.param(
+            CASE + "  expect: {denied: [privileged]}\n",
+            "",
+            ":7: cases[0].expect: missing 'verdict'",
+            id="no verdict",
+        ),
+        pytest.param(
+            CASE + "  expect: {verdict: alowed}\n",
+            "",
+            ":7: cases[0].expect.verdict: 'alowed' is not one of allowed, denied",
+            id="misspelt verdict",
+        ),
+        pytest.param(
+            "- name: c\n  expect: {verdict: allowed}\n",
+            "",
+            ":5: cases[0]: give exactly one of 'manifest' (a path) and 'object' (inline)",
+            id="nothing to review",
+        ),
+        pytest.param(
+            "- name: c\n  manifest: nope.yaml\n  expect: {verdict: allowed}\n",
+            "",
+            ":6: cases[0].manifest: ",
+            id="missing manifest",
+        ),
+        pytest.param(
+            CASE + "  expect: {verdict: allowed, messages: ['(']}\n",
+            "",
+            ":7: cases[0].expect.messages[0]: invalid regular expression",
+            id="bad regex",
+        ),
+        pytest.param(
+            CASE + "  expect: {verdict: allowed}\n" + CASE + "  expect: {verdict: allowed}\n",
+            "",
+            ":8: cases[1].name: duplicate case name 'c'",
+            id="duplicate case name",
+        ),
+        pytest.param(
+            CASE + "  expect: {verdict: allowed}\n  expect: {}\n",
+            "",
+            ":8: cases[0].expect: duplicate key",
+            id="duplicate key",
+        ),
+        pytest.param(
+            CASE + "  expect:\n    verdict: allowed\n    mutation: {none: true, applied: true}\n",
+            "",
+            ":9: cases[0].expect.mutation: 'none: true' cannot be combined",
+            id="none with others",
+        ),
+        pytest.param(
+            CASE + "  expect:\n    verdict: allowed\n    mutation: {absent: ['spec..x']}\n",
+            "",
+            ":9: cases[0].expect.mutation.absent[0]: invalid field path 'spec..x'",
+            id="bad field path",
+        ),
+        pytest.param(
+            "[]", "", ":5: cases: no cases: a suite that tests nothing fails", id="zero cases"
+        ),
+        pytest.param("[]", "namespace: ML\n", ":4: namespace: 'ML' does not match", id="bad ns"),
+    ],
+)
+def test_an_invalid_suite_is_an_error(
+    tmp_path: Path, capsys, cases: str, head: str, error: str
+) -> None:
+    path = suite(tmp_path, cases, head=head)
+    code, lines = run_suite(capsys, path)
+    assert code == 1
+    assert lines[0] == f"{path} ERROR"
+    assert any(line.startswith(f"    {path}{error}") for line in lines), lines
+    assert lines[-1] == "0 passed, 0 failed, 1 error"
+
+
+def test_a_suite_of_another_kind_is_an_error(tmp_path: Path, capsys) -> None:
+    path = write(tmp_path / "x.test.yaml", "apiVersion: v1\nkind: ConfigMap\n")
+    code, lines = run_suite(capsys, path)
+    assert code == 1
+    assert f"    {path}:2: kind: must be 'PolicyTestSuite', not 'ConfigMap'" in lines
+
+
+def test_a_suite_with_an_invalid_policy_is_an_error(tmp_path: Path, capsys) -> None:
+    broken = write(tmp_path / "p.yaml", "spec: {}\n")
+    path = write(
+        tmp_path / "s.test.yaml",
+        """
+        apiVersion: gpu-admission.io/v1alpha1
+        kind: PolicyTestSuite
+        policy: p.yaml
+        cases:
+          - {name: c, object: {kind: Pod}, expect: {verdict: allowed}}
+        """,
+    )
+    code, lines = run_suite(capsys, path)
+    assert code == 1
+    assert f"    {path}:3: policy: policy {broken} cannot be used" in lines
+    assert lines[-1] == "0 passed, 0 failed, 1 error"
+
+
+def test_namespace_of_the_case_wins_then_the_suite_then_the_object(tmp_path: Path, capsys) -> None:
+    write(
+        tmp_path / "privileged.yaml",
+        """
+        apiVersion: v1
+        kind: Pod
+        metadata: {name: p, namespace: kube-system}
+        spec:
+          containers:
+            - name: m
+              image: i
+              securityContext: {privileged: true}
+              resources: {limits: {nvidia.com/gpu: 1}}
+        """,
+    )
+    cases = """
+        - name: its own namespace, exempt
+          manifest: privileged.yaml
+          expect: {verdict: allowed, audited: []}
+        - name: the case's namespace wins
+          manifest: privileged.yaml
+          namespace: ml-train
+          expect: {verdict: denied, denied: [privileged]}
+        """
+    code, lines = run_suite(capsys, suite(tmp_path, cases))
+    assert (code, lines[-1]) == (0, "2 passed, 0 failed")
+    code, lines = run_suite(capsys, suite(tmp_path, cases, head="namespace: research\n"))
+    assert lines[-1] == "1 passed, 1 failed"
+    assert any("its own namespace, exempt FAILED" in line for line in lines)
+
+
+def test_suites_are_found_recursively_by_name(tmp_path: Path, capsys) -> None:
+    case = f"- {{name: c, manifest: {GPU_POD}, namespace: ml-x, expect: {{verdict: allowed}}}}\n"
+    suite(tmp_path, case, name="a.test.yaml")
+    suite(tmp_path / "sub", case, name="b.test.yml")
+    suite(tmp_path, case, name="not-a-suite.yaml")
+    code, out, _ = run(capsys, "policy", "test", str(tmp_path))
+    assert code == 0
+    assert [line.split("::")[0] for line in out.splitlines()[:-1]] == [
+        str(tmp_path / "a.test.yaml"),
+        str(tmp_path / "sub" / "b.test.yml"),
+    ]
+
+
+def test_no_suites_is_a_failure(tmp_path: Path, capsys) -> None:
+    code, out, _ = run(capsys, "policy", "test", str(tmp_path))
+    assert code == 1
+    assert out.splitlines()[-1] == "0 passed, 0 failed"
+
+
+def test_a_missing_path_exits_2(tmp_path: Path, capsys) -> None:
+    code, out, err = run(capsys, "policy", "test", str(tmp_path / "nope"))
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "no such file or directory" in err
+
+
+# --- policy schema and help -------------------------------------------------------------
+
+
+def test_schema_prints_the_policy_schema(capsys) -> None:
+    code, out, _ = run(capsys, "policy", "schema")
+    assert code == 0 and json.loads(out) == policy.schema()
+
+
+def test_schema_of_suites_is_printed_and_is_a_valid_schema(capsys) -> None:
+    import jsonschema
+
+    code, out, _ = run(capsys, "policy", "schema", "--suite")
+    assert code == 0 and json.loads(out) == policy_tests.schema()
+    jsonschema.validators.validator_for(policy_tests.schema()).check_schema(policy_tests.schema())
+
+
+@pytest.mark.parametrize("command", ["validate", "test", "schema"])
+def test_every_command_has_help_with_examples(capsys, command: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["policy", command, "--help"])
+    assert exit_info.value.code == 0
+    assert "examples:\n  gpu-admission policy " + command in capsys.readouterr().out
