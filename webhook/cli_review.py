@@ -48,8 +48,9 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "-n",
         "--namespace",
-        default="default",
-        help="namespace for objects that have none (default: default)",
+        help="the namespace to judge objects in, as the API server's request namespace: objects "
+        "that name none are judged here, and when -n is given it wins over the object's own, "
+        "as `kubectl apply -n` would refuse a mismatch (default: the object's, else default)",
     )
     parser.add_argument(
         "--mutate", action="store_true", help="also show the patch and the mutated object"
@@ -99,7 +100,11 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0 if all(r["response"]["allowed"] for r in responses) else 1
 
-    rows = [(d, judge(d.obj, policy, args.namespace, mutate=args.mutate)) for d in documents]
+    namespace, override = args.namespace or "default", args.namespace is not None
+    rows = [
+        (d, judge(d.obj, policy, namespace, mutate=args.mutate, override=override))
+        for d in documents
+    ]
     if args.output == "table":
         reports.table(rows, sys.stdout, show_mutation=args.mutate and not args.diff)
         if args.mutate and args.diff:

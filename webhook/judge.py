@@ -92,12 +92,19 @@ def admission_review(
     }
 
 
-def judge(obj: Any, policy: Policy, namespace: str, *, mutate: bool = False) -> Outcome:
-    """Verdict and findings for one object, and with ``mutate`` the Pods' mutations."""
+def judge(
+    obj: Any, policy: Policy, namespace: str, *, mutate: bool = False, override: bool = False
+) -> Outcome:
+    """Verdict and findings for one object, and with ``mutate`` the Pods' mutations.
+
+    ``namespace`` is for objects that name none; with ``override`` it wins over the object's
+    own, as the request namespace does in the webhook (``review -n`` given explicitly).
+    """
     if not isinstance(obj, dict):
         return Outcome(obj, namespace, judged=False, allowed=True)
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    namespace = str(meta.get("namespace") or namespace)
+    if not override:
+        namespace = str(meta.get("namespace") or namespace)
     group = str(obj.get("apiVersion", "")).rpartition("/")[0]
     workload = policy.workloads.get((group, obj.get("kind")))
     if workload is None:

@@ -56,8 +56,10 @@ def outcome_record(document: Document, outcome: Outcome, *, with_mutation: bool)
     return record
 
 
-def dump(data: Any, fmt: str, stream: TextIO = sys.stdout) -> None:
+def dump(data: Any, fmt: str, stream: TextIO | None = None) -> None:
     import json
+
+    stream = stream or sys.stdout  # looked up now: tests and callers may swap sys.stdout
 
     if fmt == "json":
         json.dump(data, stream, indent=2, default=str)

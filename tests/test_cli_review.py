@@ -1,0 +1,313 @@
+"""``gpu-admission review``: the conformance corpus through the CLI agrees with the conformance
+table, and every input form (multi-document, List, JSON, stdin, AdmissionReview) and output
+(table, json, yaml, --mutate, --diff) works, with one clear line for a bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conformance.corpus import CORPUS, POLICIES, load_table
+from webhook.cli import main
+
+TABLE = load_table()["files"]
+FIXTURES = Path(__file__).with_name("fixtures")
+BUCKET = {"Enforce": "denied", "Warn": "warned", "Audit": "audited"}
+
+GPU_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: train
+spec:
+  containers:
+    - name: main
+      image: cuda
+      resources:
+        limits:
+          nvidia.com/gpu: 1
+"""
+PRIVILEGED_GPU_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: debug
+spec:
+  containers:
+    - name: main
+      image: cuda
+      securityContext:
+        privileged: true
+      resources:
+        limits:
+          nvidia.com/gpu: 1
+"""
+GPU_DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: trainer
+spec:
+  selector:
+    matchLabels: {app: trainer}
+  template:
+    metadata:
+      labels: {app: trainer}
+    spec:
+      containers:
+        - name: main
+          image: cuda
+          resources:
+            limits:
+              nvidia.com/gpu: 2
+"""
+CONFIG_MAP = """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+data:
+  a: b
+"""
+
+
+def review(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["review", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def review_json(capsys, *args: str) -> tuple[int, list[dict]]:
+    code, out, err = review(capsys, *args, "-o", "json")
+    assert code in (0, 1), err
+    return code, json.loads(out)
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def verdict_of(records: list[dict]) -> dict:
+    """The conformance table's shape: the verdict on the file and the rule ids by mode."""
+    rules: dict[str, set[str]] = {"denied": set(), "warned": set(), "audited": set()}
+    for record in records:
+        for violation in record["violations"]:
+            rules[BUCKET[violation["mode"]]].add(violation["rule"])
+    denied = any(r["verdict"] == "denied" for r in records)
+    result: dict = {"verdict": "denied" if denied else "allowed"}
+    result.update({k: sorted(v) for k, v in rules.items() if v})
+    return result
+
+
+# --------------------------------------------------------------------------- the corpus
+
+
+# The GPU operator's DaemonSets say `namespace: FILLED BY THE OPERATOR`: an explicit -n wins
+# over an object's own namespace, as the request namespace does in the webhook.
+@pytest.mark.parametrize("policy_name", sorted(POLICIES))
+@pytest.mark.parametrize("file_name", sorted(TABLE))
+def test_corpus_file_agrees_with_the_conformance_table(
+    capsys, file_name: str, policy_name: str
+) -> None:
+    row = TABLE[file_name]
+    args = ["-f", str(CORPUS / file_name), "-n", row["namespace"]]
+    if policy_name != "default":
+        args += ["--policy", str(POLICIES[policy_name])]
+    code, records = review_json(capsys, *args)
+    expected = row[policy_name]
+    assert verdict_of(records) == expected, row["why"]
+    assert code == (1 if expected["verdict"] == "denied" else 0)
+
+
+# ------------------------------------------------------------------------ exit codes
+
+
+def test_exit_0_when_allowed_1_when_denied(tmp_path: Path, capsys) -> None:
+    code, out, _ = review(capsys, "-f", write(tmp_path, "ok.yaml", GPU_POD))
+    assert code == 0
+    assert out.startswith("ALLOWED  Pod/train  (namespace default, ")
+    code, out, _ = review(capsys, "-f", write(tmp_path, "bad.yaml", PRIVILEGED_GPU_POD))
+    assert code == 1
+    assert "DENIED  Pod/debug" in out
+    assert "deny  [privileged] spec.containers[0].securityContext.privileged" in out
+    assert "(line 10)" in out  # the line of `privileged: true`
+
+
+def test_exit_2_on_a_missing_file(tmp_path: Path, capsys) -> None:
+    code, out, err = review(capsys, "-f", str(tmp_path / "nope.yaml"))
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert "nope.yaml: cannot read" in err
+
+
+def test_exit_2_on_a_bad_policy(tmp_path: Path, capsys) -> None:
+    policy = write(tmp_path, "policy.yaml", "apiVersion: gpu-admission.io/v1alpha1\nkind: X\n")
+    code, out, err = review(capsys, "-f", write(tmp_path, "p.yaml", GPU_POD), "--policy", policy)
+    assert code == 2
+    assert out == ""
+    assert err.startswith(f"gpu-admission: error: policy {policy} is invalid")
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            (GPU_POD + "---\nkind: Pod\n  bad: indentation\n").encode(),
+            "document 2 line 14: not valid YAML: mapping values are not allowed here",
+        ),
+        (b'{"apiVersion": "v1", "kind": ', "line 1: not valid JSON: Expecting value"),
+        (b"\xff\xfe\x00", "not UTF-8 text"),
+    ],
+    ids=["yaml", "json", "binary"],
+)
+def test_malformed_input_is_one_clear_line_naming_file_and_document(
+    tmp_path: Path, capsys, data: bytes, message: str
+) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_bytes(data)
+    code, out, err = review(capsys, "-f", str(path))
+    assert code == 2
+    assert out == ""
+    assert err == f"gpu-admission: error: {path}: {message}\n"
+
+
+# ------------------------------------------------------------------------ input forms
+
+
+def test_multi_document_input_judges_each_document(tmp_path: Path, capsys) -> None:
+    path = write(tmp_path, "all.yaml", "\n---\n".join([GPU_POD, CONFIG_MAP, PRIVILEGED_GPU_POD]))
+    code, records = review_json(capsys, "-f", path)
+    assert code == 1
+    assert [(r["document"], r["kind"], r["judged"], r["verdict"]) for r in records] == [
+        (1, "Pod", True, "allowed"),
+        (2, "ConfigMap", False, "allowed"),
+        (3, "Pod", True, "denied"),
+    ]
+    # Lines count from the top of the file, not of the document.
+    lines = Path(path).read_text().splitlines()
+    assert [lines[r["line"] - 1] for r in records] == ["apiVersion: v1"] * 3
+    assert [r["line"] for r in records] == [1, 14, 22]
+    assert lines[records[2]["violations"][0]["line"] - 1].strip() == "privileged: true"
+
+
+def test_kind_list_input_is_expanded(tmp_path: Path, capsys) -> None:
+    items = [yaml.safe_load(GPU_POD), yaml.safe_load(PRIVILEGED_GPU_POD)]
+    text = yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}, sort_keys=False)
+    code, records = review_json(capsys, "-f", write(tmp_path, "list.yaml", text))
+    assert code == 1
+    assert [(r["name"], r["verdict"]) for r in records] == [
+        ("train", "allowed"),
+        ("debug", "denied"),
+    ]
+    privileged = records[1]["violations"][0]
+    assert text.splitlines()[privileged["line"] - 1].strip() == "privileged: true"
+
+
+def test_json_input(tmp_path: Path, capsys) -> None:
+    text = json.dumps(yaml.safe_load(PRIVILEGED_GPU_POD), indent=2)
+    code, records = review_json(capsys, "-f", write(tmp_path, "pod.json", text))
+    assert code == 1
+    assert records[0]["name"] == "debug"
+    assert [v["rule"] for v in records[0]["violations"]] == ["privileged"]
+
+
+def test_standard_input(monkeypatch, capsys) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(PRIVILEGED_GPU_POD))
+    code, records = review_json(capsys, "-f", "-", "-n", "ml")
+    assert code == 1
+    assert records[0]["source"] == "-"
+    assert records[0]["namespace"] == "ml"
+
+
+def test_an_admission_review_is_answered_with_the_response(capsys) -> None:
+    request = json.loads((FIXTURES / "admission-review-privileged-gpu-pod.json").read_text())
+    code, out, _ = review(capsys, "-f", str(FIXTURES / "admission-review-privileged-gpu-pod.json"))
+    answer = json.loads(out)
+    assert code == 1
+    assert answer["kind"] == "AdmissionReview"
+    assert answer["response"]["uid"] == request["request"]["uid"]
+    assert answer["response"]["allowed"] is False
+    assert answer["response"]["status"]["code"] == 403
+    code, out, _ = review(capsys, "-f", str(FIXTURES / "admission-review-gpu-pod.json"))
+    assert code == 0
+    assert json.loads(out)["response"]["allowed"] is True
+
+
+# ---------------------------------------------------------------------------- outputs
+
+
+def test_mutate_gives_the_patch_of_a_gpu_pod(tmp_path: Path, capsys) -> None:
+    code, records = review_json(capsys, "-f", write(tmp_path, "p.yaml", GPU_POD), "--mutate")
+    assert code == 0
+    (mutation,) = records[0]["mutations"]
+    assert mutation["template"] is None
+    paths = [op["path"] for op in mutation["patch"]]
+    assert "/spec/tolerations" in paths
+    assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present"}.items() <= (
+        mutation["mutated"]["spec"]["tolerations"][0].items()
+    )
+
+
+def test_mutate_of_a_deployment_patches_its_template_pod(tmp_path: Path, capsys) -> None:
+    path = write(tmp_path, "d.yaml", GPU_DEPLOYMENT)
+    code, records = review_json(capsys, "-f", path, "--mutate", "-n", "ml")
+    assert code == 0
+    (mutation,) = records[0]["mutations"]
+    assert mutation["template"] == "spec.template"
+    # The patch is for the Pod the ReplicaSet creates, not for the Deployment.
+    assert all(op["path"].startswith(("/spec/", "/metadata/")) for op in mutation["patch"])
+    assert mutation["mutated"]["kind"] == "Pod"
+    assert mutation["mutated"]["metadata"]["namespace"] == "ml"
+    assert mutation["mutated"]["spec"]["containers"][0]["name"] == "main"
+    assert mutation["mutated"]["spec"]["tolerations"]
+
+    code, out, _ = review(capsys, "-f", path, "--mutate")
+    assert "  mutate Pods of spec.template:\n    add /spec/tolerations: " in out
+    assert "--- mutated Deployment/trainer (spec.template)\n" in out
+    mutated = yaml.safe_load(out.split("(spec.template)\n", 1)[1])
+    assert mutated["kind"] == "Pod"
+
+
+def test_mutate_diff(tmp_path: Path, capsys) -> None:
+    code, out, _ = review(capsys, "-f", write(tmp_path, "p.yaml", GPU_POD), "--mutate", "--diff")
+    assert code == 0
+    assert "--- Pod/train (before)\n+++ Pod/train (mutated)\n" in out
+    assert "+  tolerations:\n" in out
+    assert "--- mutated" not in out  # the diff replaces the whole object
+
+
+def test_yaml_output(tmp_path: Path, capsys) -> None:
+    code, out, _ = review(capsys, "-f", write(tmp_path, "p.yaml", PRIVILEGED_GPU_POD), "-o", "yaml")
+    assert code == 1
+    (record,) = yaml.safe_load(out)
+    assert record["verdict"] == "denied"
+    assert record["violations"][0]["rule"] == "privileged"
+
+
+def test_table_summary_counts_and_skips(tmp_path: Path, capsys) -> None:
+    path = write(tmp_path, "all.yaml", "\n---\n".join([GPU_POD, CONFIG_MAP]))
+    code, out, _ = review(capsys, "-f", path)
+    assert code == 0
+    assert out.splitlines()[-1] == (
+        "1 object(s) judged: 0 denied, 1 allowed; 1 not a Pod or workload, skipped"
+    )
+    assert "\033[" not in out  # not a terminal: no colours
+
+
+def test_help_has_examples(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["review", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert "examples:" in text
+    assert "gpu-admission review -f pod.yaml" in text
+    # printed as written, one example a line (RawDescriptionHelpFormatter)
+    assert "\n  kubectl get pods -A -o yaml | gpu-admission review -f - -o json\n" in text
