@@ -1,0 +1,51 @@
+"""The benchmark's baseline: a trivial Flask app under exactly the webhook's gunicorn and TLS.
+
+Run as ``python -m tests.bench.bare_app`` with the options of ``gpu-admission serve``. It is
+the webhook's own :class:`~webhook.server.AdmissionServer` (worker class, threads, keep-alive,
+TLS context, hooks) with only the WSGI app replaced, so the difference between the two is the
+cost of the admission path itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+
+from flask import Flask, Response, request
+
+from webhook import server
+
+BODY = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"allowed":true}}'
+
+
+class BareServer(server.AdmissionServer):
+    def load(self) -> Flask:
+        app = Flask("bare")
+
+        @app.post("/")
+        def index() -> Response:
+            request.get_data(cache=False)  # read the upload, as the webhook does
+            return Response(BODY, mimetype="application/json")
+
+        @app.get("/readyz")
+        def readyz() -> Response:
+            return Response(b'{"status":"ready"}', mimetype="application/json")
+
+        return app
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bare_app")
+    server.add_subcommands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
+    settings = server.settings_from_args(args, os.environ)
+    metrics_dir = tempfile.mkdtemp(prefix="bare-app-metrics-")
+    BareServer(settings, metrics_dir=metrics_dir, owns_metrics_dir=True).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Structured JSON logs: one object per line, one line per admission decision.
+
+Log collectors parse a JSON line without a per-project grammar, and a field that carries a
+value written by a user (a Pod name, a policy error message) cannot break the line or forge
+another one. Decision lines carry request metadata only, never the object under review: Pod
+specs hold environment variables, and those hold secrets often enough.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, TextIO
+
+from gunicorn import glogging
+
+DECISION_LOGGER = "webhook.decisions"
+
+
+class JsonFormatter(logging.Formatter):
+    """Formats a record as one JSON object: time, level, logger, message and ``fields``.
+
+    Fields travel as one ``extra={"fields": {...}}`` mapping rather than as separate extras
+    because a LogRecord refuses extras named like its own attributes, ``name`` among them.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": _utc_timestamp(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, Mapping):
+            entry.update(fields)
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str, separators=(",", ":"))
+
+
+def _utc_timestamp(created: float) -> str:
+    seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
+    return f"{seconds}.{int(created % 1 * 1000):03d}Z"
+
+
+def configure_logging(level: int | str = logging.INFO, stream: TextIO | None = None) -> None:
+    """Send the ``webhook`` loggers to ``stream`` (stderr) as JSON lines.
+
+    Idempotent: the handler it installed before is replaced, so a worker that configures
+    logging after fork does not print every line twice.
+    """
+    logger = logging.getLogger("webhook")
+    for handler in list(logger.handlers):
+        if getattr(handler, "_gpu_admission", False):
+            logger.removeHandler(handler)
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    handler._gpu_admission = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    # The root logger may have its own handler (pytest's, a user's basicConfig).
+    logger.propagate = False
+
+
+class GunicornJsonLogger(glogging.Logger):
+    """gunicorn's logger with the same JSON lines, so the server's output is one format."""
+
+    def _set_handler(
+        self,
+        log: logging.Logger,
+        output: str | None,
+        fmt: logging.Formatter,
+        stream: TextIO | None = None,
+    ) -> None:
+        super()._set_handler(log, output, JsonFormatter(), stream)
+
+
+def log_decision(
+    logger: logging.Logger,
+    *,
+    endpoint: str,
+    request: Mapping[str, Any],
+    allowed: bool,
+    violations: Iterable[tuple[str, str]],
+    mutation: str,
+    duration_ms: float,
+) -> None:
+    """Write the one line for an admission decision.
+
+    ``request`` is the AdmissionReview's ``request``: only its identifying fields are read.
+    ``violations`` are (rule id, mode) pairs, logged as two lists in the same order.
+    """
+    kind = request.get("kind")
+    pairs = list(violations)
+    logger.info(
+        "admission decision",
+        extra={
+            "fields": {
+                "uid": request.get("uid"),
+                "kind": kind.get("kind") if isinstance(kind, Mapping) else None,
+                "namespace": request.get("namespace"),
+                "name": request.get("name"),
+                "operation": request.get("operation"),
+                "endpoint": endpoint,
+                "verdict": "allowed" if allowed else "denied",
+                "rules": [rule for rule, _ in pairs],
+                "modes": [mode for _, mode in pairs],
+                "mutation": mutation,
+                "duration_ms": round(duration_ms, 3),
+                "dry_run": request.get("dryRun") is True,
+            }
+        },
+    )

@@ -1,0 +1,145 @@
+"""Prometheus metrics of the webhook, correct across several gunicorn worker processes.
+
+A scrape reaches one worker, so every worker writes its samples to files in
+``PROMETHEUS_MULTIPROC_DIR`` and ``/metrics`` sums them over all workers (prometheus-client's
+multiprocess mode). prometheus-client picks its storage when it is first imported, so the
+server sets that variable before anything imports this module.
+
+Without a multiprocess directory (tests, one process), each :class:`Metrics` keeps its own
+registry, so two apps in one process never share counters.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    values,
+)
+
+# A decision takes tens of microseconds; the buckets resolve that range and still show a
+# pathological policy or a stalled worker.
+DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
+
+ENDPOINTS = ("validate", "mutate")
+# Outcomes of an admission request: a decision (allowed/denied), or the reason there was none.
+VERDICTS = ("allowed", "denied", "invalid", "unavailable", "error")
+
+
+class Metrics:
+    """The webhook's metrics, registered in a private registry or written for a multiprocess scrape.
+
+    ``multiprocess_dir`` is the directory shared by the workers; it must be the
+    ``PROMETHEUS_MULTIPROC_DIR`` that was set before prometheus-client was imported.
+    """
+
+    def __init__(self, *, multiprocess_dir: str | None = None) -> None:
+        if multiprocess_dir is not None and values.ValueClass is values.MutexValue:
+            raise RuntimeError(
+                "PROMETHEUS_MULTIPROC_DIR must be set before prometheus_client is imported"
+            )
+        self._multiprocess_dir = multiprocess_dir
+        # In multiprocess mode the samples live in files; a registry would only be read by
+        # this process, so the metrics are not registered anywhere.
+        self._registry = None if multiprocess_dir else CollectorRegistry()
+        registry = self._registry
+
+        self.requests = Counter(
+            "gpu_admission_requests",
+            "Admission requests answered, by endpoint and verdict.",
+            ["endpoint", "verdict"],
+            registry=registry,
+        )
+        self.violations = Counter(
+            "gpu_admission_violations",
+            "Policy violations found by /validate, by rule id and mode.",
+            ["rule", "mode"],
+            registry=registry,
+        )
+        self.mutations = Counter(
+            "gpu_admission_mutations",
+            "Patches returned by /mutate (applied) or only recorded in audit annotations.",
+            ["outcome"],
+            registry=registry,
+        )
+        self.decision_seconds = Histogram(
+            "gpu_admission_decision_seconds",
+            "Time to parse and decide one admission review: the app's share, without HTTP and TLS.",
+            ["endpoint"],
+            buckets=DECISION_BUCKETS,
+            registry=registry,
+        )
+        self.policy_reloads = Counter(
+            "gpu_admission_policy_reloads",
+            "Policy files loaded after start-up because the file changed.",
+            registry=registry,
+        )
+        self.policy_reload_errors = Counter(
+            "gpu_admission_policy_reload_errors",
+            "Policy files refused because they were missing or invalid.",
+            registry=registry,
+        )
+        # One series per worker (liveall): during a reload the workers can briefly disagree,
+        # and that should be visible rather than averaged away.
+        self.policy_info = Gauge(
+            "gpu_admission_policy_info",
+            "1 for the sha256 of the policy in force, 0 for a policy replaced since.",
+            ["sha256"],
+            multiprocess_mode="liveall",
+            registry=registry,
+        )
+        # The earliest expiry served by any live worker is the one to alert on.
+        self.certificate_expiry = Gauge(
+            "gpu_admission_certificate_expiry_timestamp_seconds",
+            "Expiry (notAfter, Unix time) of the serving certificate.",
+            multiprocess_mode="livemin",
+            registry=registry,
+        )
+        for endpoint in ENDPOINTS:
+            for verdict in VERDICTS:
+                self.requests.labels(endpoint, verdict)
+        for outcome in ("applied", "recorded"):
+            self.mutations.labels(outcome)
+        self._policy_sha256: str | None = None
+
+    def set_policy(self, sha256: str) -> None:
+        """Mark ``sha256`` as the policy in force in this process."""
+        if self._policy_sha256 == sha256:
+            return
+        # A multiprocess gauge cannot delete a series from its file: zero it instead.
+        if self._policy_sha256 is not None:
+            self.policy_info.labels(self._policy_sha256).set(0)
+        self.policy_info.labels(sha256).set(1)
+        self._policy_sha256 = sha256
+
+    def set_certificate_expiry(self, not_after: datetime) -> None:
+        """Record the expiry of the certificate chain now being served."""
+        self.certificate_expiry.set(not_after.timestamp())
+
+    def render(self) -> tuple[bytes, str]:
+        """The Prometheus text exposition of all workers' samples, and its content type."""
+        registry = self._registry
+        if registry is None:
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry, path=self._multiprocess_dir)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def mark_process_dead(pid: int, multiprocess_dir: str) -> None:
+    """Drop a dead worker's live gauges, so its last policy and certificate stop counting."""
+    multiprocess.mark_process_dead(pid, multiprocess_dir)
+
+
+def clear_multiprocess_dir(multiprocess_dir: str) -> None:
+    """Remove samples a previous run left, as prometheus-client requires before start-up."""
+    for entry in os.scandir(multiprocess_dir):
+        if entry.name.endswith(".db") and entry.is_file():
+            os.unlink(entry.path)
