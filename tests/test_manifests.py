@@ -814,9 +814,7 @@ def test_every_kind_the_default_policy_declares_is_in_the_validating_rules():
     import webhook
 
     policy = webhook.load_policy(REPO / "policies" / "default.yaml")
-    declared = {
-        (w.group, w.resource) for w in policy.workloads.values() if w.group != "extensions"
-    }
+    declared = {(w.group, w.resource) for w in policy.workloads.values() if w.group != "extensions"}
     for name in RENDERS:
         covered = validating_rule_resources(render(name))
         assert declared - covered == set(), f"{name}: not intercepted: {declared - covered}"

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from webhook import certs, cli_review, server
+    from webhook import certs, cli_audit, cli_policy, cli_review, server
 
     parser = argparse.ArgumentParser(
         prog="gpu-admission",
@@ -19,6 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_subcommands(commands)
     certs.add_subcommands(commands)
     cli_review.add_subcommands(commands)
+    cli_audit.add_subcommands(commands)
+    cli_policy.add_subcommands(commands)
     return parser
 
 
