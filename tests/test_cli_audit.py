@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.conformance.corpus import CORPUS
+from tests.samples import CONFIG_MAP, GPU_DEPLOYMENT, GPU_POD
 from webhook import cli_audit
 from webhook.checks.registry import BY_RULE
 from webhook.cli import main
@@ -33,19 +34,6 @@ except ImportError:  # pragma: no cover
 
 ROOT = Path(__file__).resolve().parents[1]
 
-GPU_POD = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: train
-spec:
-  containers:
-    - name: main
-      image: cuda
-      resources:
-        limits:
-          nvidia.com/gpu: 1
-"""
 PRIVILEGED_GPU_POD = """\
 apiVersion: v1
 kind: Pod
@@ -91,33 +79,6 @@ spec:
         limits:
           nvidia.com/gpu: 1
           nvidia.com/gpumem: 3000
-"""
-GPU_DEPLOYMENT = """\
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: trainer
-spec:
-  selector:
-    matchLabels: {app: trainer}
-  template:
-    metadata:
-      labels: {app: trainer}
-    spec:
-      containers:
-        - name: main
-          image: cuda
-          resources:
-            limits:
-              nvidia.com/gpu: 2
-"""
-CONFIG_MAP = """\
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: settings
-data:
-  a: b
 """
 
 

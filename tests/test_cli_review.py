@@ -12,25 +12,13 @@ import pytest
 import yaml
 
 from tests.conformance.corpus import CORPUS, POLICIES, load_table
+from tests.samples import CONFIG_MAP, GPU_DEPLOYMENT, GPU_POD
 from webhook.cli import main
 
 TABLE = load_table()["files"]
 FIXTURES = Path(__file__).with_name("fixtures")
 BUCKET = {"Enforce": "denied", "Warn": "warned", "Audit": "audited"}
 
-GPU_POD = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: train
-spec:
-  containers:
-    - name: main
-      image: cuda
-      resources:
-        limits:
-          nvidia.com/gpu: 1
-"""
 PRIVILEGED_GPU_POD = """\
 apiVersion: v1
 kind: Pod
@@ -45,33 +33,6 @@ spec:
       resources:
         limits:
           nvidia.com/gpu: 1
-"""
-GPU_DEPLOYMENT = """\
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: trainer
-spec:
-  selector:
-    matchLabels: {app: trainer}
-  template:
-    metadata:
-      labels: {app: trainer}
-    spec:
-      containers:
-        - name: main
-          image: cuda
-          resources:
-            limits:
-              nvidia.com/gpu: 2
-"""
-CONFIG_MAP = """\
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: settings
-data:
-  a: b
 """
 
 

@@ -9,10 +9,8 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import hashlib
-import json
 import posixpath
 import re
-from functools import cache
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -21,7 +19,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from webhook import mig
+from webhook import mig, schemas
 from webhook.model import (
     RULE_IDS,
     SOFTWARE_SHARING,
@@ -66,18 +64,13 @@ class PolicyError(ValueError):
         super().__init__(head + ":\n  " + "\n  ".join(errors) if errors else head)
 
 
-@cache
 def schema() -> dict:
     """The policy's JSON Schema, shipped as package data (one source of truth)."""
-    text = resources.files("webhook").joinpath("data/policy.schema.json").read_text("utf-8")
-    return json.loads(text)
+    return schemas.load("policy.schema.json")
 
 
-@cache
 def _validator() -> jsonschema.protocols.Validator:
-    cls = jsonschema.validators.validator_for(schema())
-    cls.check_schema(schema())
-    return cls(schema())
+    return schemas.validator("policy.schema.json")
 
 
 def default_policy_path() -> Path:

@@ -16,14 +16,13 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
+from webhook import schemas
 from webhook.documents import Document, DocumentError, discover, parse, read_text
 from webhook.judge import Outcome, judge
 from webhook.model import RULE_IDS, Policy
@@ -73,18 +72,13 @@ class CaseResult:
         return not self.failures
 
 
-@cache
 def schema() -> dict:
     """The suite file's JSON Schema, shipped as package data for editors and for loading."""
-    text = resources.files("webhook").joinpath("data/policy-test.schema.json").read_text("utf-8")
-    return json.loads(text)
+    return schemas.load("policy-test.schema.json")
 
 
-@cache
 def _validator() -> jsonschema.protocols.Validator:
-    cls = jsonschema.validators.validator_for(schema())
-    cls.check_schema(schema())
-    return cls(schema())
+    return schemas.validator("policy-test.schema.json")
 
 
 def discover_suites(paths: Sequence[str | Path]) -> list[Path]:

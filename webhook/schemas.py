@@ -1,0 +1,24 @@
+"""The JSON Schemas shipped as package data (policy files, policy test suites), loaded and
+checked once."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+
+import jsonschema
+
+
+@cache
+def load(name: str) -> dict:
+    """A schema from ``webhook/data``, e.g. ``policy.schema.json``."""
+    return json.loads(resources.files("webhook").joinpath(f"data/{name}").read_text("utf-8"))
+
+
+@cache
+def validator(name: str) -> jsonschema.protocols.Validator:
+    schema = load(name)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
