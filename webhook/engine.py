@@ -106,9 +106,10 @@ def evaluate(
     findings: list[Finding] = []
     for view in views:
         modes = policy.rule_modes(view.namespace)
+        exempt = _exempt_rules(policy, view)
         for check in checks:
             mode = modes[check.rule].for_scope(view.gpu_relevant)
-            if mode == "Off" or _exempt(policy, view, check.rule):
+            if mode == "Off" or check.rule in exempt:
                 continue
             for violation in check.run(view, policy):
                 findings.append(Finding(violation, _effective(mode, violation), view.spec_path))
@@ -119,8 +120,23 @@ def _effective(mode: str, violation: Violation) -> str:
     return "Warn" if violation.advisory and mode == "Enforce" else mode
 
 
-def _exempt(policy: Policy, view: PodView, rule: str) -> bool:
-    return any(e.exempts(view.namespace, view.service_account, rule) for e in policy.exemptions)
+def _exempt_rules(policy: Policy, view: PodView) -> frozenset[str] | AllRules:
+    """The rules this template is exempt from, looked up once per template."""
+    exempt: set[str] = set()
+    for exemption in policy.exemptions:
+        if exemption.applies(view.namespace, view.service_account):
+            if exemption.rules is None:
+                return ALL_RULES
+            exempt |= exemption.rules
+    return frozenset(exempt)
+
+
+class AllRules:
+    def __contains__(self, rule: object) -> bool:
+        return True
+
+
+ALL_RULES = AllRules()
 
 
 def _mutate(

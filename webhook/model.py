@@ -89,11 +89,10 @@ class Exemption:
     service_accounts: frozenset[str] | None
     rules: frozenset[str] | None  # None: every rule
 
-    def exempts(self, namespace: str, service_account: str, rule: str) -> bool:
-        return (
-            (self.rules is None or rule in self.rules)
-            and self.namespaces.matches(namespace)
-            and (self.service_accounts is None or service_account in self.service_accounts)
+    def applies(self, namespace: str, service_account: str) -> bool:
+        """Whether the exemption covers a template (for its ``rules``, or every rule)."""
+        return self.namespaces.matches(namespace) and (
+            self.service_accounts is None or service_account in self.service_accounts
         )
 
 

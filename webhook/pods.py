@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 from webhook.model import Policy, TemplatePath, WorkloadKind
-from webhook.quantity import parse_quantity
+from webhook.quantity import Quantity, parse_quantity
 
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 VISIBILITY_ENV = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
@@ -31,7 +30,7 @@ class ContainerView:
     # The value is the limit when there is one (the scheduler's request then), else the request.
     gpu: dict[str, tuple[Any, str]]
     # Parsed quantities of ``gpu``; None where the quantity is not one the API server accepts.
-    gpu_quantity: dict[str, Fraction | None]
+    gpu_quantity: dict[str, Quantity | None]
 
     @property
     def requests_gpu(self) -> bool:

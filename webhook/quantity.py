@@ -25,20 +25,28 @@ _QUANTITY = re.compile(
 )
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+Quantity = Fraction | int
+
 # The API server caps exponents far below this; the cap keeps Fraction arithmetic cheap.
 _MAX_EXPONENT = 64
 
 
-def parse_quantity(value: object) -> Fraction | None:
-    """Return the exact value of a quantity, or None when the API server would reject it."""
+def parse_quantity(value: object) -> Quantity | None:
+    """Return the exact value of a quantity, or None when the API server would reject it.
+
+    Whole numbers come back as ``int`` (the common case, and much cheaper than a Fraction,
+    which ``int`` compares and adds with exactly); everything else as a ``Fraction``.
+    """
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return Fraction(value)
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:
+        return int(value)
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             return None
-        return Fraction(repr(value)) if "e" not in repr(value) else Fraction(value)
+        return _simplest(Fraction(repr(value)) if "e" not in repr(value) else Fraction(value))
     if not isinstance(value, str) or len(value) > 64:
         return None
     match = _QUANTITY.match(value)
@@ -48,19 +56,14 @@ def parse_quantity(value: object) -> Fraction | None:
     if match["sign"] == "-":
         number = -number
     if match["binary"]:
-        return number * _BINARY[match["binary"]]
+        return _simplest(number * _BINARY[match["binary"]])
     exponent = (
         int(match["exponent"]) if match["exponent"] is not None else _DECIMAL[match["decimal"]]
     )
     if abs(exponent) > _MAX_EXPONENT:
         return None
-    return number * Fraction(10) ** exponent
+    return _simplest(number * Fraction(10) ** exponent)
 
 
-def format_quantity(value: object) -> str:
-    """The value as the API server prints it in a field error: strings quoted, numbers bare."""
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+def _simplest(value: Fraction) -> Quantity:
+    return value.numerator if value.denominator == 1 else value

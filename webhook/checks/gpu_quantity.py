@@ -10,11 +10,10 @@ denies exactly these violations with this rule's message.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from fractions import Fraction
 
 from webhook.model import Policy
 from webhook.pods import PodView
-from webhook.quantity import parse_quantity
+from webhook.quantity import Quantity, parse_quantity
 from webhook.violations import Violation
 
 RULE = "gpu-quantity"
@@ -83,7 +82,7 @@ def _bad_quantity(value: object, name: str) -> tuple[str, str] | None:
     return None
 
 
-def _fraction_hint(quantity: Fraction, name: str) -> str:
+def _fraction_hint(quantity: Quantity, name: str) -> str:
     whole = max(1, -(-quantity.numerator // quantity.denominator))
     if quantity < 1:
         return (

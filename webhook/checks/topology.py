@@ -11,22 +11,22 @@ within both bounds, and resources whose bounds the policy does not know.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from fractions import Fraction
 
 from webhook import mig
 from webhook.model import Policy
 from webhook.pods import PodView
 from webhook.pools import resource_spec, select_pool
+from webhook.quantity import Quantity
 from webhook.violations import Violation
 
 RULE = "topology"
 
 
-def effective_requests(view: PodView) -> dict[str, Fraction]:
+def effective_requests(view: PodView) -> dict[str, Quantity]:
     """The scheduler's view of the Pod's request of each vendor resource."""
-    init_peak: dict[str, Fraction] = {}
-    sidecars: dict[str, Fraction] = {}
-    apps: dict[str, Fraction] = {}
+    init_peak: dict[str, Quantity] = {}
+    sidecars: dict[str, Quantity] = {}
+    apps: dict[str, Quantity] = {}
     for container in view.containers:
         for name, quantity in container.gpu_quantity.items():
             if quantity is None or quantity <= 0:
@@ -39,7 +39,7 @@ def effective_requests(view: PodView) -> dict[str, Fraction]:
                 else:
                     running = quantity + sidecars.get(name, 0)
                     init_peak[name] = max(init_peak.get(name, 0), running)
-    totals: dict[str, Fraction] = {}
+    totals: dict[str, Quantity] = {}
     for name in {*init_peak, *sidecars, *apps}:
         totals[name] = max(init_peak.get(name, 0), apps.get(name, 0) + sidecars.get(name, 0))
     return totals
