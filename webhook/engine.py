@@ -68,9 +68,10 @@ def decide(admission_review: Any, policy: Policy, *, mutate: bool) -> Decision:
     workload = _workload(request, obj, policy)
     if workload is None:
         return Decision(response.build(uid))
-    namespace = str(
-        request.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "default"
-    )
+    metadata = obj.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    namespace = request.get("namespace") or metadata.get("namespace") or "default"
+    namespace = namespace if isinstance(namespace, str) else "default"
     views = list(_views(obj, workload, namespace, policy))
     if mutate:
         return _mutate(uid, request, obj, workload, views, policy)
@@ -150,7 +151,9 @@ def _mutate(
     denials = [f for f in evaluate(views, policy, rules=("gpu-quantity",)) if f.mode == "Enforce"]
     if denials:
         return Decision(response.build(uid, denials=denials), findings=tuple(denials))
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    annotations = annotations if isinstance(annotations, dict) else {}
     if (
         workload.kind != "Pod"
         or request["operation"] != "CREATE"
@@ -199,10 +202,18 @@ def _request(admission_review: Any) -> Mapping:
 
 def _workload(request: Mapping, obj: Mapping, policy: Policy) -> WorkloadKind | None:
     kind = request.get("kind")
-    if isinstance(kind, dict) and kind.get("kind"):
+    if kind is not None:
+        if not (
+            isinstance(kind, dict)
+            and isinstance(kind.get("kind"), str)
+            and isinstance(kind.get("group", ""), str)
+        ):
+            raise RequestError("request.kind must be {group, version, kind} with string values")
         return policy.workloads.get((kind.get("group", ""), kind["kind"]))
-    group = str(obj.get("apiVersion", "")).rpartition("/")[0]
-    return policy.workloads.get((group, obj.get("kind")))
+    api_version, object_kind = obj.get("apiVersion", ""), obj.get("kind")
+    if not isinstance(api_version, str) or not isinstance(object_kind, str):
+        return None
+    return policy.workloads.get((api_version.rpartition("/")[0], object_kind))
 
 
 def _views(obj: Mapping, workload: WorkloadKind, namespace: str, policy: Policy):

@@ -77,9 +77,7 @@ def plan(pod: Mapping, view: PodView, selection: Selection, policy: Policy) -> P
                 continue
             env = container.spec.get("env")
             names = (
-                {v.get("name") for v in env if isinstance(v, dict)}
-                if isinstance(env, list)
-                else set()
+                [v.get("name") for v in env if isinstance(v, dict)] if isinstance(env, list) else []
             )
             if "NVIDIA_VISIBLE_DEVICES" not in names:
                 ops = patch.append(

@@ -195,14 +195,20 @@ def _gpu_relevant(view: PodView, policy: Policy) -> bool:
         return True
     gpu_label_keys = policy.gpu_label_keys
     for key in view.node_selector():
+        if not isinstance(key, str):
+            continue
         if key in gpu_label_keys or policy.is_vendor_resource(str(key)):
             return True
     for term in view.required_terms():
-        for expr in term.get("matchExpressions") or ():
+        expressions = term.get("matchExpressions")
+        for expr in expressions if isinstance(expressions, list) else ():
             key = expr.get("key") if isinstance(expr, dict) else None
             if isinstance(key, str) and (key in gpu_label_keys or policy.is_vendor_resource(key)):
                 return True
-    return any(t.get("key") in policy.gpu_taint_keys for t in view.tolerations())
+    return any(
+        isinstance(t.get("key"), str) and t["key"] in policy.gpu_taint_keys
+        for t in view.tolerations()
+    )
 
 
 def walk_templates(obj: Mapping, workload: WorkloadKind) -> Iterator[tuple[str, Mapping]]:

@@ -36,6 +36,8 @@ def expression_matches(expr: Mapping, value: str | None) -> bool:
     """A node selector requirement against one label value (None: the label is absent)."""
     operator = expr.get("operator")
     values = expr.get("values") or []
+    if not isinstance(values, list):
+        return False  # malformed: the API server rejects it; it matches nothing meanwhile
     if operator == "In":
         return value is not None and value in values
     if operator == "NotIn":
@@ -47,7 +49,7 @@ def expression_matches(expr: Mapping, value: str | None) -> bool:
     if operator in ("Gt", "Lt") and value is not None and values:
         try:
             left, right = int(value), int(values[0])
-        except ValueError:
+        except (TypeError, ValueError):
             return False
         return left > right if operator == "Gt" else left < right
     return False
@@ -59,8 +61,9 @@ def term_allows_labels(term: Mapping, labels: Mapping[str, str]) -> bool:
     Only the keys we know (``labels``) are judged; requirements on other keys may hold on
     the pool's nodes, so they never rule a pool out.
     """
-    for expr in term.get("matchExpressions") or ():
-        if isinstance(expr, dict) and expr.get("key") in labels:
+    expressions = term.get("matchExpressions")
+    for expr in expressions if isinstance(expressions, list) else ():
+        if isinstance(expr, dict) and isinstance(expr.get("key"), str) and expr["key"] in labels:
             if not expression_matches(expr, labels[expr["key"]]):
                 return False
     return True

@@ -11,6 +11,7 @@ within both bounds, and resources whose bounds the policy does not know.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from decimal import Decimal
 
 from webhook import mig
 from webhook.model import Policy
@@ -70,11 +71,18 @@ def _node_capacity(view: PodView, policy: Policy, name: str) -> tuple[int, str] 
     return best
 
 
+def _show(total: Quantity) -> int | str:
+    """A whole total as a number; a fractional one (already a gpu-quantity violation) exactly."""
+    if total.denominator == 1:
+        return int(total)
+    return str(Decimal(total.numerator) / Decimal(total.denominator))
+
+
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     for name, total in effective_requests(view).items():
         spec = resource_spec(view, policy, name)
         path = view.first_request_path(name)
-        shown = int(total) if total.denominator == 1 else float(total)
+        shown = _show(total)
         if spec is not None and spec.max_per_pod is not None and total > spec.max_per_pod:
             yield Violation(
                 rule=RULE,
