@@ -106,7 +106,7 @@ def _explicit(
             value=name,
             message=f"no GPU pool is named {name!r}",
             hint="use one of: " + ", ".join(p.name for p in policy.pools),
-            error_type="Not supported",
+            error_type="Unsupported value",
             subject="pool-annotation",
         )
         return Selection((), (), (violation,), requested)

@@ -1,7 +1,7 @@
 """Building the AdmissionReview response from findings and a patch.
 
 The API server limits what it passes on: warnings are printed by kubectl one per line and are
-truncated past 256 characters each and 4 KiB in all, and audit annotation keys are bare names
+truncated past 256 characters (runes) each and 4096 in all, and audit annotation keys are bare names
 (the server prefixes the webhook's name) of at most 63 characters. We stay inside those limits
 ourselves so that what is cut is said, not silently lost.
 """
@@ -20,6 +20,9 @@ MAX_WARNINGS = 16
 MAX_WARNING_CHARS = 256
 MAX_WARNINGS_TOTAL = 4096
 MAX_AUDIT_VALUE = 8192
+# A denial lists every violation, but a Pod with thousands of containers must not produce a
+# megabyte status: past this many, the message says how many more there are.
+MAX_DENIAL_ERRORS = 50
 
 
 def _clip(text: str, limit: int) -> str:
@@ -82,8 +85,8 @@ def build(
         response["status"] = {
             "code": 403,
             "reason": "Forbidden",
-            "message": render_all(violations),
-            "details": {"causes": [v.cause() for v in violations]},
+            "message": render_all(violations, limit=MAX_DENIAL_ERRORS),
+            "details": {"causes": [v.cause() for v in violations[:MAX_DENIAL_ERRORS]]},
         }
     if warnings:
         response["warnings"] = warnings_for(warnings)

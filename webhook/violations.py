@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 Mode = Literal["Enforce", "Warn", "Audit"]
-ErrorType = Literal["Invalid value", "Forbidden", "Required value", "Not supported"]
+ErrorType = Literal["Invalid value", "Forbidden", "Required value", "Unsupported value"]
 
 _CAUSE_REASON = {
     "Invalid value": "FieldValueInvalid",
     "Forbidden": "FieldValueForbidden",
     "Required value": "FieldValueRequired",
-    "Not supported": "FieldValueNotSupported",
+    "Unsupported value": "FieldValueNotSupported",
 }
 
 
@@ -101,18 +101,22 @@ class Finding:
 
 
 def render_value(value: object) -> str:
+    """As Go's ``%q``/``%v`` print it in a field error: printable Unicode kept, nil as "null"."""
     if isinstance(value, str):
-        return json.dumps(value)
+        return json.dumps(value, ensure_ascii=False)
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
-        return "null"
+        return '"null"'
     if isinstance(value, (int, float)):
         return str(value)
-    return json.dumps(value, sort_keys=True, default=str)
+    return json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
 
 
-def render_all(violations: list[Violation] | tuple[Violation, ...]) -> str:
-    """Several errors are printed as the API server prints an aggregate: ``[e1, e2]``."""
-    rendered = [v.render() for v in violations]
+def render_all(violations: list[Violation] | tuple[Violation, ...], limit: int = 0) -> str:
+    """Several errors are printed as the API server prints an aggregate: ``[e1, e2]``, each
+    message once. With ``limit``, at most that many, then how many more there were."""
+    rendered = list(dict.fromkeys(v.render() for v in violations))
+    if limit and len(rendered) > limit:
+        rendered = [*rendered[:limit], f"and {len(rendered) - limit} more"]
     return rendered[0] if len(rendered) == 1 else "[" + ", ".join(rendered) + "]"

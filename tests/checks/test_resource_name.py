@@ -45,7 +45,7 @@ def test_near_misses_are_denied_with_a_suggestion(name, suggestion):
     assert not decision.allowed
     assert denied(decision) == [("resource-name", limit_path(name))]
     message = status_message(decision)
-    assert message.startswith(f'{limit_path(name)}: Not supported: "{name}": ')
+    assert message.startswith(f'{limit_path(name)}: Unsupported value: "{name}": ')
     assert "the Pod would pend forever" in message
     assert message.endswith(f"did you mean {suggestion}?")
 
@@ -99,7 +99,7 @@ def test_uncatalogued_profile_is_denied_when_the_policy_says_deny():
     decision = validate(pod(container(gpu=1, resource=UNCATALOGUED)), strict)
     assert denied(decision) == [("resource-name", limit_path(UNCATALOGUED))]
     assert status_message(decision).startswith(
-        f'{limit_path(UNCATALOGUED)}: Not supported: "{UNCATALOGUED}": MIG profile'
+        f'{limit_path(UNCATALOGUED)}: Unsupported value: "{UNCATALOGUED}": MIG profile'
     )
 
 
@@ -152,7 +152,7 @@ def test_undeclared_vendor_name_is_denied_when_unknown_resources_deny():
     decision = validate(pod(container(gpu=1, resource="nvidia.com/hostdev")), strict)
     assert denied(decision) == [("resource-name", limit_path("nvidia.com/hostdev"))]
     assert status_message(decision).startswith(
-        f'{limit_path("nvidia.com/hostdev")}: Not supported: "nvidia.com/hostdev": '
+        f'{limit_path("nvidia.com/hostdev")}: Unsupported value: "nvidia.com/hostdev": '
     )
 
 

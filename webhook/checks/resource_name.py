@@ -38,7 +38,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                     value=name,
                     message=message,
                     hint=hint,
-                    error_type="Not supported",
+                    error_type="Unsupported value",
                     subject=container.name,
                     field=f"{container.list_name}.resources[{name}]",
                     advisory=advisory,
