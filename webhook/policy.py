@@ -565,5 +565,5 @@ def normalise_host_path(path: str) -> str:
 
 def near_miss_key(name: str) -> str:
     """What a resource name looks like with case, separators and a plural 's' ignored."""
-    key = re.sub(r"[-._]", "", name.lower())
+    key = re.sub(r"[-._+]", "", name.lower())
     return key[:-1] if key.endswith("s") else key

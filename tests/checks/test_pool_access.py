@@ -151,7 +151,8 @@ def test_pool_annotation_naming_no_pool_is_denied():
     path = f"metadata.annotations[{POOL_ANNOTATION}]"
     assert denied(decision) == [("pool-access", path)]
     assert status_message(decision) == (
-        f"{path}: Unsupported value: \"h100\": no GPU pool is named 'h100'; use one of: a100, t4-shared"
+        f"{path}: Unsupported value: \"h100\": no GPU pool is named 'h100'; "
+        "use one of: a100, t4-shared"
     )
     cause = decision.response["response"]["status"]["details"]["causes"][0]
     assert cause["reason"] == "FieldValueNotSupported"

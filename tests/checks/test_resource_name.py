@@ -38,6 +38,11 @@ def limit_path(name: str, index: int = 0) -> str:
         ("nvidia.com/sharedgpu", "nvidia.com/gpu.shared"),
         ("nvidia.com/gpu-shared", "nvidia.com/gpu.shared"),
         ("nvidia.com/gpu_shared", "nvidia.com/gpu.shared"),
+        ("nvidia.com/gpuu", "nvidia.com/gpu"),
+        ("nvidia.com/gou", "nvidia.com/gpu"),
+        ("nvidia.com/gp", "nvidia.com/gpu"),
+        ("nvidia.com/gpu1", "nvidia.com/gpu"),
+        ("nvidia.com/mig-1g.10gb+me", "nvidia.com/mig-1g.10gb.me"),
     ],
 )
 def test_near_misses_are_denied_with_a_suggestion(name, suggestion):

@@ -1,7 +1,7 @@
 """GPU resource names are exact.
 
 Restricted: a name under a GPU vendor domain that is a near miss of a name the policy knows
-(case, a missing or extra separator, a plural, words swapped: ``nvidia.com/GPU``,
+(case, a missing or extra separator, a plural, words swapped, one letter off: ``nvidia.com/GPU``,
 ``nvidia.com/gpus``, ``nvidia.com/mig-1g10gb``, ``nvidia.com/sharedgpu``), which would pend
 forever because no node advertises it; a malformed MIG name; a well-formed MIG profile that no
 declared product offers (a warning by default: new hardware must not be blocked by an old
@@ -70,7 +70,11 @@ def _judge(name: str, policy: Policy) -> tuple[str, str, bool] | None:
             hint + "; new hardware goes into the policy's migCatalogue",
             policy.uncatalogued_mig == "Warn",
         )
-    match = policy.near_misses.get(near_miss_key(name)) or _anagram(name, policy)
+    match = (
+        policy.near_misses.get(near_miss_key(name))
+        or _anagram(name, policy)
+        or _one_edit_away(name, policy)
+    )
     if match is not None:
         return (
             f"{name!r} is not a resource any node advertises, so the Pod would pend forever",
@@ -108,6 +112,30 @@ def _closest_profile(profile: str, catalogued: frozenset[str]) -> str | None:
     memory = int(wanted["mem"])
     larger = sorted(c for c in same_compute if c[0] >= memory)
     return (larger or sorted(same_compute, key=lambda c: abs(c[0] - memory)))[0][1]
+
+
+def _one_edit_away(name: str, policy: Policy) -> str | None:
+    """``gpuu``, ``gou``, ``gp`` for ``gpu``: one letter added, changed or dropped."""
+    domain, _, short = near_miss_key(name).partition("/")
+    if len(short) < 2:
+        return None
+    for key, candidate in policy.near_misses.items():
+        candidate_domain, _, candidate_short = key.partition("/")
+        if candidate_domain == domain and _within_one_edit(short, candidate_short):
+            return candidate
+    return None
+
+
+def _within_one_edit(a: str, b: str) -> bool:
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) > len(b):
+        a, b = b, a
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            rest = index + 1
+            return a[rest:] == b[rest:] if len(a) == len(b) else a[index:] == b[rest:]
+    return True
 
 
 def _anagram(name: str, policy: Policy) -> str | None:
