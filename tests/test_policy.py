@@ -257,3 +257,29 @@ def test_a_pool_open_to_no_namespace_is_refused() -> None:
         """
     )
     assert "spec.pools[0].namespaces: [] should be non-empty" in str(error)
+
+
+def test_a_namespace_override_default_does_not_re_enable_a_disabled_rule() -> None:
+    policy = webhook.parse_policy(
+        policy_text(
+            """
+            rules:
+              host-devices: {enabled: false}
+              privileged: {otherPods: "Off"}
+            namespaceOverrides:
+              - namespaces: ["dev-*"]
+                rules:
+                  default: {gpuPods: Warn, otherPods: Warn}
+                  topology: {otherPods: "Off"}
+              - namespaces: [lab]
+                rules:
+                  host-devices: {gpuPods: Audit}
+            """
+        )
+    )
+    dev = policy.rule_modes("dev-1")
+    assert (dev["host-devices"].gpu_pods, dev["host-devices"].other_pods) == ("Off", "Off")
+    assert (dev["privileged"].gpu_pods, dev["privileged"].other_pods) == ("Warn", "Off")
+    assert (dev["topology"].gpu_pods, dev["topology"].other_pods) == ("Warn", "Off")
+    lab = policy.rule_modes("lab")
+    assert (lab["host-devices"].gpu_pods, lab["host-devices"].other_pods) == ("Audit", "Off")

@@ -430,17 +430,24 @@ def _resource(raw: dict, defaults: ResourceSpec | None = None) -> ResourceSpec:
 
 
 def _rule_modes(base: dict[str, RuleModes], ruleset: dict) -> MappingProxyType:
+    """``ruleset``'s modes over ``base``. Its ``default`` changes the mode of rules that are
+    on; a rule (or scope) that is Off in ``base`` comes back only where ``ruleset`` names it,
+    so a namespace override's default never re-enables what the policy turned off."""
     default = ruleset.get("default", {})
     out: dict[str, RuleModes] = {}
     for rule in RULE_IDS:
         current = base[rule]
-        entry = {**default, **ruleset.get(rule, {})}
+        named = ruleset.get(rule, {})
+        entry = {**default, **named}
         if entry.get("enabled") is False:
             out[rule] = RuleModes("Off", "Off")
-        else:
-            out[rule] = RuleModes(
-                entry.get("gpuPods", current.gpu_pods), entry.get("otherPods", current.other_pods)
-            )
+            continue
+        gpu_pods = entry.get("gpuPods", current.gpu_pods)
+        other_pods = entry.get("otherPods", current.other_pods)
+        out[rule] = RuleModes(
+            "Off" if current.gpu_pods == "Off" and "gpuPods" not in named else gpu_pods,
+            "Off" if current.other_pods == "Off" and "otherPods" not in named else other_pods,
+        )
     return MappingProxyType(out)
 
 
