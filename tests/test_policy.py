@@ -283,3 +283,16 @@ def test_a_namespace_override_default_does_not_re_enable_a_disabled_rule() -> No
     assert (dev["topology"].gpu_pods, dev["topology"].other_pods) == ("Warn", "Off")
     lab = policy.rule_modes("lab")
     assert (lab["host-devices"].gpu_pods, lab["host-devices"].other_pods) == ("Audit", "Off")
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("a: !!python/object:os.system x\n", "not valid YAML"),
+        ("x: &a [*a]\n", "a YAML alias refers to itself"),
+    ],
+)
+def test_hostile_yaml_is_a_policy_error(text: str, fragment: str) -> None:
+    with pytest.raises(webhook.PolicyError) as info:
+        webhook.parse_policy(text, source="x.yaml")
+    assert fragment in str(info.value)

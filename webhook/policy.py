@@ -90,6 +90,14 @@ def load_policy(path: str | Path) -> Policy:
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     """Validate and compile policy YAML text."""
+    try:
+        return _parse_policy(text, source)
+    except RecursionError:
+        # A YAML alias that contains itself (``x: &a [*a]``) has no JSON meaning.
+        raise PolicyError(source, [f"{source}: a YAML alias refers to itself"]) from None
+
+
+def _parse_policy(text: str, source: str) -> Policy:
     node, document = _parse_yaml(text, source)
     lines = _LineFinder(source, node)
     errors = _pre_schema_lint(document, lines)
@@ -130,7 +138,13 @@ def _parse_yaml(text: str, source: str) -> tuple[yaml.Node, Any]:
             source,
             [f"{source}:{line}: {_render_path(path)}: duplicate key" for path, line in duplicates],
         )
-    document = yaml.SafeLoader(text).get_single_data()
+    try:
+        document = yaml.SafeLoader(text).get_single_data()
+    except yaml.YAMLError as exc:  # e.g. a !!python/object tag, which safe loading refuses
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark else source
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise PolicyError(source, [f"{where}: not valid YAML: {problem}"]) from None
     return node, document
 
 

@@ -27,8 +27,8 @@ _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei"
 _DECIMAL = {"m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 Quantity = Fraction | int
 
-# The API server caps exponents far below this; the cap keeps Fraction arithmetic cheap.
-_MAX_EXPONENT = 64
+# Bounds the Fraction arithmetic (10**1000 is still cheap); no real quantity comes near it.
+_MAX_EXPONENT = 1000
 
 
 def parse_quantity(value: object) -> Quantity | None:
@@ -37,10 +37,14 @@ def parse_quantity(value: object) -> Quantity | None:
     Whole numbers come back as ``int`` (the common case, and much cheaper than a Fraction,
     which ``int`` compares and adds with exactly); everything else as a ``Fraction``.
     """
+    if value is None:
+        return 0  # the API server reads a JSON null quantity as zero
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value
+    if isinstance(value, str):
+        value = value.strip()  # as the API server's Quantity.UnmarshalJSON does
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:
         return int(value)
     if isinstance(value, float):

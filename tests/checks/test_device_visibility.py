@@ -105,8 +105,11 @@ def test_env_from_in_a_gpu_container_is_fine():
     assert_allowed_clean(validate(pod(container("train", gpu=1, envFrom=ENV_FROM))))
 
 
-def test_env_from_in_a_non_gpu_pod_is_fine():
-    assert_allowed_clean(validate(pod(container("web", envFrom=ENV_FROM))))
+def test_env_from_in_a_non_gpu_pod_is_only_audited_by_default():
+    decision = validate(pod(container("web", envFrom=ENV_FROM)))
+    assert decision.allowed
+    assert [(f.rule, f.mode) for f in decision.findings] == [("device-visibility", "Audit")]
+    assert "warnings" not in decision.response["response"]
 
 
 def test_env_from_with_void_in_env_is_fine():

@@ -63,7 +63,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 field=field,
             )
         # An explicit env entry overrides envFrom, so NVIDIA_VISIBLE_DEVICES=void settles it.
-        if container.spec.get("envFrom") and view.gpu_relevant and not voided:
+        if container.spec.get("envFrom") and not voided:
             yield Violation(
                 rule=RULE,
                 path=f"{container.path}.envFrom",
