@@ -19,7 +19,7 @@ from typing import Any
 from webhook import mutation, response
 from webhook.checks.registry import BY_RULE, CHECKS
 from webhook.model import Policy, WorkloadKind
-from webhook.pods import PodView, build_view, walk_templates
+from webhook.pods import PodView, build_view, walk_templates_with_identity
 from webhook.pools import select_pool
 from webhook.review_types import AdmissionReviewResponse
 from webhook.violations import Finding, Violation
@@ -113,7 +113,7 @@ def evaluate(
             if mode == "Off" or check.rule in exempt:
                 continue
             for violation in check.run(view, policy):
-                findings.append(Finding(violation, _effective(mode, violation), view.spec_path))
+                findings.append(Finding(violation, _effective(mode, violation), view.identity))
     return findings
 
 
@@ -148,9 +148,14 @@ def _mutate(
     views: list[PodView],
     policy: Policy,
 ) -> Decision:
-    denials = [f for f in evaluate(views, policy, rules=("gpu-quantity",)) if f.mode == "Enforce"]
-    if denials:
-        return Decision(response.build(uid, denials=denials), findings=tuple(denials))
+    if request["operation"] == "CREATE":
+        # On UPDATE the validate path judges quantities against oldObject: what the object
+        # already had must not block a controller's label or finalizer update.
+        denials = [
+            f for f in evaluate(views, policy, rules=("gpu-quantity",)) if f.mode == "Enforce"
+        ]
+        if denials:
+            return Decision(response.build(uid, denials=denials), findings=tuple(denials))
     metadata = obj.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     annotations = annotations if isinstance(annotations, dict) else {}
@@ -217,7 +222,8 @@ def _workload(request: Mapping, obj: Mapping, policy: Policy) -> WorkloadKind | 
 
 
 def _views(obj: Mapping, workload: WorkloadKind, namespace: str, policy: Policy):
-    for path, template in walk_templates(obj, workload):
+    for path, identity, template in walk_templates_with_identity(obj, workload):
         view = build_view(workload.kind, path, template, namespace, policy)
         if view is not None:
+            view.identity = identity
             yield view

@@ -63,6 +63,7 @@ class PodView:
     containers: tuple[ContainerView, ...]
     namespace: str
     service_account: str
+    identity: str = ""  # the template's place, with list items named (see walk_templates)
     gpu_relevant: bool = False
     _selection: Any = field(default=None, repr=False)
 
@@ -213,24 +214,47 @@ def _gpu_relevant(view: PodView, policy: Policy) -> bool:
 
 def walk_templates(obj: Mapping, workload: WorkloadKind) -> Iterator[tuple[str, Mapping]]:
     """Every (field path, PodTemplateSpec) that the workload kind declares in the object."""
+    for path, _, template in walk_templates_with_identity(obj, workload):
+        yield path, template
+
+
+def walk_templates_with_identity(
+    obj: Mapping, workload: WorkloadKind
+) -> Iterator[tuple[str, str, Mapping]]:
+    """Every (field path, identity, template). The identity names list items by their
+    ``name`` (JobSet's replicatedJobs, Ray's workerGroupSpecs by ``groupName``) instead of
+    their position, so that an UPDATE that reorders or inserts items is matched by name."""
     for template in workload.templates:
-        yield from _walk(obj, template, 0, "")
+        yield from _walk(obj, template, 0, "", "")
 
 
-def _walk(node: Any, template: TemplatePath, step: int, path: str) -> Iterator[tuple[str, Mapping]]:
+def _walk(
+    node: Any, template: TemplatePath, step: int, path: str, identity: str
+) -> Iterator[tuple[str, str, Mapping]]:
     if step == len(template.steps):
         if isinstance(node, dict):
-            yield path, node
+            yield path, identity, node
         return
     kind = template.steps[step]
     if kind[0] == "field":
         if isinstance(node, dict) and kind[1] in node:
             child = f"{path}.{kind[1]}" if path else kind[1]
-            yield from _walk(node[kind[1]], template, step + 1, child)
+            child_identity = f"{identity}.{kind[1]}" if identity else kind[1]
+            yield from _walk(node[kind[1]], template, step + 1, child, child_identity)
     elif kind[0] == "values":
         if isinstance(node, dict):
             for key, value in node.items():
-                yield from _walk(value, template, step + 1, f"{path}[{key}]")
+                yield from _walk(value, template, step + 1, f"{path}[{key}]", f"{identity}[{key}]")
     elif isinstance(node, list):
         for index, value in enumerate(node):
-            yield from _walk(value, template, step + 1, f"{path}[{index}]")
+            name = _item_name(value)
+            item = f"[name={name}]" if name is not None else f"[{index}]"
+            yield from _walk(value, template, step + 1, f"{path}[{index}]", identity + item)
+
+
+def _item_name(item: Any) -> str | None:
+    if isinstance(item, dict):
+        for key in ("name", "groupName"):
+            if isinstance(item.get(key), str):
+                return item[key]
+    return None

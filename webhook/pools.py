@@ -73,6 +73,7 @@ def _select(view: PodView, policy: Policy) -> Selection:
             hint="ask the platform team to grant the namespace access in the policy's pool "
             "namespaces, or request a GPU resource of a pool the namespace may use",
             subject=known[0],
+            field="pool",
         )
         return Selection((), (), (violation,), requested)
 
@@ -88,6 +89,7 @@ def _select(view: PodView, policy: Policy) -> Selection:
             hint=f'set the annotation {POOL_ANNOTATION}: "<pool>" or a nodeSelector on the '
             "pool's labels",
             subject=name,
+            field="pool",
         )
         return Selection((), (), (violation,), requested)
     taints = _union_taints(allowed)
@@ -181,6 +183,7 @@ def _pend_forever(
         message=message,
         hint=f"{wanted} offered by: {where}; select one of those pools or request its resources",
         subject="node-selection",
+        field="pool",
     )
 
 

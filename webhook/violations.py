@@ -70,7 +70,7 @@ class Finding:
 
     violation: Violation
     mode: Mode
-    template: str = ""  # the pod template's spec path: part of the finding's identity
+    template: str = ""  # the pod template's identity (list items by name): part of the key
 
     @property
     def key(self) -> tuple[str, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from .conftest import (
     container,
     default_policy,
     denied,
+    denied_rules,
     pod,
     status_message,
     template,
@@ -299,3 +301,60 @@ def test_request_error_is_a_value_error_with_a_useful_message():
 
 def test_a_good_review_does_not_raise():
     assert webhook.decide(good_review(), default_policy(), mutate=False).allowed
+
+
+def _jobset(*jobs: tuple[str, dict]) -> dict:
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js", "namespace": "ml"},
+        "spec": {
+            "replicatedJobs": [
+                {"name": name, "template": {"spec": {"template": tmpl}}} for name, tmpl in jobs
+            ]
+        },
+    }
+
+
+def test_a_replicated_job_inserted_before_an_old_problem_is_matched_by_name():
+    bad = template(container("train", gpu=1, privileged=True))
+    good = template(container("train", gpu=1))
+    old = _jobset(("a", bad))
+    new = _jobset(("b", good), ("a", bad))
+    decision = validate(new, operation="UPDATE", old=old)
+    assert decision.allowed
+    assert [w for w in warnings(decision) if "replicatedJobs[1]" in w]
+
+
+def test_a_new_replicated_job_with_a_problem_is_denied():
+    bad = template(container("train", gpu=1, privileged=True))
+    old = _jobset(("a", bad))
+    new = _jobset(("a", bad), ("b", bad))
+    decision = validate(new, operation="UPDATE", old=old)
+    assert not decision.allowed
+    assert [path for _, path in denied(decision)] == [
+        "spec.replicatedJobs[1].template.spec.template.spec.containers[0].securityContext.privileged"
+    ]
+
+
+def test_a_container_inserted_before_an_old_pool_problem_does_not_make_it_new():
+    labelled = webhook.load_policy(
+        Path(__file__).resolve().parents[2] / "policies" / "examples" / "labelled-pools.yaml"
+    )
+    old = pod(container("g", gpu=1))
+    assert denied_rules(validate(old, labelled, namespace="web")) == {"pool-access"}
+    new = pod(container("sidecar"), container("g", gpu=1))
+    decision = validate(new, labelled, operation="UPDATE", old=old, namespace="web")
+    assert decision.allowed
+    assert by_mode(decision, "Warn") == [
+        ("pool-access", "spec.containers[1].resources.limits[nvidia.com/gpu]")
+    ]
+
+
+def test_the_mutate_path_leaves_updates_to_the_validate_path():
+    old = pod(container("train", gpu="0.5"))
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"]["touched"] = "yes"
+    review = admission(new, operation="UPDATE", old=old)
+    assert webhook.decide(review, default_policy(), mutate=True).allowed
+    assert validate(new, operation="UPDATE", old=old).allowed
