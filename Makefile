@@ -29,6 +29,7 @@ run: $(STAMP) certs/tls.crt
 		--bind 127.0.0.1:$(PORT)
 
 test: $(STAMP)
+	@command -v kubectl >/dev/null || { echo "make test needs kubectl (kustomize rendering and JSON Patch checks): install it first"; exit 1; }
 	$(BIN)/ruff check webhook tests
 	$(BIN)/python -m pytest -q
 
