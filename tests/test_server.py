@@ -444,7 +444,8 @@ def _serial(path: Path) -> int:
 def test_sigterm_drains_then_finishes_in_flight_requests(
     tmp_path: Path, pki: certs.GeneratedCertificates
 ) -> None:
-    drain = 3.0
+    # Generous: the assertions below happen inside the drain, on a busy 2-core CI machine.
+    drain = 6.0
     server = Server(
         policy=write_policy(tmp_path),
         cert=pki.tls_cert,
@@ -486,7 +487,7 @@ def test_sigterm_drains_then_finishes_in_flight_requests(
         server.terminate()
         signalled = time.monotonic()
 
-        wait_until(lambda: server.get("/readyz").status == 503, timeout=2, what="not ready")
+        wait_until(lambda: server.get("/readyz").status == 503, timeout=4, what="not ready")
         assert "draining" in server.get("/readyz").json()["reason"]
 
         # Still answering during the drain, and asking clients to reconnect elsewhere.
