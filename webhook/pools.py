@@ -159,11 +159,17 @@ def _pend_forever(
     wanted = ", ".join(known)
     where = ", ".join(p.name for p in offering) or "no single pool"
     if pinned:
-        reachable = ", ".join(p.name for p in compatible) or "no declared pool"
-        message = (
-            f"the Pod's node selection admits only {reachable}, which does not offer {wanted}: "
-            "it would pend forever"
-        )
+        if compatible:
+            reachable = ", ".join(f"pool {p.name!r}" for p in compatible)
+            message = (
+                f"the Pod's node selection admits only {reachable}, which does not offer "
+                f"{wanted}: it would pend forever"
+            )
+        else:
+            message = (
+                "the Pod's node selection excludes every declared GPU pool, so no node offers "
+                f"{wanted}: it would pend forever"
+            )
         path = (
             f"{view.spec_path}.nodeSelector"
             if view.node_selector()

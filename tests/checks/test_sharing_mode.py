@@ -132,7 +132,7 @@ def test_node_selector_pinned_to_a_pool_without_the_resource_is_denied():
     assert message.startswith(
         'spec.nodeSelector: Invalid value: {"accelerator.example.com/pool": "t4-shared"}: '
     )
-    assert "admits only t4-shared, which does not offer nvidia.com/gpu" in message
+    assert "admits only pool 't4-shared', which does not offer nvidia.com/gpu" in message
     assert "pend forever" in message
     assert "nvidia.com/gpu offered by: a100" in message
 

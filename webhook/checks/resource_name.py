@@ -57,7 +57,11 @@ def _judge(name: str, policy: Policy) -> tuple[str, str, bool] | None:
     domain, _, short = name.partition("/")
     if short.startswith(mig.MIG_PREFIX) and mig.is_well_formed(short[len(mig.MIG_PREFIX) :]):
         profile = short[len(mig.MIG_PREFIX) :]
-        products = ", ".join(policy.mig_products)
+        products = (
+            "any catalogued product"
+            if "*" in policy.mig_products
+            else ", ".join(policy.mig_products)
+        )
         close = _closest_profile(mig.base_profile(profile), policy.mig_profiles)
         hint = (
             f"did you mean {domain}/mig-{close}?"

@@ -53,7 +53,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                     message=f"{name} is a {mode} replica of a shared GPU: requests above 1 "
                     "are refused (failRequestsGreaterThanOne), since replicas share one GPU's "
                     "memory and compute",
-                    hint=f"request 1 {name}, or full GPUs (nvidia.com/gpu) for more capacity",
+                    hint=f"request 1 {name}; for more capacity use a pool of exclusive full GPUs",
                     subject=container.name,
                     field=f"{container.list_name}.resources[{name}]",
                 )
