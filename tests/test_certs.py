@@ -673,3 +673,142 @@ def test_cli_install_into_manifests(tmp_path: Path, capsys) -> None:
     assert "caBundle set in" in capsys.readouterr().out
     assert _cli(argv) == 0
     assert "no webhook configuration" in capsys.readouterr().out
+
+
+# ------------------------------------------------------- inputs checked before writing
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"not a certificate\n", "not a PEM certificate"),
+        (b"\x7fELF\x02\x01\x01\x00\xff\xfe", "not a PEM certificate"),
+        (None, "cannot read"),
+    ],
+    ids=["text", "binary", "missing"],
+)
+def test_cli_generate_checks_the_old_ca_before_writing_anything(
+    tmp_path: Path, capsys, content: bytes | None, message: str
+) -> None:
+    old_ca = tmp_path / "old-ca.crt"
+    if content is not None:
+        old_ca.write_bytes(content)
+    out = tmp_path / "certs"
+    assert _cli(["generate", "--out", str(out)]) == 0
+    before = _snapshot(out)
+    with pytest.raises(certs.CertsError, match=message):
+        _cli(["generate", "--out", str(out), "--force", "--bundle-old-ca", str(old_ca)])
+    assert _snapshot(out) == before  # tls.crt and tls.key are not replaced half-way
+
+    fresh = tmp_path / "fresh"
+    with pytest.raises(certs.CertsError, match=message):
+        _cli(["generate", "--out", str(fresh), "--bundle-old-ca", str(old_ca)])
+    assert not fresh.exists()
+
+
+def test_a_ca_certificate_and_key_that_do_not_match_write_nothing(tmp_path: Path) -> None:
+    _generate(tmp_path / "a")
+    _generate(tmp_path / "b")
+    out = tmp_path / "certs"
+    argv = ["generate", "--out", str(out)]
+    argv += ["--ca-cert", str(tmp_path / "a/ca.crt"), "--ca-key", str(tmp_path / "b/ca.key")]
+    with pytest.raises(certs.CertsError, match="is not the key of the CA certificate"):
+        _cli(argv)
+    assert not out.exists()
+
+
+# ------------------------------------------------------------ one line per error
+
+
+def test_cli_install_into_manifests_with_a_binary_file_names_it(tmp_path: Path) -> None:
+    _generate(tmp_path / "certs")
+    binary = tmp_path / "deploy" / "blob.yaml"
+    binary.parent.mkdir()
+    binary.write_bytes(b"\x7fELF\xff\xfe WebhookConfiguration")
+    argv = ["install", "--cert-dir", str(tmp_path / "certs"), "--manifests", str(binary.parent)]
+    with pytest.raises(certs.CertsError) as info:
+        _cli(argv)
+    assert str(info.value) == f"{binary}: not UTF-8 text, not a YAML manifest"
+
+
+def test_cli_install_into_manifests_with_invalid_yaml_is_one_line(tmp_path: Path) -> None:
+    _generate(tmp_path / "certs")
+    broken = tmp_path / "deploy" / "webhooks.yaml"
+    broken.parent.mkdir()
+    broken.write_text("kind: ValidatingWebhookConfiguration\nwebhooks: [\n")
+    argv = ["install", "--cert-dir", str(tmp_path / "certs"), "--manifests", str(broken.parent)]
+    with pytest.raises(certs.CertsError) as info:
+        _cli(argv)
+    assert str(info.value) == (
+        f"{broken}:3: invalid YAML: expected the node content, but found '<stream end>'"
+    )
+
+
+def test_cli_install_with_a_binary_kubeconfig_is_one_line(tmp_path: Path, capsys) -> None:
+    from webhook.cli import main
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe")
+    assert main(["certs", "install", "--kubeconfig", str(kubeconfig)]) == 2
+    assert capsys.readouterr().err == (
+        f"gpu-admission: error: kubeconfig {kubeconfig}: not a kubeconfig (not UTF-8 text)\n"
+    )
+
+
+def test_install_against_a_server_that_answers_no_json_names_it(tmp_path: Path) -> None:
+    import http.server
+    from contextlib import closing
+
+    from kubernetes import client as k8s
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # a sign-in page where the API server was expected
+            body = b"<html><body>Please sign in</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    _generate(tmp_path / "certs")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        configuration = k8s.Configuration()
+        configuration.host = url
+        with closing(k8s.ApiClient(configuration)) as api_client:
+            with pytest.raises(certs.InstallError) as info:
+                certs.install(
+                    api_client,
+                    namespace=NAMESPACE,
+                    secret_name="gpu-admission-tls",
+                    cert_dir=tmp_path / "certs",
+                    validating_webhook_name="gpu-admission",
+                    mutating_webhook_name="gpu-admission",
+                )
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert str(info.value) == (
+        f"the server at {url} did not answer as a Kubernetes API server (the body of a 200 "
+        "answer is not a JSON object): check the kubeconfig's server address"
+    )
+
+
+def test_certs_help_has_examples(capsys) -> None:
+    from webhook.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["certs", "--help"])
+    assert exit_info.value.code == 0
+    assert "examples:\n  gpu-admission certs generate --out certs" in capsys.readouterr().out

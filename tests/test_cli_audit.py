@@ -4,12 +4,16 @@ the exit codes, notes and one-line errors the command promises."""
 
 from __future__ import annotations
 
+import http.server
 import io
 import json
 import socket
 import subprocess
 import sys
+import threading
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,8 +210,27 @@ def test_sarif_points_at_the_file_and_line_of_the_offending_field(manifests: Pat
     )
     warned = by_rule["resource-name"]
     assert warned["level"] == "warning"
-    # JSON keeps no lines: the finding points at the object's start.
-    assert warned["locations"][0]["physicalLocation"]["region"]["startLine"] == 1
+    # JSON has lines too: the finding points at the offending field, not the object's start.
+    assert warned["locations"][0]["physicalLocation"]["region"]["startLine"] == line_of(
+        manifests / "team/hami.json", '"nvidia.com/gpumem"'
+    )
+
+
+@pytest.mark.parametrize("shape", ["List", "array"])
+def test_sarif_of_json_points_at_the_line_of_the_offending_field(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    items = [yaml.safe_load(GPU_POD), yaml.safe_load(PRIVILEGED_GPU_POD)]
+    data = {"apiVersion": "v1", "kind": "List", "items": items} if shape == "List" else items
+    path = write(tmp_path, "list.json", json.dumps(data, indent=2))
+    code, log = sarif_log(capsys, "-f", "list.json")
+    assert code == 1
+    (result,) = log["runs"][0]["results"]
+    assert result["ruleId"] == "privileged"
+    (location,) = result["locations"]
+    assert location["physicalLocation"]["artifactLocation"]["uri"] == "list.json"
+    assert location["physicalLocation"]["region"]["startLine"] == line_of(path, '"privileged"')
 
 
 def test_sarif_levels_follow_the_modes_and_a_skipped_file_is_a_notification(
@@ -316,14 +339,85 @@ def test_exit_2_on_malformed_yaml_naming_the_file_and_document(tmp_path: Path, c
     assert out.splitlines()[-1].endswith("; 1 could not be read (see the errors above)")
 
 
+def failing_on(name: str):
+    """webhook.judge.judge, except that it raises for the object named ``name``: the engine
+    failing on a malformed object, however it is hardened meanwhile."""
+    from webhook.judge import judge
+
+    def fake(obj, *args, **kwargs):
+        if isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == name:
+            raise RuntimeError("the engine broke\non two lines")
+        return judge(obj, *args, **kwargs)
+
+    return fake
+
+
+def test_an_object_that_cannot_be_judged_is_a_problem_and_the_rest_is_reported(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("webhook.cli_audit.judge", failing_on("train"))
+    both = write(tmp_path, "a/both.yaml", PRIVILEGED_GPU_POD + "---\n" + GPU_POD)
+    write(tmp_path, "b/deployment.yaml", GPU_DEPLOYMENT)
+    start = len(PRIVILEGED_GPU_POD.splitlines()) + 2  # the second document, after "---"
+    message = (
+        f"{both} document 2 (line {start}): cannot judge Pod/train: "
+        "RuntimeError: the engine broke on two lines"
+    )
+
+    code, out, err = audit(capsys, "-f", str(tmp_path))
+    assert code == 2
+    assert err == f"gpu-admission: error: {message}\n"
+    assert "DENIED  Pod/debug" in out
+    assert "Deployment/trainer" in out
+    assert out.splitlines()[-1].endswith("; 1 could not be judged (see the errors above)")
+
+    code, records, _ = audit_json(capsys, "-f", str(tmp_path))
+    assert code == 2
+    assert [r.get("name") for r in records] == ["debug", "trainer", None]
+    assert records[-1] == {"source": str(both), "error": message}
+
+    code, out, _ = audit(capsys, "-f", str(tmp_path), "-o", "junit")
+    suite = ET.fromstring(out)
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "1", "1")
+    (error,) = suite.iter("error")
+    assert (error.get("type"), error.get("message")) == ("unjudgeable", message)
+
+    code, log = sarif_log(capsys, "-f", str(tmp_path))
+    (invocation,) = log["runs"][0]["invocations"]
+    assert invocation["executionSuccessful"] is False
+    assert [n["message"]["text"] for n in invocation["toolExecutionNotifications"]] == [message]
+
+
+def test_a_pod_whose_metadata_is_a_list_never_ends_the_audit(tmp_path: Path, capsys) -> None:
+    # Judged or reported as a problem, depending on the engine: either way, one line and the
+    # other files are still audited.
+    odd = write(
+        tmp_path, "odd.yaml", GPU_POD.replace("metadata:\n  name: train\n", "metadata: [a]\n")
+    )
+    write(tmp_path, "ok.yaml", PRIVILEGED_GPU_POD)
+    code, out, err = audit(capsys, "-f", str(tmp_path))
+    assert "DENIED  Pod/debug" in out
+    assert "Traceback" not in err
+    if code == 2:
+        assert err.startswith(f"gpu-admission: error: {odd} document 1 (line 1): cannot judge ")
+        assert err.count("\n") == 1
+    else:
+        assert code == 1
+
+
 def test_exit_2_on_a_bad_policy(tmp_path: Path, capsys) -> None:
     policy = write(tmp_path, "policy.yaml", "apiVersion: gpu-admission.io/v1alpha1\nkind: X\n")
     pod = write(tmp_path, "p.yaml", GPU_POD)
     code, out, err = audit(capsys, "-f", str(pod), "--policy", str(policy))
     assert code == 2
     assert out == ""
-    assert err.startswith(f"gpu-admission: error: policy {policy} is invalid")
-    assert "Traceback" not in err
+    # One line per error, each naming the file and line: no header, no indented lines.
+    lines = err.splitlines()
+    assert len(lines) == 3  # metadata and spec missing, kind wrong
+    assert all(line.startswith(f"gpu-admission: error: {policy}:") for line in lines)
+    assert lines[2] == (
+        f"gpu-admission: error: {policy}:2: kind: 'GPUAdmissionPolicy' was expected"
+    )
 
 
 @pytest.mark.parametrize(
@@ -763,6 +857,107 @@ def test_cluster_unreachable_is_one_line_and_exit_2(tmp_path: Path, capsys) -> N
         f"gpu-admission: error: cannot reach the Kubernetes API server at {server}: "
     )
     assert err.count("\n") == 1
+
+
+def kubeconfig_for(tmp_path: Path, server: str) -> Path:
+    return write(
+        tmp_path,
+        "kubeconfig",
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        ),
+    )
+
+
+@contextmanager
+def web_server() -> Iterator[str]:
+    """A plain web server, no Kubernetes API server: 200 and a sign-in page to every GET."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<html><body>Please sign in</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_cluster_server_that_answers_no_json_is_one_line(tmp_path: Path, capsys) -> None:
+    with web_server() as url:
+        kubeconfig = kubeconfig_for(tmp_path, url)
+        code, out, err = audit(
+            capsys, "--cluster", "--kubeconfig", str(kubeconfig), "--request-timeout", "5"
+        )
+    assert code == 2
+    assert out == ""
+    assert err == (
+        f"gpu-admission: error: the server at {url} did not answer as a Kubernetes API server "
+        "(the body of a 200 answer is not a JSON object): check the kubeconfig's server address\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"\x7fELF\x02\x01\x01\x00\xff\xfe", "not UTF-8 text"),
+        (b"clusters: [\n", "not valid YAML line 2: expected the node content"),
+    ],
+    ids=["binary", "yaml"],
+)
+def test_cluster_kubeconfig_that_is_no_kubeconfig_is_one_line(
+    tmp_path: Path, capsys, content: bytes, problem: str
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_bytes(content)
+    code, out, err = audit(capsys, "--cluster", "--kubeconfig", str(kubeconfig))
+    assert code == 2
+    assert out == ""
+    assert err.startswith(
+        f"gpu-admission: error: kubeconfig {kubeconfig}: not a kubeconfig ({problem}"
+    )
+    assert err.count("\n") == 1
+
+
+def test_cluster_object_that_cannot_be_judged_is_a_problem_and_the_rest_is_reported(
+    cluster: Cluster, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("webhook.cli_audit.judge", failing_on("trainer"))
+    seed(cluster.api)
+    code, records, err = cluster.audit(capsys, "-A")
+    assert code == 2
+    message = (
+        "ml/Deployment/trainer: cannot judge Deployment/trainer: RuntimeError: the engine "
+        "broke on two lines"
+    )
+    assert [line for line in err.splitlines() if "error:" in line] == [
+        f"gpu-admission: error: {message}"
+    ]
+    judged = {r["ref"] for r in records if "ref" in r}
+    assert "ml/Pod/debug" in judged and "ml/Deployment/trainer" not in judged
+    # What the failed Deployment owns is neither judged on its own nor lost in a crash.
+    assert not any(r.get("ref", "").startswith("ml/Pod/trainer-") for r in records)
+    assert records[-1] == {"source": "ml/Deployment/trainer", "error": message}
 
 
 def test_cluster_missing_kubeconfig_is_one_line(tmp_path: Path, capsys) -> None:

@@ -6,8 +6,11 @@ schema. The shipped suites under policies/tests run here, which is how ``make te
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -761,3 +764,72 @@ def test_every_command_has_help_with_examples(capsys, command: str) -> None:
         main(["policy", command, "--help"])
     assert exit_info.value.code == 0
     assert "examples:\n  gpu-admission policy " + command in capsys.readouterr().out
+
+
+def test_policy_help_has_examples_and_validate_says_why_tolerations_need_no_lint(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["policy", "--help"])
+    assert "examples:\n  gpu-admission policy validate " in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["policy", "validate", "--help"])
+    # The policy has no tolerations to mismatch: they are derived from the declared taints.
+    assert "derived from them, so they always\nmatch" in capsys.readouterr().out
+
+
+def test_a_directory_is_not_a_policy_file(tmp_path: Path, capsys) -> None:
+    code, out, err = run(capsys, "policy", "validate", str(tmp_path))
+    assert (code, out) == (2, "")
+    assert err == f"gpu-admission: error: {tmp_path}: is a directory, expected a policy file\n"
+
+
+def test_a_case_the_engine_fails_on_is_an_error_and_the_others_still_run(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from webhook.judge import judge
+
+    def failing(obj, *args, **kwargs):
+        if (obj.get("metadata") or {}).get("name") == "broken":
+            raise RuntimeError("the engine broke\non two lines")
+        return judge(obj, *args, **kwargs)
+
+    monkeypatch.setattr("webhook.policy_tests.judge", failing)
+    path = suite(
+        tmp_path,
+        f"""
+        - name: the engine fails
+          object: {{apiVersion: v1, kind: Pod, metadata: {{name: broken}}, spec: {{}}}}
+          expect: {{verdict: allowed}}
+        - name: passes
+          manifest: {GPU_POD}
+          namespace: ml-train
+          expect: {{verdict: allowed}}
+        """,
+    )
+    code, lines = run_suite(capsys, path)
+    assert code == 1
+    assert lines == [
+        f"{path}::the engine fails ERROR",
+        f"    {path}:5: the engine raised RuntimeError: the engine broke on two lines",
+        f"{path}::passes PASSED",
+        "1 passed, 0 failed, 1 error",
+    ]
+    with pytest.raises(RuntimeError, match="the engine broke"):
+        main(["policy", "test", str(path), "--debug"])
+
+
+def test_a_closed_pipe_ends_the_output_quietly(tmp_path: Path) -> None:
+    # `gpu-admission policy schema | head -1`: the reader is gone before the output is.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "webhook.cli", "policy", "schema"],
+            cwd=ROOT,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (141, "")

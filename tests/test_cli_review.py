@@ -113,8 +113,10 @@ def test_exit_2_on_a_bad_policy(tmp_path: Path, capsys) -> None:
     code, out, err = review(capsys, "-f", write(tmp_path, "p.yaml", GPU_POD), "--policy", policy)
     assert code == 2
     assert out == ""
-    assert err.startswith(f"gpu-admission: error: policy {policy} is invalid")
-    assert "Traceback" not in err
+    # One line per error, each naming the file and line: no header, no indented lines.
+    lines = err.splitlines()
+    assert len(lines) == 3  # metadata and spec missing, kind wrong
+    assert all(line.startswith(f"gpu-admission: error: {policy}:") for line in lines)
 
 
 @pytest.mark.parametrize(
@@ -272,3 +274,131 @@ def test_help_has_examples(capsys) -> None:
     assert "gpu-admission review -f pod.yaml" in text
     # printed as written, one example a line (RawDescriptionHelpFormatter)
     assert "\n  kubectl get pods -A -o yaml | gpu-admission review -f - -o json\n" in text
+
+
+# -------------------------------------------------------- objects the engine fails on
+
+
+def failing_on(name: str):
+    """webhook.judge.judge, except that it raises for the object named ``name``: the engine
+    failing on a malformed object, however it is hardened meanwhile."""
+    from webhook.judge import judge
+
+    def fake(obj, *args, **kwargs):
+        if isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == name:
+            raise RuntimeError("the engine broke\non two lines")
+        return judge(obj, *args, **kwargs)
+
+    return fake
+
+
+def test_an_object_that_cannot_be_judged_is_an_error_and_the_rest_is_reported(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("webhook.cli_review.judge", failing_on("train"))
+    both = write(tmp_path, "both.yaml", PRIVILEGED_GPU_POD + "---\n" + GPU_POD)
+    code, out, err = review(capsys, "-f", both)
+    assert code == 2
+    assert err == (
+        f"gpu-admission: error: {both} document 2 (line 15): cannot judge Pod/train: "
+        "RuntimeError: the engine broke on two lines\n"
+    )
+    assert f"DENIED  Pod/debug  (namespace default, {both}:1)" in out
+    assert out.splitlines()[-1] == (
+        "1 object(s) judged: 1 denied, 0 allowed; 1 could not be judged (see the errors above)"
+    )
+
+    code, out, _ = review(capsys, "-f", both, "-o", "json")
+    assert code == 2
+    debug, train = json.loads(out)
+    assert debug["verdict"] == "denied"
+    assert train == {
+        "source": both,
+        "document": 2,
+        "line": 15,
+        "error": f"{both} document 2 (line 15): cannot judge Pod/train: RuntimeError: the engine "
+        "broke on two lines",
+    }
+
+
+def test_debug_before_or_after_the_command_shows_the_traceback(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("webhook.cli_review.judge", failing_on("train"))
+    pod = write(tmp_path, "p.yaml", GPU_POD)
+    for argv in (["--debug", "review", "-f", pod], ["review", "-f", pod, "--debug"]):
+        with pytest.raises(RuntimeError, match="the engine broke"):
+            main(argv)
+    assert main(["review", "-f", pod]) == 2
+
+
+def test_an_admission_review_that_cannot_be_answered_leaves_the_others_answered(
+    tmp_path: Path, capsys
+) -> None:
+    broken = write(tmp_path, "broken.json", json.dumps({"kind": "AdmissionReview"}))
+    good = str(FIXTURES / "admission-review-gpu-pod.json")
+    code, out, err = review(capsys, "-f", broken, "-f", good)
+    assert code == 2
+    assert err.startswith(f"gpu-admission: error: {broken} document 1 (line 1): ")
+    assert err.count("\n") == 1
+    (answer,) = json.loads(out)
+    assert answer["response"]["allowed"] is True
+
+
+# ----------------------------------------------------------------------- misuse
+
+
+def test_admission_reviews_and_plain_objects_are_not_mixed(tmp_path: Path, capsys) -> None:
+    review_file = str(FIXTURES / "admission-review-gpu-pod.json")
+    pod = write(tmp_path, "p.yaml", GPU_POD)
+    code, out, err = review(capsys, "-f", review_file, "-f", pod)
+    assert code == 2
+    assert out == ""
+    assert err == (
+        f"gpu-admission: error: {pod} document 1 (line 1) is not an AdmissionReview but "
+        f"{review_file} document 1 (line 1) is: review AdmissionReviews and plain manifests "
+        "in separate runs\n"
+    )
+
+
+def test_diff_without_mutate_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    code, out, err = review(capsys, "-f", write(tmp_path, "p.yaml", GPU_POD), "--diff")
+    assert code == 2
+    assert out == ""
+    assert err == "gpu-admission review: error: --diff needs --mutate\n"
+
+
+# ---------------------------------------------------------------------------- YAML
+
+
+def test_mutate_yaml_has_no_anchors_or_aliases(tmp_path: Path, capsys) -> None:
+    # The patch's values are the objects put into the mutated Pod: a plain dump would write
+    # them once with &id001 and refer to them with *id001.
+    pod = write(tmp_path, "p.yaml", GPU_POD)
+    code, out, _ = review(capsys, "-f", pod, "--mutate", "-o", "yaml")
+    assert code == 0
+    assert "&id" not in out and "*id" not in out
+    _, records = review_json(capsys, "-f", pod, "--mutate")
+    assert yaml.safe_load(out) == records
+
+
+# ------------------------------------------------------------------ the whole CLI
+
+
+@pytest.mark.parametrize(
+    ("argv", "example"),
+    [
+        ([], "gpu-admission review -f pod.yaml"),
+        (["serve"], "gpu-admission serve --cert certs/tls.crt --key certs/tls.key"),
+    ],
+    ids=["gpu-admission", "serve"],
+)
+def test_help_of_the_command_and_of_serve_has_examples(
+    capsys, argv: list[str], example: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert "\nexamples:\n" in text
+    assert f"\n  {example}" in text  # as written: the epilog is not re-wrapped

@@ -124,9 +124,10 @@ def generate(
     dns_names, ip_addresses = _service_names(service, namespace, hosts)
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     now = datetime.now(UTC)
 
+    # Inputs are read and checked before out is created or written: a wrong file leaves
+    # the certificates already there as they were.
     if ca_cert_path is not None and ca_key_path is not None:
         ca_pem, ca_cert, ca_key = _load_ca(Path(ca_cert_path), Path(ca_key_path), now)
         ca_created = False
@@ -144,6 +145,7 @@ def generate(
         key, ca_cert, ca_key, service, namespace, dns_names, ip_addresses, now, not_after
     )
 
+    out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / name for name in (CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, CA_BUNDLE)}
     if ca_created:
         _write_atomic(paths[CA_KEY], _private_pem(ca_key), 0o600)
@@ -178,14 +180,17 @@ def write_ca_bundle(
     """
     if not ca_paths:
         raise CertsError("a CA bundle needs at least one CA certificate")
+    return _write_bundle(out_path, [c for p in ca_paths for c in _read_certificates(Path(p))])
+
+
+def _write_bundle(out_path: str | os.PathLike[str], certificates: list[x509.Certificate]) -> str:
     seen: set[bytes] = set()
     pems: list[bytes] = []
-    for path in ca_paths:
-        for cert in _read_certificates(Path(path)):
-            der = cert.public_bytes(serialization.Encoding.DER)
-            if der not in seen:
-                seen.add(der)
-                pems.append(cert.public_bytes(serialization.Encoding.PEM))
+    for cert in certificates:
+        der = cert.public_bytes(serialization.Encoding.DER)
+        if der not in seen:
+            seen.add(der)
+            pems.append(cert.public_bytes(serialization.Encoding.PEM))
     bundle = b"".join(pems)
     _write_atomic(Path(out_path), bundle, 0o644)
     return base64.b64encode(bundle).decode("ascii")
@@ -468,6 +473,7 @@ def install(
     _check_pair(directory / TLS_CERT, tls_crt, directory / TLS_KEY, tls_key)
     bundle_b64 = base64.b64encode(_bundle_for(directory, ca_bundle_path)).decode("ascii")
 
+    server = api_client.configuration.host
     core = k8s.CoreV1Api(api_client)
     admission = k8s.AdmissionregistrationV1Api(api_client)
     targets = []
@@ -488,7 +494,7 @@ def install(
         if not name:
             continue
         obj = _call(
-            lambda read=read, name=name: _json(read(name, _preload_content=False)),
+            lambda read=read, name=name: _json(read(name, _preload_content=False), server),
             f"read {kind} {name!r}",
             kind=kind,
             name=name,
@@ -563,7 +569,8 @@ def install(
     except _Conflict:
         existing = _call(
             lambda: _json(
-                core.read_namespaced_secret(secret_name, namespace, _preload_content=False)
+                core.read_namespaced_secret(secret_name, namespace, _preload_content=False),
+                server,
             ),
             f"read {what}",
             kind="Secret",
@@ -594,8 +601,19 @@ class _Conflict(Exception):
     pass
 
 
-def _json(response: Any) -> dict[str, Any]:
-    return json.loads(response.data)
+def _json(response: Any, server: str) -> dict[str, Any]:
+    try:
+        body = json.loads(response.data)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        # A proxy or a web server at the kubeconfig's address answers 200 with HTML.
+        raise InstallError(
+            f"the server at {server} did not answer as a Kubernetes API server (the body of a "
+            f"{response.status} answer is not a JSON object): check the kubeconfig's server "
+            "address"
+        )
+    return body
 
 
 def _call(fn: Any, action: str, *, kind: str, name: str) -> Any:
@@ -686,13 +704,21 @@ def install_into_manifests(
     changed: list[Path] = []
     files = sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
     for path in files:
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise CertsError(f"{path}: not UTF-8 text, not a YAML manifest") from None
+        except OSError as exc:
+            raise CertsError(f"cannot read {path}: {exc.strerror}") from None
         if "WebhookConfiguration" not in text:
             continue
         try:
             documents = list(yaml.safe_load_all(text))
         except yaml.YAMLError as exc:
-            raise CertsError(f"{path}: invalid YAML: {exc}") from None
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}" if mark else str(path)
+            problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+            raise CertsError(f"{where}: invalid YAML: {problem}") from None
         modified = False
         for doc in documents:
             for webhook in _webhook_entries(doc):
@@ -793,6 +819,16 @@ def _edit_ca_bundles(text: str, bundle_b64: str) -> str | None:
 
 # --------------------------------------------------------------------------- command line
 
+_CERTS_EPILOG = """\
+examples:
+  gpu-admission certs generate --out certs              # a new CA and serving certificate
+  gpu-admission certs install --cert-dir certs          # the Secret and both caBundles
+  gpu-admission certs install --cert-dir certs --manifests deploy/   # GitOps
+
+`gpu-admission certs SUBCOMMAND --help` shows renewal, CA rotation and the options.
+Production clusters should rather use the cert-manager overlay.
+"""
+
 _GENERATE_EPILOG = """\
 examples:
   # local development (what `make run` does): also valid for 127.0.0.1 and localhost
@@ -837,6 +873,8 @@ def add_subcommands(subparsers: Any) -> None:
         "certs",
         help="generate and install the webhook's TLS certificates",
         description="Generate the webhook's serving certificate and CA, and install them.",
+        epilog=_CERTS_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = certs.add_subparsers(dest="certs_command", metavar="SUBCOMMAND", required=True)
 
@@ -937,6 +975,9 @@ def add_subcommands(subparsers: Any) -> None:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     out = Path(args.out)
+    # Read before generate() writes tls.crt and tls.key: a wrong file must fail the command
+    # with the certificates in out as they were, not half-rotated.
+    old_cas = [cert for path in args.bundle_old_ca for cert in _read_certificates(Path(path))]
     if (out / TLS_CERT).exists() and not args.force:
         print(f"{out / TLS_CERT} exists; keeping it (pass --force to regenerate)", file=sys.stderr)
         existing = out / CA_BUNDLE if (out / CA_BUNDLE).exists() else out / CA_CERT
@@ -963,7 +1004,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     bundle_b64 = result.ca_bundle_b64
     if args.bundle_old_ca:
         bundle_path = out / CA_BUNDLE
-        bundle_b64 = write_ca_bundle(bundle_path, [result.ca_cert, *args.bundle_old_ca])
+        bundle_b64 = _write_bundle(bundle_path, [*_read_certificates(result.ca_cert), *old_cas])
         print(
             f"wrote {bundle_path}: new CA + {len(args.bundle_old_ca)} old CA file(s)",
             file=sys.stderr,
@@ -1002,6 +1043,8 @@ def _api_client(kubeconfig: str | None, context: str | None) -> Any:
     from kubernetes import client as k8s
     from kubernetes import config
 
+    from webhook.cli import KUBECONFIG_ERRORS, not_a_kubeconfig
+
     if kubeconfig is not None and not Path(kubeconfig).is_file():
         raise CertsError(f"kubeconfig {kubeconfig} does not exist")
     try:
@@ -1010,4 +1053,7 @@ def _api_client(kubeconfig: str | None, context: str | None) -> Any:
             return k8s.ApiClient()
         return config.new_client_from_config(config_file=kubeconfig, context=context)
     except config.ConfigException as exc:
-        raise CertsError(f"cannot load Kubernetes configuration: {exc}") from None
+        message = " ".join(str(exc).split())
+        raise CertsError(f"cannot load Kubernetes configuration: {message}") from None
+    except KUBECONFIG_ERRORS as exc:
+        raise CertsError(not_a_kubeconfig(kubeconfig, exc)) from None

@@ -1,20 +1,67 @@
-"""The ``gpu-admission`` command line: one parser, sub-commands registered by their modules."""
+"""The ``gpu-admission`` command line: one parser, sub-commands registered by their modules.
+
+Every error is reported on stderr as ``gpu-admission: error: MESSAGE``, one line per error
+(a policy with three errors gives three lines, each ``FILE:LINE: FIELD.PATH: MESSAGE``).
+Usage errors are argparse's own, ``gpu-admission COMMAND: error: MESSAGE``, exit status 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+EXAMPLES = """\
+examples:
+  gpu-admission review -f pod.yaml                       # would the webhook admit it?
+  gpu-admission audit -f manifests/ -o sarif > audit.sarif
+  gpu-admission audit --cluster -A                       # what a policy would block, live
+  gpu-admission policy validate my-policy.yaml --manifests manifests/base
+  gpu-admission policy test policies/tests
+  gpu-admission certs generate --out certs --host 127.0.0.1
+  gpu-admission serve --policy policies/default.yaml --cert certs/tls.crt --key certs/tls.key
+
+`gpu-admission COMMAND --help` describes each command, with examples.
+--debug (before or after COMMAND) shows the traceback of an error.
+"""
+# 128 + SIGPIPE, what a shell reports for a process killed by the signal, as `head` leaves
+# most tools. Not 0: under `set -o pipefail` a report cut short must not pass for a whole one.
+EXIT_BROKEN_PIPE = 141
+
+
+# What the kubernetes client raises for a file that is no kubeconfig (it reads without
+# checking): the decoding of a binary file, its YAML parser, its lookups in a YAML list.
+KUBECONFIG_ERRORS = (UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError)
+
+
+class _Parser(argparse.ArgumentParser):
+    """A parser whose sub-command parsers accept ``--debug`` too, so that it works before and
+    after the sub-command (``gpu-admission review -f x --debug``). Sub-parsers are made with
+    the class of their parent, so every level gets it, whichever module registers it."""
+
+    def __init__(self, *args: Any, debug_default: Any = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # SUPPRESS on sub-commands: their default would otherwise overwrite a --debug given
+        # before the sub-command, since argparse applies a sub-parser's defaults last.
+        self.add_argument(
+            "--debug", action="store_true", default=debug_default, help="show tracebacks on errors"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
     from webhook import certs, cli_audit, cli_policy, cli_review, server
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gpu-admission",
         description="Admission webhook and policy tools that keep GPU Pods safe and schedulable.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        debug_default=False,
     )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     server.add_subcommands(commands)
     certs.add_subcommands(commands)
@@ -25,17 +72,60 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from webhook.policy import PolicyError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit where it can't be handled
+        return status
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         return 130
+    except PolicyError as exc:
+        if args.debug:
+            raise
+        for line in exc.errors or [str(exc)]:
+            error(line)
+        return 2
     except Exception as exc:  # one clear line unless --debug
         if args.debug:
             raise
-        print(f"gpu-admission: error: {exc}", file=sys.stderr)
+        error(str(exc))
         return 2
+
+
+def error(message: str) -> None:
+    """Report one error as one line: a message that spans lines is joined with "; "."""
+    text = "; ".join(line.strip() for line in message.splitlines() if line.strip())
+    print(f"gpu-admission: error: {text}", file=sys.stderr)
+
+
+def not_a_kubeconfig(kubeconfig: str | None, exc: Exception) -> str:
+    """One line for one of ``KUBECONFIG_ERRORS``, naming the file."""
+    if isinstance(exc, UnicodeDecodeError):
+        problem = "not UTF-8 text"
+    elif isinstance(exc, yaml.YAMLError):
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        problem = f"not valid YAML{line}: {getattr(exc, 'problem', None) or 'unreadable'}"
+    else:
+        problem = " ".join(str(exc).split())
+    return f"kubeconfig {kubeconfig or '(default)'}: not a kubeconfig ({problem})"
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter flushes it at exit, and a second
+    BrokenPipeError there would print a traceback after all."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is no file (replaced, or closed): nothing to flush
+        pass
 
 
 if __name__ == "__main__":

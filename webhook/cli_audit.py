@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from webhook import reports, sarif
+from webhook.cli import KUBECONFIG_ERRORS, error, not_a_kubeconfig
 from webhook.cli_review import add_policy_argument, policy_from
 from webhook.documents import Document, DocumentError, discover, parse, read_text
 from webhook.judge import Outcome, enforce_everything, judge
@@ -45,7 +46,8 @@ CronJob's Jobs, a PyTorchJob's Pods) is listed under it, not judged again. It ne
 them: the gpu-admission-auditor ClusterRole in manifests/base grants it.
 
 exit status: 0 when nothing would be denied, 1 when something would, 2 on usage, policy or
-connection errors and when an input could not be read (the report covers the rest).
+connection errors and when an input could not be read or an object could not be judged (the
+report covers the rest).
 """
 
 PAGE_SIZE = 500
@@ -107,10 +109,12 @@ class Audited:
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """Something the audit could not read: a file, or a resource it could not list."""
+    """Something the audit could not read (a file, a resource it could not list) or judge
+    (an object the engine failed on)."""
 
     source: str
     message: str  # one line that names the source
+    stage: str = "read"  # "read" or "judge"
 
 
 @dataclass(slots=True)
@@ -202,12 +206,12 @@ def run(args: argparse.Namespace) -> int:
         try:
             audit_cluster(audit, args)
         except ClusterError as exc:
-            print(f"gpu-admission: error: {exc}", file=sys.stderr)
+            error(str(exc))
             return 2
     else:
-        audit_files(audit, args.files, args.namespace or "default")
+        audit_files(audit, args.files, args.namespace or "default", debug=args.debug)
     for problem in audit.problems:
-        print(f"gpu-admission: error: {problem.message}", file=sys.stderr)
+        error(problem.message)
     render(audit, args.output, sys.stdout)
     return audit.exit_code
 
@@ -228,8 +232,9 @@ def _usage_error(args: argparse.Namespace) -> str | None:
 # ---------------------------------------------------------------------------------- files
 
 
-def audit_files(audit: Audit, paths: list[str], namespace: str) -> None:
-    """Judge every object of every file; unreadable files become problems, not crashes."""
+def audit_files(audit: Audit, paths: list[str], namespace: str, *, debug: bool = False) -> None:
+    """Judge every object of every file; unreadable files and objects the engine fails on
+    become problems, not crashes (with ``debug``, the engine's exception is raised)."""
     for source in discover(paths):
         try:
             documents = parse(read_text(source), source)
@@ -243,8 +248,31 @@ def audit_files(audit: Audit, paths: list[str], namespace: str) -> None:
                 where = f"{source} document {document.number}" if len(documents) > 1 else source
                 _note(f"{where}: not a Kubernetes object (no apiVersion and kind), skipped")
                 continue
-            outcome = judge(document.obj, audit.policy, namespace, mutate=True)
-            audit.items.append(Audited(document, outcome))
+            _judge_into(audit, Audited, document, document.where, namespace, debug=debug)
+
+
+def _judge_into(
+    audit: Audit,
+    make: Callable[[Document, Outcome], Audited],
+    document: Document,
+    where: str,
+    namespace: str,
+    *,
+    debug: bool,
+) -> Audited | None:
+    """Judge one object into the audit; the engine failing on it is that object's problem,
+    and the audit goes on: one malformed object must not hide every other verdict."""
+    try:
+        outcome = judge(document.obj, audit.policy, namespace, mutate=True)
+    except Exception as exc:
+        if debug:
+            raise
+        message = reports.judging_failure(where, document, exc)
+        audit.problems.append(Problem(document.source, message, stage="judge"))
+        return None
+    item = make(document, outcome)
+    audit.items.append(item)
+    return item
 
 
 def _note(message: str) -> None:
@@ -281,13 +309,21 @@ def audit_cluster(audit: Audit, args: argparse.Namespace) -> None:
         root = _root(obj, by_uid)
         if root is obj:
             ref = _ref(obj)
-            outcome = judge(obj, audit.policy, ref.namespace or "default", mutate=True)
-            audited[id(obj)] = Audited(Document(str(ref), 1, 1, obj), outcome, ref)
+            item = _judge_into(
+                audit,
+                partial(Audited, ref=ref),
+                Document(str(ref), 1, 1, obj),
+                str(ref),
+                ref.namespace or "default",
+                debug=args.debug,
+            )
+            if item is not None:
+                audited[id(obj)] = item
         else:
             owned.append((root, obj))
     for root, obj in owned:
-        audited[id(root)].owned.append(_ref(obj))
-    audit.items.extend(audited.values())
+        if id(root) in audited:  # else the owner could not be judged, and is a problem
+            audited[id(root)].owned.append(_ref(obj))
 
 
 def _connect(kubeconfig: str | None, context: str | None) -> tuple[Any, str]:
@@ -313,7 +349,11 @@ def _connect(kubeconfig: str | None, context: str | None) -> tuple[Any, str]:
             namespace = _context_namespace(kubeconfig, context)
     except config.ConfigException as exc:
         where = kubeconfig or "in-cluster configuration (no kubeconfig found)"
-        raise ClusterError(f"cannot load Kubernetes configuration from {where}: {exc}") from None
+        raise ClusterError(
+            f"cannot load Kubernetes configuration from {where}: {_one_line(exc)}"
+        ) from None
+    except KUBECONFIG_ERRORS as exc:
+        raise ClusterError(not_a_kubeconfig(kubeconfig, exc)) from None
     return k8s.ApiClient(configuration), namespace
 
 
@@ -481,7 +521,18 @@ class _Lister:
                     f"{_status_message(exc)}"
                 ) from None
             raise
-        return json.loads(response.data)
+        try:
+            body = json.loads(response.data)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            # A proxy or a web server at the kubeconfig's address answers 200 with HTML.
+            raise ClusterError(
+                f"the server at {host} did not answer as a Kubernetes API server (the body "
+                f"of a {response.status} answer is not a JSON object): check the kubeconfig's "
+                "server address"
+            ) from None
+        return body
 
     def _failure(self, exc: Any, workload: WorkloadKind, resource: str) -> str:
         scope = f'in namespace "{self.namespace}"' if self.namespace else "in all namespaces"
@@ -611,14 +662,17 @@ def summary(audit: Audit) -> str:
     ]
     if skipped:
         parts.append(f"{skipped} not a Pod or workload, skipped")
-    if audit.problems:
-        parts.append(f"{len(audit.problems)} could not be read (see the errors above)")
+    unread = sum(1 for p in audit.problems if p.stage == "read")
+    if unread:
+        parts.append(f"{unread} could not be read (see the errors above)")
+    if len(audit.problems) > unread:
+        parts.append(f"{len(audit.problems) - unread} could not be judged (see the errors above)")
     return "; ".join(parts)
 
 
 def junit(audit: Audit) -> str:
     """One testsuite, one testcase per judged object, a failure per object that would be
-    denied; inputs that could not be read are errors."""
+    denied; inputs that could not be read and objects that could not be judged are errors."""
     judged = [i for i in audit.items if i.outcome.judged]
     suite = ET.Element(
         "testsuite",
@@ -649,8 +703,9 @@ def junit(audit: Audit) -> str:
                 _finding_line(item, f) for f in others
             )
     for problem in audit.problems:
-        case = ET.SubElement(suite, "testcase", classname=problem.source, name="read")
-        ET.SubElement(case, "error", type="unreadable", message=problem.message)
+        case = ET.SubElement(suite, "testcase", classname=problem.source, name=problem.stage)
+        kind = "unreadable" if problem.stage == "read" else "unjudgeable"
+        ET.SubElement(case, "error", type=kind, message=problem.message)
     ET.indent(suite)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suite, "unicode") + "\n"
 

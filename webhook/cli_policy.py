@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook import policy_tests, reports
+from webhook.cli import error
 from webhook.documents import Document, DocumentError, discover, parse, read_text
 from webhook.model import Exemption, Policy
 from webhook.policy import PolicyError, load_policy, schema
@@ -33,6 +34,15 @@ KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 LEGACY_GROUPS = ("extensions",)
 _GLOB = re.compile(r"[*?\[]")
 
+POLICY_EXAMPLES = """\
+examples:
+  gpu-admission policy validate my-policy.yaml --manifests manifests/base
+  gpu-admission policy test                          # every suite under policies/tests
+  gpu-admission policy schema > policy.schema.json   # for editors
+
+`gpu-admission policy SUBCOMMAND --help` describes each, with examples.
+"""
+
 VALIDATE_EXAMPLES = """\
 examples:
   gpu-admission policy validate policies/default.yaml
@@ -43,7 +53,9 @@ Errors and warnings are printed as  FILE:LINE: FIELD.PATH: MESSAGE.
 Warnings (whole-policy lints): pools whose nodeSelectors can match the same node yet give a
 resource different sharing modes; namespace overrides that an earlier override or an
 exemption makes unreachable; exemptions made redundant by another; pools whose namespaces are
-all exempt from pool-access.
+all exempt from pool-access. Tolerations need no lint: a policy declares taints (a pool's
+taints, gpuNodeTaints) and the tolerations it injects are derived from them, so they always
+match.
 --manifests DIR: every kind the policy judges must be sent to the validating webhook (CREATE
 and UPDATE, and Pods' ephemeralcontainers on UPDATE) by the ValidatingWebhookConfiguration(s)
 in DIR, rendered with `kubectl kustomize` when DIR has a kustomization.
@@ -114,6 +126,8 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
         "policy",
         help="validate policies, run policy tests, print the policy schema",
         description="Tools for writing gpu-admission policies.",
+        epilog=POLICY_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = policy.add_subparsers(dest="policy_command", metavar="SUBCOMMAND", required=True)
 
@@ -185,13 +199,17 @@ def run_validate(args: argparse.Namespace) -> int:
         try:
             rules = webhook_rules(Path(args.manifests))
         except ManifestsError as exc:
-            print(f"gpu-admission: error: {exc}", file=sys.stderr)
+            error(str(exc))
             return 2
     status = 0
     for source in args.policies:
         path = Path(source)
+        if path.is_dir():
+            error(f"{source}: is a directory, expected a policy file")
+            status = 2
+            continue
         if not path.is_file():
-            print(f"gpu-admission: error: {source}: no such file", file=sys.stderr)
+            error(f"{source}: no such file")
             status = 2
             continue
         try:
@@ -489,7 +507,7 @@ def run_test(args: argparse.Namespace) -> int:
     paths = args.paths or [DEFAULT_TESTS]
     for path in paths:
         if not Path(path).exists():
-            print(f"gpu-admission: error: {path}: no such file or directory", file=sys.stderr)
+            error(f"{path}: no such file or directory")
             return 2
     colour = reports.use_colour(sys.stdout)
     outcome = {
@@ -518,8 +536,10 @@ def run_test(args: argparse.Namespace) -> int:
                 if args.debug:
                     raise
                 print(f"{name} {outcome['ERROR']}")
+                detail = " ".join(str(exc).split()) or "(no message)"
                 print(
-                    f"    {suite.source}:{case.line}: the engine raised {type(exc).__name__}: {exc}"
+                    f"    {suite.source}:{case.line}: the engine raised "
+                    f"{type(exc).__name__}: {detail}"
                 )
                 errors += 1
                 continue

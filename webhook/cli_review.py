@@ -6,11 +6,11 @@ import argparse
 import difflib
 import sys
 
-import yaml
-
 from webhook import engine, reports
+from webhook.cli import error
 from webhook.documents import Document, DocumentError, parse, read_text
-from webhook.judge import Mutation, judge
+from webhook.judge import Mutation, Outcome, judge
+from webhook.model import Policy
 from webhook.policy import default_policy_path, load_policy
 
 EXAMPLES = """\
@@ -21,7 +21,10 @@ examples:
   helm template ./chart | gpu-admission review -f - --policy policies/strict.yaml
   gpu-admission review -f admission-review.json      # answered with the AdmissionReview response
 
-exit status: 0 when every object is allowed, 1 when one is denied, 2 on errors.
+Give either AdmissionReviews or plain manifests: a run that mixes them is refused.
+
+exit status: 0 when every object is allowed, 1 when one is denied, 2 on errors (an object that
+cannot be judged is reported and the others still are).
 """
 
 
@@ -58,7 +61,7 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--diff",
         action="store_true",
-        help="with --mutate: show the mutation as a diff instead of the object",
+        help="with --mutate (required): show the mutation as a diff instead of the object",
     )
     parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     parser.set_defaults(func=run)
@@ -70,43 +73,54 @@ def add_policy_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def policy_from(args: argparse.Namespace):
+def policy_from(args: argparse.Namespace) -> Policy:
     return load_policy(args.policy or default_policy_path())
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.diff and not args.mutate:
+        # --diff only changes how the mutation is shown: alone it would silently do nothing.
+        print("gpu-admission review: error: --diff needs --mutate", file=sys.stderr)
+        return 2
     policy = policy_from(args)
     documents: list[Document] = []
     for source in args.files:
         try:
             documents.extend(parse(read_text(source), source))
         except DocumentError as exc:
-            print(f"gpu-admission: error: {exc}", file=sys.stderr)
+            error(str(exc))
             return 2
-    reviews = [
-        d for d in documents if isinstance(d.obj, dict) and d.obj.get("kind") == "AdmissionReview"
-    ]
+    reviews = [d for d in documents if _is_admission_review(d)]
     if reviews:
-        responses = []
-        for document in reviews:
-            try:
-                responses.append(engine.review(document.obj, policy, mutate=args.mutate))
-            except engine.RequestError as exc:
-                print(f"gpu-admission: error: {document.source}: {exc}", file=sys.stderr)
-                return 2
-        reports.dump(
-            responses[0] if len(responses) == 1 else responses,
-            "json" if args.output == "table" else args.output,
-        )
-        return 0 if all(r["response"]["allowed"] for r in responses) else 1
+        plain = next((d for d in documents if not _is_admission_review(d)), None)
+        if plain is not None:
+            # An AdmissionReview is answered as the webhook would; the plain objects would
+            # have no place in that answer, and dropping them would hide their verdicts.
+            error(
+                f"{plain.where} is not an AdmissionReview but {reviews[0].where} is: review "
+                "AdmissionReviews and plain manifests in separate runs"
+            )
+            return 2
+        return _answer_reviews(reviews, policy, args)
 
     namespace, override = args.namespace or "default", args.namespace is not None
-    rows = [
-        (d, judge(d.obj, policy, namespace, mutate=args.mutate, override=override))
-        for d in documents
-    ]
+    rows: list[tuple[Document, Outcome]] = []
+    failures: list[tuple[Document, str]] = []
+    for document in documents:
+        try:
+            outcome = judge(document.obj, policy, namespace, mutate=args.mutate, override=override)
+        except Exception as exc:  # one malformed object must not hide the others' verdicts
+            if args.debug:
+                raise
+            failures.append((document, reports.judging_failure(document.where, document, exc)))
+            continue
+        rows.append((document, outcome))
+    for _, message in failures:
+        error(message)
     if args.output == "table":
-        reports.table(rows, sys.stdout, show_mutation=args.mutate and not args.diff)
+        reports.table(
+            rows, sys.stdout, show_mutation=args.mutate and not args.diff, failed=len(failures)
+        )
         if args.mutate and args.diff:
             for document, outcome in rows:
                 for mutation in outcome.mutations:
@@ -116,15 +130,51 @@ def run(args: argparse.Namespace) -> int:
                 for mutation in outcome.mutations:
                     label = mutation.template_path or "the Pod"
                     sys.stdout.write(f"--- mutated {document.describe()} ({label})\n")
-                    yaml.safe_dump(mutation.mutated, sys.stdout, sort_keys=False)
+                    sys.stdout.write(reports.to_yaml(mutation.mutated))
     else:
         records = [reports.outcome_record(d, o, with_mutation=args.mutate) for d, o in rows]
+        records += [
+            {"source": d.source, "document": d.number, "line": d.line, "error": message}
+            for d, message in failures
+        ]
         reports.dump(records, args.output)
+    if failures:
+        return 2
     return 0 if all(o.allowed for _, o in rows) else 1
 
 
+def _is_admission_review(document: Document) -> bool:
+    return isinstance(document.obj, dict) and document.obj.get("kind") == "AdmissionReview"
+
+
+def _answer_reviews(reviews: list[Document], policy: Policy, args: argparse.Namespace) -> int:
+    """The webhook's response to each AdmissionReview; one that cannot be answered is an
+    error and the others are still answered."""
+    responses = []
+    failed = False
+    for document in reviews:
+        try:
+            responses.append(engine.review(document.obj, policy, mutate=args.mutate))
+        except engine.RequestError as exc:  # what the webhook answers with HTTP 400
+            error(f"{document.where}: {exc}")
+            failed = True
+        except Exception as exc:
+            if args.debug:
+                raise
+            error(reports.judging_failure(document.where, document, exc))
+            failed = True
+    if responses:
+        reports.dump(
+            responses[0] if len(reviews) == 1 else responses,
+            "json" if args.output == "table" else args.output,
+        )
+    if failed:
+        return 2
+    return 0 if all(r["response"]["allowed"] for r in responses) else 1
+
+
 def _diff(document: Document, mutation: Mutation) -> list[str]:
-    before = yaml.safe_dump(mutation.original, sort_keys=False).splitlines(keepends=True)
-    after = yaml.safe_dump(mutation.mutated, sort_keys=False).splitlines(keepends=True)
+    before = reports.to_yaml(mutation.original).splitlines(keepends=True)
+    after = reports.to_yaml(mutation.mutated).splitlines(keepends=True)
     label = document.describe() + (f" {mutation.template_path}" if mutation.template_path else "")
     return list(difflib.unified_diff(before, after, f"{label} (before)", f"{label} (mutated)"))

@@ -32,6 +32,11 @@ class Document:
     node: yaml.Node | None = field(default=None, repr=False)
 
     @property
+    def where(self) -> str:
+        """``file document N (line L)``: a List's items share their document's number."""
+        return f"{self.source} document {self.number} (line {self.line})"
+
+    @property
     def is_kubernetes_object(self) -> bool:
         return (
             isinstance(self.obj, dict)
@@ -42,7 +47,9 @@ class Document:
     def describe(self) -> str:
         if not isinstance(self.obj, dict):
             return f"{self.source} document {self.number}"
-        meta = self.obj.get("metadata") or {}
+        # Malformed input (``metadata: [a]``) is still named, so its report can be read.
+        meta = self.obj.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
         name = meta.get("name") or meta.get("generateName") or "?"
         return f"{self.obj.get('kind', '?')}/{name}"
 
@@ -85,37 +92,78 @@ def read_text(source: str) -> str:
 
 def parse(text: str, source: str) -> list[Document]:
     """Every object in the text, with ``kind: List`` expanded; errors name the document."""
-    stripped = text.lstrip()
-    if stripped.startswith(("{", "[")):
+    if text.lstrip().startswith(("{", "[")):
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DocumentError(f"{source}: line {exc.lineno}: not valid JSON: {exc.msg}") from None
-        items = data if isinstance(data, list) else [data]
-        documents = [Document(source, 1, 1, item) for item in items]
+            documents = _parse_json(text, source)
+        except DocumentError as json_error:
+            # YAML in flow style (``{apiVersion: v1, kind: Pod, ...}``) starts the same way.
+            try:
+                documents = _parse_yaml(text, source)
+            except DocumentError:
+                raise json_error from None
     else:
-        documents = []
-        loader = yaml.SafeLoader(text)
-        number = 0
-        try:
-            while loader.check_node():
-                number += 1
-                node = loader.get_node()
-                if node is None:
-                    continue
-                obj = loader.construct_document(node)
-                if obj is not None:
-                    documents.append(Document(source, number, node.start_mark.line + 1, obj, node))
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" line {mark.line + 1}" if mark else ""
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise DocumentError(
-                f"{source}: document {max(number, 1)}{where}: not valid YAML: {problem}"
-            ) from None
-        finally:
-            loader.dispose()
+        documents = _parse_yaml(text, source)
     return list(_expand_lists(documents))
+
+
+def _parse_yaml(text: str, source: str) -> list[Document]:
+    documents = []
+    loader = yaml.SafeLoader(text)
+    number = 0
+    try:
+        while loader.check_node():
+            number += 1
+            node = loader.get_node()
+            if node is None:
+                continue
+            obj = loader.construct_document(node)
+            if obj is not None:
+                documents.append(Document(source, number, node.start_mark.line + 1, obj, node))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise DocumentError(
+            f"{source}: document {max(number, 1)}{where}: not valid YAML: {problem}"
+        ) from None
+    finally:
+        loader.dispose()
+    return documents
+
+
+def _parse_json(text: str, source: str) -> list[Document]:
+    """A JSON object or array, its values as JSON reads them and its lines from YAML nodes.
+
+    ``json.loads`` validates (with JSON's own error messages) and gives the values: YAML 1.1
+    would read ``1e5`` as a string. PyYAML's composer then gives the nodes, so findings point
+    at their line: JSON is a subset of YAML's flow style, except that PyYAML refuses tabs
+    between tokens. A valid JSON text has raw tabs only there (a string cannot hold one), so
+    they become spaces, which keeps every line where it is.
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DocumentError(f"{source}: line {exc.lineno}: not valid JSON: {exc.msg}") from None
+    try:
+        node = yaml.compose(text.replace("\t", " "), Loader=yaml.SafeLoader)
+    except yaml.YAMLError:  # a JSON corner PyYAML does not take: findings point at line 1
+        node = None
+    if not isinstance(data, list):
+        return [Document(source, 1, _line(node, 1), data, node)]
+    nodes = node.value if isinstance(node, yaml.SequenceNode) else []
+    return [
+        Document(source, 1, _line(item_node, 1), item, item_node)
+        for item, item_node in zip(data, _padded(nodes, len(data)), strict=True)
+    ]
+
+
+def _padded(nodes: list, length: int) -> list:
+    """One node per item, None for each item without one (its text could not be composed)."""
+    return list(nodes[:length]) + [None] * (length - len(nodes))
+
+
+def _line(node: yaml.Node | None, default: int) -> int:
+    return node.start_mark.line + 1 if node is not None else default
 
 
 def _expand_lists(documents: list[Document]) -> Iterator[Document]:
@@ -126,11 +174,11 @@ def _expand_lists(documents: list[Document]) -> Iterator[Document]:
             and str(obj.get("kind", "")).endswith("List")
             and isinstance(obj.get("items"), list)
         ):
-            item_nodes = _items_nodes(document.node)
-            for index, item in enumerate(obj["items"]):
-                node = item_nodes[index] if index < len(item_nodes) else None
-                line = node.start_mark.line + 1 if node is not None else document.line
-                yield Document(document.source, document.number, line, item, node)
+            item_nodes = _padded(_items_nodes(document.node), len(obj["items"]))
+            for item, node in zip(obj["items"], item_nodes, strict=True):
+                yield Document(
+                    document.source, document.number, _line(node, document.line), item, node
+                )
         else:
             yield document
 

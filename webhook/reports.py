@@ -16,6 +16,22 @@ from webhook.violations import Finding
 VERDICT = {True: "allowed", False: "denied"}
 
 
+class _NoAliasDumper(yaml.SafeDumper):
+    """Writes a value shared by two places twice. A patch's values are the very objects put
+    into the mutated Pod, and ``&id001``/``*id001`` in a report is noise to a reader and an
+    error to tools that reject aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def to_yaml(data: Any) -> str:
+    """YAML of a report or an object, in the order its keys were given, without aliases."""
+    return yaml.dump(
+        data, Dumper=_NoAliasDumper, sort_keys=False, default_flow_style=False, width=100
+    )
+
+
 def use_colour(stream: TextIO) -> bool:
     """Colours only on a terminal, and never when NO_COLOR is set."""
     return stream.isatty() and "NO_COLOR" not in os.environ
@@ -35,7 +51,7 @@ def finding_record(finding: Finding, document: Document | None = None) -> dict[s
 
 def outcome_record(document: Document, outcome: Outcome, *, with_mutation: bool) -> dict[str, Any]:
     obj = outcome.obj if isinstance(outcome.obj, dict) else {}
-    meta = obj.get("metadata") or {}
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     record: dict[str, Any] = {
         "source": document.source,
         "document": document.number,
@@ -65,10 +81,23 @@ def dump(data: Any, fmt: str, stream: TextIO | None = None) -> None:
         json.dump(data, stream, indent=2, default=str)
         stream.write("\n")
     else:
-        yaml.safe_dump(data, stream, sort_keys=False, default_flow_style=False, width=100)
+        stream.write(to_yaml(data))
 
 
-def table(rows: Sequence[tuple[Document, Outcome]], stream: TextIO, *, show_mutation: bool) -> None:
+def judging_failure(where: str, document: Document, exc: Exception) -> str:
+    """One line for an object the engine failed on: where it is, and what was raised."""
+    detail = " ".join(str(exc).split()) or "(no message)"
+    return f"{where}: cannot judge {document.describe()}: {type(exc).__name__}: {detail}"
+
+
+def table(
+    rows: Sequence[tuple[Document, Outcome]],
+    stream: TextIO,
+    *,
+    show_mutation: bool,
+    failed: int = 0,
+) -> None:
+    """The verdicts; ``failed`` objects could not be judged (their errors went to stderr)."""
     colour = use_colour(stream)
     for document, outcome in rows:
         if not outcome.judged:
@@ -102,6 +131,7 @@ def table(rows: Sequence[tuple[Document, Outcome]], stream: TextIO, *, show_muta
     stream.write(
         f"{len(judged)} object(s) judged: {denied} denied, {len(judged) - denied} allowed"
         + (f"; {skipped} not a Pod or workload, skipped" if skipped else "")
+        + (f"; {failed} could not be judged (see the errors above)" if failed else "")
         + "\n"
     )
 

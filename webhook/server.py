@@ -76,8 +76,10 @@ DEFAULT_DRAIN_SECONDS = 15.0
 MUTATION_MODES = ("apply", "record")
 
 KEEPALIVE_SECONDS = 120
-# Decisions take microseconds; threads cover concurrent handshakes and slow uploads.
-THREADS_PER_WORKER = 8
+# Decisions take microseconds; threads cover concurrent handshakes and slow uploads. gunicorn
+# completes a TLS handshake on a pool thread, so a connection that never sends a byte holds a
+# thread until it times out: an idle thread costs little, a stalled admission costs a lot.
+THREADS_PER_WORKER = 32
 # The API server waits for a webhook 30 s at most (10 s by default): a request still running
 # this long after the drain has been given up by its caller. 15 s of drain plus this fits
 # the manifests' terminationGracePeriodSeconds of 40.
@@ -160,12 +162,33 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
     )
 
 
+_SERVE_EPILOG = f"""\
+examples:
+  # local development: certificates for 127.0.0.1 first (see `gpu-admission certs --help`)
+  gpu-admission certs generate --out certs --host 127.0.0.1
+  gpu-admission serve --cert certs/tls.crt --key certs/tls.key --bind 127.0.0.1:8443
+
+  # a stricter policy, and mutations only recorded in audit annotations, not applied
+  gpu-admission serve --policy policies/examples/strict.yaml --mutation record \\
+      --cert /tls/tls.crt --key /tls/tls.key
+
+  # configured by the environment instead (each option names its variable)
+  GPU_ADMISSION_CERT=/tls/tls.crt GPU_ADMISSION_KEY=/tls/tls.key gpu-admission serve
+
+An option wins over its environment variable. The policy and the certificate are reloaded
+when their files change; SIGTERM reports not-ready, keeps serving for --drain-seconds
+(default {DEFAULT_DRAIN_SECONDS:g}), then stops.
+"""
+
+
 def add_subcommands(subparsers: Any) -> None:
     """Register ``serve``."""
     parser = subparsers.add_parser(
         "serve",
         help="run the admission webhook server",
         description="Serve /validate, /mutate, /healthz, /readyz and /metrics over HTTPS.",
+        epilog=_SERVE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--policy",
