@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from webhook.model import POOL_ANNOTATION, Policy, Pool
 from webhook.pods import PodView
 from webhook.scheduling import term_allows_labels
-from webhook.violations import Violation
+from webhook.violations import Violation, quote
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ def _select(view: PodView, policy: Policy) -> Selection:
             rule="pool-access",
             path=view.first_request_path(known[0]),
             value=known[0],
-            message=f"namespace {view.namespace!r} may not use the pool(s) that offer "
+            message=f"namespace {quote(view.namespace)} may not use the pool(s) that offer "
             f"{', '.join(known)} ({names})",
             hint="ask the platform team to grant the namespace access in the policy's pool "
             "namespaces, or request a GPU resource of a pool the namespace may use",
@@ -106,7 +106,7 @@ def _explicit(
             rule="pool-access",
             path=path,
             value=name,
-            message=f"no GPU pool is named {name!r}",
+            message=f"no GPU pool is named {quote(name)}",
             hint="use one of: " + ", ".join(p.name for p in policy.pools),
             error_type="Unsupported value",
             subject="pool-annotation",
@@ -116,9 +116,9 @@ def _explicit(
     if missing or not _compatible(view, pool):
         offered = ", ".join(pool.resources)
         reason = (
-            f"pool {name!r} does not offer {', '.join(missing)} (it offers {offered})"
+            f"pool {quote(name)} does not offer {', '.join(missing)} (it offers {offered})"
             if missing
-            else f"the Pod's nodeSelector or node affinity excludes the nodes of pool {name!r}"
+            else f"the Pod's nodeSelector or node affinity excludes the nodes of pool {quote(name)}"
         )
         violation = Violation(
             rule="sharing-mode",
@@ -134,7 +134,7 @@ def _explicit(
             rule="pool-access",
             path=path,
             value=name,
-            message=f"namespace {view.namespace!r} may not use pool {name!r}",
+            message=f"namespace {quote(view.namespace)} may not use pool {quote(name)}",
             hint="choose a pool the namespace may use, or ask the platform team for access",
             error_type="Forbidden",
             subject="pool-annotation",
@@ -160,7 +160,7 @@ def _pend_forever(
     where = ", ".join(p.name for p in offering) or "no single pool"
     if pinned:
         if compatible:
-            reachable = ", ".join(f"pool {p.name!r}" for p in compatible)
+            reachable = ", ".join(f"pool {quote(p.name)}" for p in compatible)
             message = (
                 f"the Pod's node selection admits only {reachable}, which does not offer "
                 f"{wanted}: it would pend forever"

@@ -100,6 +100,11 @@ class Finding:
         }
 
 
+def quote(value: object) -> str:
+    """A name in a message, quoted as the API server quotes names: ``container "cuda"``."""
+    return json.dumps(str(value), ensure_ascii=False)
+
+
 def render_value(value: object) -> str:
     """As Go's ``%q``/``%v`` print it in a field error: printable Unicode kept, nil as "null"."""
     if isinstance(value, str):

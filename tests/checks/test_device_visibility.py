@@ -34,7 +34,7 @@ def test_non_gpu_container_setting_visible_devices_is_denied(value):
     assert not decision.allowed
     assert denied(decision) == [("device-visibility", f"{ENV0}.value")]
     assert status_message(decision).startswith(
-        f"{ENV0}.value: Invalid value: \"{value}\": container 'side' requests no GPU but sets "
+        f'{ENV0}.value: Invalid value: "{value}": container "side" requests no GPU but sets '
         "NVIDIA_VISIBLE_DEVICES"
     )
 
@@ -98,7 +98,7 @@ def test_env_from_in_a_gpu_pod_is_warned():
     assert decision.allowed
     assert by_mode(decision, "Warn") == [("device-visibility", "spec.containers[1].envFrom")]
     (warning,) = warnings(decision)
-    assert warning.startswith("spec.containers[1].envFrom: container 'side' requests no GPU")
+    assert warning.startswith('spec.containers[1].envFrom: container "side" requests no GPU')
 
 
 def test_env_from_in_a_gpu_container_is_fine():

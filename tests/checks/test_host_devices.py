@@ -51,9 +51,9 @@ def test_gpu_device_paths_are_denied(raw, normalised):
     assert not decision.allowed
     assert denied(decision) == [("host-devices", PATH)]
     message = status_message(decision)
-    assert message.startswith(f"{PATH}: Invalid value: \"{raw}\": hostPath volume 'v0' mounts ")
+    assert message.startswith(f'{PATH}: Invalid value: "{raw}": hostPath volume "v0" mounts ')
     if normalised:
-        assert f"(that is '{normalised}')" in message
+        assert f'(that is "{normalised}")' in message
     assert "bypasses the device plugin" in message
 
 

@@ -66,7 +66,7 @@ def test_warn_allows_with_warnings():
     assert "status" not in response
     assert "auditAnnotations" not in response
     (warning,) = response["warnings"]
-    assert warning.startswith(f"{PRIVILEGED}: container 'train' must not be privileged")
+    assert warning.startswith(f'{PRIVILEGED}: container "train" must not be privileged')
     assert not warning.lower().startswith("warning")
     assert len(warning) <= 256
 

@@ -116,7 +116,7 @@ def test_namespace_outside_the_pool_namespaces_is_denied(namespace):
     path = f"spec.containers[0].resources.limits[{SHARED}]"
     assert denied(decision) == [("pool-access", path)]
     assert status_message(decision).startswith(
-        f'{path}: Invalid value: "{SHARED}": namespace {namespace!r} may not use the pool(s) '
+        f'{path}: Invalid value: "{SHARED}": namespace "{namespace}" may not use the pool(s) '
         f"that offer {SHARED} (t4-shared)"
     )
 
@@ -133,7 +133,7 @@ def test_pool_annotation_for_a_closed_pool_is_forbidden():
     path = f"metadata.annotations[{POOL_ANNOTATION}]"
     assert denied(decision) == [("pool-access", path)]
     assert status_message(decision) == (
-        f"{path}: Forbidden: namespace 'ml' may not use pool 't4-shared'; choose a pool the "
+        f'{path}: Forbidden: namespace "ml" may not use pool "t4-shared"; choose a pool the '
         "namespace may use, or ask the platform team for access"
     )
 
@@ -151,7 +151,7 @@ def test_pool_annotation_naming_no_pool_is_denied():
     path = f"metadata.annotations[{POOL_ANNOTATION}]"
     assert denied(decision) == [("pool-access", path)]
     assert status_message(decision) == (
-        f"{path}: Unsupported value: \"h100\": no GPU pool is named 'h100'; "
+        f'{path}: Unsupported value: "h100": no GPU pool is named "h100"; '
         "use one of: a100, t4-shared"
     )
     cause = decision.response["response"]["status"]["details"]["causes"][0]

@@ -35,7 +35,7 @@ def test_privileged_gpu_pod_is_denied():
     assert not decision.allowed
     assert denied(decision) == [("privileged", path)]
     assert status_message(decision).startswith(
-        f"{path}: Invalid value: true: container 'train' must not be privileged"
+        f'{path}: Invalid value: true: container "train" must not be privileged'
     )
     status = decision.response["response"]["status"]
     assert status["code"] == 403
@@ -107,7 +107,7 @@ def test_every_kind_and_container_list_in_gpu_scope(kind, where):
     path = f"{kind.prefix}spec.{where}[0].securityContext.privileged"
     assert not decision.allowed
     assert denied(decision) == [("privileged", path)]
-    assert status_message(decision).startswith(f"{path}: Invalid value: true: container 'x'")
+    assert status_message(decision).startswith(f'{path}: Invalid value: true: container "x"')
 
 
 @pytest.mark.parametrize("where", CONTAINER_LISTS)

@@ -81,7 +81,7 @@ def test_declared_and_catalogued_names_are_allowed(name):
 def test_malformed_mig_name_is_denied():
     decision = validate(pod(container(gpu=1, resource="nvidia.com/mig-big")))
     assert denied(decision) == [("resource-name", limit_path("nvidia.com/mig-big"))]
-    assert "malformed MIG resource name 'nvidia.com/mig-big'" in status_message(decision)
+    assert 'malformed MIG resource name "nvidia.com/mig-big"' in status_message(decision)
     assert "write nvidia.com/mig-<g>g.<mem>gb exactly" in status_message(decision)
 
 
@@ -95,7 +95,7 @@ def test_uncatalogued_profile_is_warned_under_the_default_policy():
     assert decision.allowed
     assert by_mode(decision, "Warn") == [("resource-name", limit_path(UNCATALOGUED))]
     (warning,) = warnings(decision)
-    assert warning.startswith(f"{limit_path(UNCATALOGUED)}: MIG profile '5g.55gb' is not offered")
+    assert warning.startswith(f'{limit_path(UNCATALOGUED)}: MIG profile "5g.55gb" is not offered')
     assert "migCatalogue" in warning
 
 
@@ -148,7 +148,7 @@ def test_undeclared_vendor_name_is_warned_by_default():
     assert decision.allowed
     assert by_mode(decision, "Warn") == [("resource-name", limit_path("nvidia.com/hostdev"))]
     assert (
-        "'nvidia.com/hostdev' is not a GPU resource this policy declares" in warnings(decision)[0]
+        '"nvidia.com/hostdev" is not a GPU resource this policy declares' in warnings(decision)[0]
     )
 
 

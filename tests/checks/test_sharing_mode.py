@@ -132,7 +132,7 @@ def test_node_selector_pinned_to_a_pool_without_the_resource_is_denied():
     assert message.startswith(
         'spec.nodeSelector: Invalid value: {"accelerator.example.com/pool": "t4-shared"}: '
     )
-    assert "admits only pool 't4-shared', which does not offer nvidia.com/gpu" in message
+    assert 'admits only pool "t4-shared", which does not offer nvidia.com/gpu' in message
     assert "pend forever" in message
     assert "nvidia.com/gpu offered by: a100" in message
 
@@ -163,7 +163,7 @@ def test_pool_annotation_naming_a_pool_without_the_resource_is_denied():
     path = f"metadata.annotations[{POOL_ANNOTATION}]"
     assert denied(decision) == [("sharing-mode", path)]
     assert status_message(decision) == (
-        f"{path}: Invalid value: \"t4-shared\": pool 't4-shared' does not offer nvidia.com/gpu "
+        f'{path}: Invalid value: "t4-shared": pool "t4-shared" does not offer nvidia.com/gpu '
         f"(it offers {SHARED}): the Pod would pend forever; request a resource the pool "
         "offers, or choose another pool"
     )
@@ -177,7 +177,7 @@ def test_pool_annotation_contradicting_the_node_selector_is_denied():
     )
     decision = validate(obj, pools_policy())
     assert denied(decision) == [("sharing-mode", f"metadata.annotations[{POOL_ANNOTATION}]")]
-    assert "excludes the nodes of pool 'a100'" in status_message(decision)
+    assert 'excludes the nodes of pool "a100"' in status_message(decision)
 
 
 @pytest.mark.parametrize(

@@ -109,7 +109,7 @@ def test_more_than_one_node_of_the_pool_offers_is_denied():
     assert denied(decision) == [("topology", limit(0))]
     assert status_message(decision) == (
         f"{limit(0)}: Invalid value: 5: the Pod requests 5 {GPU} in all, but the largest node "
-        "of pool 'a100' offers 4: a Pod must fit on one node; use several Pods or a training "
+        'of pool "a100" offers 4: a Pod must fit on one node; use several Pods or a training '
         "controller"
     )
 
@@ -126,7 +126,7 @@ def test_mig_per_node_is_catalogue_count_times_gpus_per_node():
     assert_allowed_clean(validate(pod(container(gpu=28, resource=MIG)), pools_policy()))
     decision = validate(pod(container(gpu=29, resource=MIG)), pools_policy())
     assert denied(decision) == [("topology", limit(0, MIG))]
-    assert "the largest node of pool 'a100' offers 28" in status_message(decision)
+    assert 'the largest node of pool "a100" offers 28' in status_message(decision)
 
 
 def test_mig_per_node_follows_the_declared_products():
@@ -173,7 +173,7 @@ pools:
     pinned = pod(container(gpu=8), node_selector={POOL_LABEL: "small"})
     decision = validate(pinned, two)
     assert denied(decision) == [("topology", limit(0))]
-    assert "the largest node of pool 'small' offers 2" in status_message(decision)
+    assert 'the largest node of pool "small" offers 2' in status_message(decision)
 
 
 def test_cluster_wide_maximum_applies_to_pooled_resources():

@@ -43,7 +43,7 @@ def test_update_keeping_a_privileged_container_is_allowed_with_a_warning():
     assert decision.allowed
     assert denied(decision) == []
     assert by_mode(decision, "Warn") == [("privileged", privileged_at(0))]
-    assert warnings(decision)[0].startswith(f"{privileged_at(0)}: container 'train'")
+    assert warnings(decision)[0].startswith(f'{privileged_at(0)}: container "train"')
 
 
 def test_update_adding_privileged_to_another_container_is_denied_naming_only_it():
@@ -53,8 +53,8 @@ def test_update_adding_privileged_to_another_container_is_denied_naming_only_it(
     assert not decision.allowed
     assert denied(decision) == [("privileged", privileged_at(1))]
     message = status_message(decision)
-    assert "container 'side'" in message
-    assert "container 'train'" not in message
+    assert 'container "side"' in message
+    assert 'container "train"' not in message
     assert by_mode(decision, "Warn") == [("privileged", privileged_at(0))]
 
 
@@ -148,7 +148,7 @@ def test_adding_a_privileged_ephemeral_container_is_denied():
     decision = validate(new, operation="UPDATE", old=old, sub_resource="ephemeralcontainers")
     assert not decision.allowed
     assert denied(decision) == [("privileged", privileged_at(0, "ephemeralContainers"))]
-    assert "container 'debug'" in status_message(decision)
+    assert 'container "debug"' in status_message(decision)
 
 
 def test_adding_a_harmless_ephemeral_container_to_a_pod_with_old_problems_is_allowed():

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from webhook.model import Policy
 from webhook.pods import CDI_PREFIX, PodView
-from webhook.violations import Violation
+from webhook.violations import Violation, quote
 
 RULE = "device-visibility"
 HARMLESS = ("void", "none")
@@ -40,7 +40,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                     path=f"{container.path}.env[{index}].valueFrom",
                     value=name,
                     message=f"{name} from valueFrom cannot be checked, in container "
-                    f"{container.name!r} that requests no GPU",
+                    f"{quote(container.name)} that requests no GPU",
                     hint="remove the variable, or request the GPU in resources.limits",
                     error_type="Forbidden",
                     subject=container.name,
@@ -55,7 +55,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 rule=RULE,
                 path=f"{container.path}.env[{index}].value",
                 value=value,
-                message=f"container {container.name!r} requests no GPU but sets {name}, which "
+                message=f"container {quote(container.name)} requests no GPU but sets {name}, which "
                 "can expose GPUs the scheduler never allocated",
                 hint="remove the variable and request GPUs in resources.limits "
                 "(NVIDIA_VISIBLE_DEVICES=void is allowed)",
@@ -68,7 +68,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 rule=RULE,
                 path=f"{container.path}.envFrom",
                 value=None,
-                message=f"container {container.name!r} requests no GPU and takes variables "
+                message=f"container {quote(container.name)} requests no GPU and takes variables "
                 "from envFrom, which may set NVIDIA_VISIBLE_DEVICES unseen",
                 hint="set NVIDIA_VISIBLE_DEVICES=void in env (it overrides envFrom), or "
                 "enable deviceVisibility.injectVoid in the policy",

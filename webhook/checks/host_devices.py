@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from webhook.model import Policy
 from webhook.pods import PodView
 from webhook.policy import normalise_host_path as normalise
-from webhook.violations import Violation
+from webhook.violations import Violation, quote
 
 RULE = "host-devices"
 
@@ -38,12 +38,12 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         path = normalise(raw)
         if exposes_gpu(path, extra):
             name = str(volume.get("name", f"#{index}"))
-            shown = f"{raw!r} (that is {path!r})" if path != raw else repr(raw)
+            shown = f"{quote(raw)} (that is {quote(path)})" if path != raw else repr(raw)
             yield Violation(
                 rule=RULE,
                 path=f"{view.spec_path}.volumes[{index}].hostPath.path",
                 value=raw,
-                message=f"hostPath volume {name!r} mounts {shown}, which exposes GPU device "
+                message=f"hostPath volume {quote(name)} mounts {shown}, which exposes GPU device "
                 "nodes and bypasses the device plugin",
                 hint="remove the volume and request GPUs in resources.limits; the device "
                 "plugin mounts the allocated devices",

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from webhook.model import Policy
 from webhook.pods import PodView
-from webhook.violations import Violation
+from webhook.violations import Violation, quote
 
 RULE = "privileged"
 
@@ -25,7 +25,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 rule=RULE,
                 path=f"{container.path}.securityContext.privileged",
                 value=True,
-                message=f"container {container.name!r} must not be privileged: a privileged "
+                message=f"container {quote(container.name)} must not be privileged: a privileged "
                 "container sees every GPU on the node and bypasses the device plugin",
                 hint="remove securityContext.privileged and request GPUs in resources.limits "
                 "(e.g. nvidia.com/gpu: 1)",

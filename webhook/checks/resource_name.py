@@ -19,7 +19,7 @@ from webhook import mig
 from webhook.model import Policy
 from webhook.pods import PodView
 from webhook.policy import near_miss_key
-from webhook.violations import Violation
+from webhook.violations import Violation, quote
 
 RULE = "resource-name"
 
@@ -50,7 +50,7 @@ def _judge(name: str, policy: Policy) -> tuple[str, str, bool] | None:
         replacement, reason = policy.retired[name]
         because = f" ({reason})" if reason else ""
         return (
-            f"{name!r} is a retired resource name{because}: no node advertises it",
+            f"{quote(name)} is a retired resource name{because}: no node advertises it",
             f"did you mean {replacement}?",
             False,
         )
@@ -69,7 +69,8 @@ def _judge(name: str, policy: Policy) -> tuple[str, str, bool] | None:
             else "check the node's capacity for the exact name"
         )
         return (
-            f"MIG profile {profile!r} is not offered by the GPU products this cluster declares "
+            f"MIG profile {quote(profile)} is not offered by the GPU products this cluster "
+            f"declares "
             f"({products})",
             hint + "; new hardware goes into the policy's migCatalogue",
             policy.uncatalogued_mig == "Warn",
@@ -81,21 +82,21 @@ def _judge(name: str, policy: Policy) -> tuple[str, str, bool] | None:
     )
     if match is not None:
         return (
-            f"{name!r} is not a resource any node advertises, so the Pod would pend forever",
+            f"{quote(name)} is not a resource any node advertises, so the Pod would pend forever",
             f"did you mean {match}?",
             False,
         )
     if short.lower().startswith("mig"):
         example = min(policy.mig_profiles, default="1g.10gb")
         return (
-            f"malformed MIG resource name {name!r}",
+            f"malformed MIG resource name {quote(name)}",
             f"write {domain}/mig-<g>g.<mem>gb exactly, e.g. {domain}/mig-{example}",
             False,
         )
     if policy.unknown_resources == "Allow":
         return None
     return (
-        f"{name!r} is not a GPU resource this policy declares",
+        f"{quote(name)} is not a GPU resource this policy declares",
         "check the spelling against the node's capacity, or declare the resource in the policy",
         policy.unknown_resources == "Warn",
     )

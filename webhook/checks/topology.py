@@ -18,7 +18,7 @@ from webhook.model import Policy
 from webhook.pods import PodView
 from webhook.pools import resource_spec, select_pool
 from webhook.quantity import Quantity
-from webhook.violations import Violation
+from webhook.violations import Violation, quote
 
 RULE = "topology"
 
@@ -63,7 +63,7 @@ def _node_capacity(view: PodView, policy: Policy, name: str) -> tuple[int, str] 
                 per_gpu = policy.mig_profile_counts.get(profile)
                 capacity = per_gpu * pool.gpus_per_node if per_gpu else None
         if capacity is not None and (best is None or capacity > best[0]):
-            best = (capacity, f"the largest node of pool {pool.name!r}")
+            best = (capacity, f"the largest node of pool {quote(pool.name)}")
     if best is None and not selection.pools:
         spec = policy.resources.get(name)
         if spec is not None and spec.per_node is not None:
