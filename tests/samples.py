@@ -1,4 +1,4 @@
-"""Small manifests the CLI tests share."""
+"""Small manifests and helpers the CLI tests share."""
 
 GPU_POD = """\
 apiVersion: v1
@@ -40,3 +40,16 @@ metadata:
 data:
   a: b
 """
+
+
+def failing_on(name: str):
+    """webhook.judge.judge, except that it raises for the object named ``name``: the engine
+    failing on a malformed object, however it is hardened meanwhile."""
+    from webhook.judge import judge
+
+    def fake(obj, *args, **kwargs):
+        if isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == name:
+            raise RuntimeError("the engine broke\non two lines")
+        return judge(obj, *args, **kwargs)
+
+    return fake

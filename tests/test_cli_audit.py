@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.conformance.corpus import CORPUS
-from tests.samples import CONFIG_MAP, GPU_DEPLOYMENT, GPU_POD
+from tests.samples import CONFIG_MAP, GPU_DEPLOYMENT, GPU_POD, failing_on
 from webhook import cli_audit
 from webhook.checks.registry import BY_RULE
 from webhook.cli import main
@@ -337,19 +337,6 @@ def test_exit_2_on_malformed_yaml_naming_the_file_and_document(tmp_path: Path, c
     )
     assert f"ALLOWED  Pod/train  (namespace default, {tmp_path / 'ok.yaml'}:1)" in out
     assert out.splitlines()[-1].endswith("; 1 could not be read (see the errors above)")
-
-
-def failing_on(name: str):
-    """webhook.judge.judge, except that it raises for the object named ``name``: the engine
-    failing on a malformed object, however it is hardened meanwhile."""
-    from webhook.judge import judge
-
-    def fake(obj, *args, **kwargs):
-        if isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == name:
-            raise RuntimeError("the engine broke\non two lines")
-        return judge(obj, *args, **kwargs)
-
-    return fake
 
 
 def test_an_object_that_cannot_be_judged_is_a_problem_and_the_rest_is_reported(

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.conformance.corpus import CORPUS, POLICIES, load_table
-from tests.samples import CONFIG_MAP, GPU_DEPLOYMENT, GPU_POD
+from tests.samples import CONFIG_MAP, GPU_DEPLOYMENT, GPU_POD, failing_on
 from webhook.cli import main
 
 TABLE = load_table()["files"]
@@ -277,19 +277,6 @@ def test_help_has_examples(capsys) -> None:
 
 
 # -------------------------------------------------------- objects the engine fails on
-
-
-def failing_on(name: str):
-    """webhook.judge.judge, except that it raises for the object named ``name``: the engine
-    failing on a malformed object, however it is hardened meanwhile."""
-    from webhook.judge import judge
-
-    def fake(obj, *args, **kwargs):
-        if isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == name:
-            raise RuntimeError("the engine broke\non two lines")
-        return judge(obj, *args, **kwargs)
-
-    return fake
 
 
 def test_an_object_that_cannot_be_judged_is_an_error_and_the_rest_is_reported(
