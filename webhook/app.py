@@ -185,8 +185,8 @@ def create_app(
         # The API server calls both webhooks for one object: violations are counted once,
         # from /validate, and mutations from /mutate.
         if endpoint == "validate":
-            for violation in decision.violations:
-                metrics.violations.labels(violation.rule, violation.mode).inc()
+            for finding in decision.findings:
+                metrics.violations.labels(finding.rule, finding.mode).inc()
         mutation = "none"
         if decision.patch_applied:
             mutation = "applied"
@@ -199,7 +199,7 @@ def create_app(
             endpoint=endpoint,
             request=admission_request,
             allowed=allowed,
-            violations=[(v.rule, v.mode) for v in decision.violations],
+            violations=[(v.rule, v.mode) for v in decision.findings],
             mutation=mutation,
             duration_ms=elapsed * 1000,
         )

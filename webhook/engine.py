@@ -44,10 +44,6 @@ class Decision:
     def allowed(self) -> bool:
         return self.response["response"]["allowed"]
 
-    @property
-    def violations(self) -> tuple[Finding, ...]:
-        return self.findings
-
 
 def review(admission_review: dict, policy: Policy, *, mutate: bool) -> AdmissionReviewResponse:
     """The full AdmissionReview response for a request (``admission.k8s.io/v1``)."""
