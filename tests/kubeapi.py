@@ -46,6 +46,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -874,3 +875,30 @@ def kube_api_client(kube_api: FakeKubeAPI) -> Iterator[Any]:
 def kube_api_kubeconfig(kube_api: FakeKubeAPI, tmp_path: Path) -> Path:
     """A kubeconfig file (context ``fake``) pointing at ``kube_api``."""
     return kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+@contextmanager
+def web_server() -> Iterator[str]:
+    """A plain web server, no Kubernetes API server: 200 and a sign-in page to every GET."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<html><body>Please sign in</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -24,13 +24,20 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from webhook import certs
 
 try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
-    from kubeapi import FakeKubeAPI, kube_api, kube_api_client, kube_api_kubeconfig  # noqa: F401
+    from kubeapi import (  # noqa: F401
+        FakeKubeAPI,
+        kube_api,
+        kube_api_client,
+        kube_api_kubeconfig,
+        web_server,
+    )
 except ImportError:  # pragma: no cover
     from tests.kubeapi import (  # noqa: F401
         FakeKubeAPI,
         kube_api,
         kube_api_client,
         kube_api_kubeconfig,
+        web_server,
     )
 
 SERVICE = "gpu-admission"
@@ -760,29 +767,12 @@ def test_cli_install_with_a_binary_kubeconfig_is_one_line(tmp_path: Path, capsys
 
 
 def test_install_against_a_server_that_answers_no_json_names_it(tmp_path: Path) -> None:
-    import http.server
     from contextlib import closing
 
     from kubernetes import client as k8s
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # a sign-in page where the API server was expected
-            body = b"<html><body>Please sign in</body></html>"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-            pass
-
     _generate(tmp_path / "certs")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with web_server() as url:
         configuration = k8s.Configuration()
         configuration.host = url
         with closing(k8s.ApiClient(configuration)) as api_client:
@@ -795,10 +785,6 @@ def test_install_against_a_server_that_answers_no_json_names_it(tmp_path: Path) 
                     validating_webhook_name="gpu-admission",
                     mutating_webhook_name="gpu-admission",
                 )
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
     assert str(info.value) == (
         f"the server at {url} did not answer as a Kubernetes API server (the body of a 200 "
         "answer is not a JSON object): check the kubeconfig's server address"

@@ -4,16 +4,12 @@ the exit codes, notes and one-line errors the command promises."""
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
 import socket
 import subprocess
 import sys
-import threading
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,13 +23,20 @@ from webhook.checks.registry import BY_RULE
 from webhook.cli import main
 
 try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
-    from kubeapi import FakeKubeAPI, kube_api, kube_api_client, kube_api_kubeconfig  # noqa: F401
+    from kubeapi import (  # noqa: F401
+        FakeKubeAPI,
+        kube_api,
+        kube_api_client,
+        kube_api_kubeconfig,
+        web_server,
+    )
 except ImportError:  # pragma: no cover
     from tests.kubeapi import (  # noqa: F401
         FakeKubeAPI,
         kube_api,
         kube_api_client,
         kube_api_kubeconfig,
+        web_server,
     )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -861,33 +864,6 @@ def kubeconfig_for(tmp_path: Path, server: str) -> Path:
             }
         ),
     )
-
-
-@contextmanager
-def web_server() -> Iterator[str]:
-    """A plain web server, no Kubernetes API server: 200 and a sign-in page to every GET."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b"<html><body>Please sign in</body></html>"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def test_cluster_server_that_answers_no_json_is_one_line(tmp_path: Path, capsys) -> None:
