@@ -31,111 +31,38 @@ def _table(pairs: list[tuple[str, int]]) -> MappingProxyType:
     return MappingProxyType(dict(pairs))
 
 
+def _seven_slices(small: int, double: int, half: int, full: int) -> MappingProxyType:
+    """The profiles of a GPU with 7 compute slices (A100, H100, H200, B200 and kin): they differ
+    only in memory. ``small`` is one slice's memory, ``double`` the 1g/2g profile with twice
+    that, ``half`` the 3g/4g profiles', ``full`` the whole GPU's (GB)."""
+    return _table(
+        [
+            (f"1g.{small}gb", 7),
+            (f"1g.{small}gb.me", 1),
+            (f"1g.{double}gb", 4),
+            (f"2g.{double}gb", 3),
+            (f"3g.{half}gb", 2),
+            (f"4g.{half}gb", 1),
+            (f"7g.{full}gb", 1),
+        ]
+    )
+
+
 CATALOGUE: MappingProxyType = MappingProxyType(
     {
-        "A100-40GB": _table(
-            [
-                ("1g.5gb", 7),
-                ("1g.5gb.me", 1),
-                ("1g.10gb", 4),
-                ("2g.10gb", 3),
-                ("3g.20gb", 2),
-                ("4g.20gb", 1),
-                ("7g.40gb", 1),
-            ]
-        ),
-        "A100-80GB": _table(
-            [
-                ("1g.10gb", 7),
-                ("1g.10gb.me", 1),
-                ("1g.20gb", 4),
-                ("2g.20gb", 3),
-                ("3g.40gb", 2),
-                ("4g.40gb", 1),
-                ("7g.80gb", 1),
-            ]
-        ),
+        "A100-40GB": _seven_slices(5, 10, 20, 40),
+        "A100-80GB": _seven_slices(10, 20, 40, 80),
         "A30": _table(
             [("1g.6gb", 4), ("1g.6gb.me", 1), ("2g.12gb", 2), ("2g.12gb.me", 1), ("4g.24gb", 1)]
         ),
-        "H100-80GB": _table(
-            [
-                ("1g.10gb", 7),
-                ("1g.10gb.me", 1),
-                ("1g.20gb", 4),
-                ("2g.20gb", 3),
-                ("3g.40gb", 2),
-                ("4g.40gb", 1),
-                ("7g.80gb", 1),
-            ]
-        ),
-        "H100-94GB": _table(
-            [
-                ("1g.12gb", 7),
-                ("1g.12gb.me", 1),
-                ("1g.24gb", 4),
-                ("2g.24gb", 3),
-                ("3g.47gb", 2),
-                ("4g.47gb", 1),
-                ("7g.94gb", 1),
-            ]
-        ),
+        "H100-80GB": _seven_slices(10, 20, 40, 80),
+        "H100-94GB": _seven_slices(12, 24, 47, 94),
         # GH200 with the 96 GB H100 (device 0x2342); H20 (0x2329) shares its profiles.
-        "GH200-96GB": _table(
-            [
-                ("1g.12gb", 7),
-                ("1g.12gb.me", 1),
-                ("1g.24gb", 4),
-                ("2g.24gb", 3),
-                ("3g.48gb", 2),
-                ("4g.48gb", 1),
-                ("7g.96gb", 1),
-            ]
-        ),
-        "H20": _table(
-            [
-                ("1g.12gb", 7),
-                ("1g.12gb.me", 1),
-                ("1g.24gb", 4),
-                ("2g.24gb", 3),
-                ("3g.48gb", 2),
-                ("4g.48gb", 1),
-                ("7g.96gb", 1),
-            ]
-        ),
-        "GH200-144GB": _table(
-            [
-                ("1g.18gb", 7),
-                ("1g.18gb.me", 1),
-                ("1g.36gb", 4),
-                ("2g.36gb", 3),
-                ("3g.72gb", 2),
-                ("4g.72gb", 1),
-                ("7g.144gb", 1),
-            ]
-        ),
-        "H200-141GB": _table(
-            [
-                ("1g.18gb", 7),
-                ("1g.18gb.me", 1),
-                ("1g.35gb", 4),
-                ("2g.35gb", 3),
-                ("3g.71gb", 2),
-                ("4g.71gb", 1),
-                ("7g.141gb", 1),
-            ]
-        ),
-        "B200": _table(
-            [
-                ("1g.23gb", 7),
-                ("1g.23gb.me", 1),
-                ("1g.45gb", 4),
-                ("2g.45gb", 3),
-                ("3g.90gb", 2),
-                ("4g.90gb", 1),
-                ("7g.180gb", 1),
-            ]
-        ),
+        "GH200-96GB": _seven_slices(12, 24, 48, 96),
+        "H20": _seven_slices(12, 24, 48, 96),
+        "GH200-144GB": _seven_slices(18, 36, 72, 144),
+        "H200-141GB": _seven_slices(18, 35, 71, 141),
+        "B200": _seven_slices(23, 45, 90, 180),
         "RTX-PRO-6000": _table(
             [
                 ("1g.24gb", 4),
