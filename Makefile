@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 8443
 
-.PHONY: run test lint bench install certs clean
+.PHONY: run test lint bench install certs clean sync-data
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check webhook tests
 	$(BIN)/ruff format --check webhook tests
+
+# Every copy of the packaged data (policies/, manifests/) from webhook/policy/data; a test fails
+# on a copy that differs from what this writes.
+sync-data: $(STAMP)
+	$(BIN)/python -m tools.sync_data
 
 bench: $(STAMP)
 	$(BIN)/python -m tests.bench.bench_review

@@ -5,7 +5,7 @@ commands) point the client at this server instead of mocking the client: request
 through the client's serialization, content types, TLS verification and error handling.
 
 Only the standard library serves (``ThreadingHTTPServer`` on 127.0.0.1, port 0); TLS uses
-a certificate made by ``webhook.certs.generate`` for 127.0.0.1 and localhost.
+a certificate made by ``webhook.certs.pki.generate`` for 127.0.0.1 and localhost.
 
 Use it from a test module by importing the fixtures (pytest finds them by name)::
 
@@ -57,7 +57,7 @@ import jsonpatch
 import pytest
 import yaml
 
-from webhook import certs
+from webhook.certs import pki
 
 ADMISSION = "admissionregistration.k8s.io"
 
@@ -217,15 +217,15 @@ class FakeKubeAPI:
             if self._cert_dir is None:
                 self._tmp = tempfile.TemporaryDirectory(prefix="fake-kube-api-")
                 self._cert_dir = Path(self._tmp.name)
-            if not (self._cert_dir / certs.TLS_CERT).exists():
-                certs.generate(
+            if not (self._cert_dir / pki.TLS_CERT).exists():
+                pki.generate(
                     self._cert_dir,
                     service="kubernetes",
                     namespace="default",
                     hosts=["127.0.0.1", "localhost"],
                 )
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            context.load_cert_chain(self._cert_dir / certs.TLS_CERT, self._cert_dir / certs.TLS_KEY)
+            context.load_cert_chain(self._cert_dir / pki.TLS_CERT, self._cert_dir / pki.TLS_KEY)
             server.ssl_context = context
         self._server = server
         self._thread = threading.Thread(
@@ -265,7 +265,7 @@ class FakeKubeAPI:
     @property
     def ca_cert(self) -> Path | None:
         """The CA that signed the server certificate (None without TLS)."""
-        return self._cert_dir / certs.CA_CERT if self.tls and self._cert_dir else None
+        return self._cert_dir / pki.CA_CERT if self.tls and self._cert_dir else None
 
     # ------------------------------------------------------------------ clients
 

@@ -28,9 +28,9 @@ import pytest
 import yaml
 
 import webhook
-from webhook.model import Policy
-from webhook.pods import build_view
-from webhook.pools import Selection, select_pool
+from webhook.core.pods import build_view
+from webhook.core.pools import Selection, select_pool
+from webhook.policy.model import Policy
 
 K8S_VERSION = "1.32"
 KUBECTL = shutil.which("kubectl")
@@ -337,13 +337,13 @@ def _requirement_problems(where: str, term: Mapping) -> list[str]:
 
 
 def pool_selection(pod: Mapping, policy: Policy, namespace: str) -> Selection:
-    """What ``webhook.pools`` chooses for a Pod (to know what its patch must contain)."""
+    """What ``webhook.core.pools`` chooses for a Pod (to know what its patch must contain)."""
     view = build_view("Pod", "", pod, namespace, policy)
     assert view is not None
     return select_pool(view, policy)
 
 
-# --- Scheduler semantics, written independently of webhook.scheduling ---------------------
+# --- Scheduler semantics, written independently of webhook.core.scheduling ---------------------
 
 
 def tolerates(toleration: Mapping, taint: Mapping) -> bool:

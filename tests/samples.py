@@ -43,13 +43,13 @@ data:
 
 
 def failing_on(name: str):
-    """webhook.judge.judge, except that it raises for the object named ``name``: the engine
-    failing on a malformed object, however it is hardened meanwhile."""
-    from webhook.judge import judge
+    """webhook.admission.objects.decide_object, except that it raises for the object named
+    ``name``: the engine failing on a malformed object, however it is hardened meanwhile."""
+    from webhook.admission.objects import decide_object
 
     def fake(obj, *args, **kwargs):
         if isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == name:
             raise RuntimeError("the engine broke\non two lines")
-        return judge(obj, *args, **kwargs)
+        return decide_object(obj, *args, **kwargs)
 
     return fake

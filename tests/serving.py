@@ -24,7 +24,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from webhook import certs
+from webhook.certs import pki
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -89,10 +89,10 @@ def load_fixture(name: str) -> dict[str, Any]:
 
 
 def make_certificates(
-    out_dir: Path, *, ca: certs.GeneratedCertificates | None = None
-) -> certs.GeneratedCertificates:
+    out_dir: Path, *, ca: pki.GeneratedCertificates | None = None
+) -> pki.GeneratedCertificates:
     """A serving certificate for 127.0.0.1 and localhost; signed by ``ca``'s CA if given."""
-    return certs.generate(
+    return pki.generate(
         out_dir,
         service=SERVICE,
         namespace=NAMESPACE,

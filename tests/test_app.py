@@ -29,11 +29,11 @@ from tests.serving import (
     metric_labels,
     metric_value,
 )
-from webhook import default_policy_path
-from webhook.app import MAX_BODY_BYTES, create_app
-from webhook.logs import JsonFormatter
-from webhook.metrics import Metrics
-from webhook.policy_store import PolicyStore
+from webhook.policy.load import default_policy_path
+from webhook.server.app import MAX_BODY_BYTES, create_app
+from webhook.server.logs import JsonFormatter
+from webhook.server.metrics import Metrics
+from webhook.server.store import PolicyStore
 
 JSON = "application/json"
 GPU_POD = "admission-review-gpu-pod.json"
@@ -272,12 +272,12 @@ def test_an_engine_failure_is_a_500_and_the_app_goes_on(
         raise RuntimeError(f"engine bug quoting the object: {json.dumps(review)}")
 
     with monkeypatch.context() as patched:
-        patched.setattr("webhook.app.decide", broken)
-        with caplog.at_level(logging.ERROR, logger="webhook.app"):
+        patched.setattr("webhook.server.app.decide", broken)
+        with caplog.at_level(logging.ERROR, logger="webhook.server.app"):
             reply = post(client, "/validate", VALID)
     assert reply.status_code == 500
     assert reply.get_json() == {"error": "internal error while deciding the review"}
-    [record] = [r for r in caplog.records if r.name == "webhook.app"]
+    [record] = [r for r in caplog.records if r.name == "webhook.server.app"]
     assert record.fields["uid"] == load_fixture(GPU_POD)["request"]["uid"]
     assert record.fields["error"] == "RuntimeError"
     assert "in broken" in record.fields["traceback"]

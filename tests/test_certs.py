@@ -21,7 +21,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from webhook import certs
+from webhook.certs import gitops, pki
+from webhook.certs import install as cluster_install
+from webhook.cli import certs as certs_command
 
 try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
     from kubeapi import (  # noqa: F401
@@ -83,17 +85,17 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def _generate(out: Path, **kwargs) -> certs.GeneratedCertificates:
+def _generate(out: Path, **kwargs) -> pki.GeneratedCertificates:
     kwargs.setdefault("service", SERVICE)
     kwargs.setdefault("namespace", NAMESPACE)
-    return certs.generate(out, **kwargs)
+    return pki.generate(out, **kwargs)
 
 
 def _cli(argv: list[str]) -> int:
     """Run a `certs` sub-command through a parser like webhook/cli.py builds."""
     parser = argparse.ArgumentParser(prog="gpu-admission")
     commands = parser.add_subparsers(dest="command", required=True)
-    certs.add_subcommands(commands)
+    certs_command.add_subcommands(commands)
     args = parser.parse_args(["certs", *argv])
     return args.func(args)
 
@@ -149,7 +151,7 @@ def test_generate_serving_certificate(tmp_path: Path) -> None:
     assert result.tls_cert == out / "tls.crt" and result.tls_key == out / "tls.key"
     assert base64.b64decode(result.ca_bundle_b64) == (out / "ca.crt").read_bytes()
     assert result.not_after == cert.not_valid_after_utc
-    assert certs.certificate_not_after(out / "tls.crt") == result.not_after
+    assert pki.certificate_not_after(out / "tls.crt") == result.not_after
     now = datetime.now(UTC)
     assert timedelta(days=364) < result.not_after - now <= timedelta(days=365)
     assert cert.not_valid_before_utc < now  # backdated against clock skew
@@ -197,19 +199,19 @@ def test_reusing_the_ca_keeps_ca_crt_byte_identical(tmp_path: Path) -> None:
 def test_reused_ca_is_checked(tmp_path: Path) -> None:
     _generate(tmp_path / "a")
     _generate(tmp_path / "b")
-    with pytest.raises(certs.CertsError, match="is not the key of the CA certificate"):
+    with pytest.raises(pki.CertsError, match="is not the key of the CA certificate"):
         _generate(
             tmp_path / "c", ca_cert_path=tmp_path / "a/ca.crt", ca_key_path=tmp_path / "b/ca.key"
         )
-    with pytest.raises(certs.CertsError, match="not a CA certificate"):
+    with pytest.raises(pki.CertsError, match="not a CA certificate"):
         _generate(
             tmp_path / "c", ca_cert_path=tmp_path / "a/tls.crt", ca_key_path=tmp_path / "a/tls.key"
         )
-    with pytest.raises(certs.CertsError, match="contains a private key"):
+    with pytest.raises(pki.CertsError, match="contains a private key"):
         _generate(
             tmp_path / "c", ca_cert_path=tmp_path / "a/ca.key", ca_key_path=tmp_path / "a/ca.key"
         )
-    with pytest.raises(certs.CertsError, match="both"):
+    with pytest.raises(pki.CertsError, match="both"):
         _generate(tmp_path / "c", ca_cert_path=tmp_path / "a/ca.crt")
 
 
@@ -229,7 +231,7 @@ def test_serving_certificate_does_not_outlive_its_ca(tmp_path: Path) -> None:
     ],
 )
 def test_generate_rejects_bad_input(tmp_path: Path, kwargs: dict, message: str) -> None:
-    with pytest.raises(certs.CertsError, match=message):
+    with pytest.raises(pki.CertsError, match=message):
         _generate(tmp_path, **kwargs)
     assert not (tmp_path / "tls.crt").exists()
 
@@ -265,7 +267,7 @@ def test_cli_generate_with_existing_ca(tmp_path: Path, capsys) -> None:
     assert _cli(argv) == 0
     assert capsys.readouterr().out == first
     assert (out / "ca.crt").read_bytes() == ca
-    not_after = certs.certificate_not_after(out / "tls.crt")
+    not_after = pki.certificate_not_after(out / "tls.crt")
     assert not_after - datetime.now(UTC) <= timedelta(days=30)
 
 
@@ -294,21 +296,21 @@ def test_write_ca_bundle_deduplicates_and_validates(tmp_path: Path) -> None:
     _generate(tmp_path / "b")
     a, b = tmp_path / "a/ca.crt", tmp_path / "b/ca.crt"
     out = tmp_path / "bundle.crt"
-    encoded = certs.write_ca_bundle(out, [a, b, a])
+    encoded = pki.write_ca_bundle(out, [a, b, a])
     assert _certs(out) == [_cert(a), _cert(b)]
     assert base64.b64decode(encoded) == out.read_bytes()
 
     # A bundle as input (a second rotation) is split and deduplicated too.
-    certs.write_ca_bundle(tmp_path / "again.crt", [b, out])
+    pki.write_ca_bundle(tmp_path / "again.crt", [b, out])
     assert _certs(tmp_path / "again.crt") == [_cert(b), _cert(a)]
 
-    with pytest.raises(certs.CertsError, match="private key"):
-        certs.write_ca_bundle(tmp_path / "x.crt", [a, tmp_path / "a/ca.key"])
+    with pytest.raises(pki.CertsError, match="private key"):
+        pki.write_ca_bundle(tmp_path / "x.crt", [a, tmp_path / "a/ca.key"])
     (tmp_path / "junk.crt").write_text("not a certificate\n")
-    with pytest.raises(certs.CertsError, match="not a PEM certificate"):
-        certs.write_ca_bundle(tmp_path / "x.crt", [tmp_path / "junk.crt"])
-    with pytest.raises(certs.CertsError, match="cannot read"):
-        certs.write_ca_bundle(tmp_path / "x.crt", [tmp_path / "missing.crt"])
+    with pytest.raises(pki.CertsError, match="not a PEM certificate"):
+        pki.write_ca_bundle(tmp_path / "x.crt", [tmp_path / "junk.crt"])
+    with pytest.raises(pki.CertsError, match="cannot read"):
+        pki.write_ca_bundle(tmp_path / "x.crt", [tmp_path / "missing.crt"])
     assert not (tmp_path / "x.crt").exists()
 
 
@@ -416,12 +418,12 @@ def _seed_webhook_configurations(api: FakeKubeAPI) -> None:
         )
 
 
-def _install(client, cert_dir: Path, **kwargs) -> certs.InstallResult:
+def _install(client, cert_dir: Path, **kwargs) -> cluster_install.InstallResult:
     kwargs.setdefault("namespace", NAMESPACE)
     kwargs.setdefault("secret_name", "gpu-admission-tls")
     kwargs.setdefault("validating_webhook_name", "gpu-admission")
     kwargs.setdefault("mutating_webhook_name", "gpu-admission")
-    return certs.install(client, cert_dir=cert_dir, **kwargs)
+    return cluster_install.install(client, cert_dir=cert_dir, **kwargs)
 
 
 def _ca_bundles(api: FakeKubeAPI) -> list[str]:
@@ -485,7 +487,7 @@ def test_install_publishes_the_rotation_bundle(
     shutil.copy(out / "ca.crt", old_ca)
 
     _generate(out)  # a new CA
-    bundle_b64 = certs.write_ca_bundle(out / "ca-bundle.crt", [out / "ca.crt", old_ca])
+    bundle_b64 = pki.write_ca_bundle(out / "ca-bundle.crt", [out / "ca.crt", old_ca])
     kube_api.requests.clear()
     _install(kube_api_client, out)
     assert _ca_bundles(kube_api) == [bundle_b64] * 4
@@ -504,7 +506,7 @@ def test_install_forbidden_is_one_clear_line(
     _seed_webhook_configurations(kube_api)
     _generate(tmp_path)
     kube_api.forbid("/api/v1/namespaces/*/secrets*", method="POST")
-    with pytest.raises(certs.InstallError) as error:
+    with pytest.raises(cluster_install.InstallError) as error:
         _install(kube_api_client, tmp_path)
     message = str(error.value)
     assert "\n" not in message
@@ -519,7 +521,9 @@ def test_install_forbidden_webhook_configuration_writes_nothing(
     _seed_webhook_configurations(kube_api)
     _generate(tmp_path)
     kube_api.forbid(f"{ADMISSION}/mutatingwebhookconfigurations/*")
-    with pytest.raises(certs.InstallError, match="cannot read MutatingWebhookConfiguration"):
+    with pytest.raises(
+        cluster_install.InstallError, match="cannot read MutatingWebhookConfiguration"
+    ):
         _install(kube_api_client, tmp_path)
     assert [r.method for r in kube_api.requests] == ["GET", "GET"]
 
@@ -529,7 +533,7 @@ def test_install_missing_configuration(
 ) -> None:
     _seed_webhook_configurations(kube_api)
     _generate(tmp_path)
-    with pytest.raises(certs.InstallError) as error:
+    with pytest.raises(cluster_install.InstallError) as error:
         _install(kube_api_client, tmp_path, mutating_webhook_name="gpu-admission-typo")
     message = str(error.value)
     assert "\n" not in message
@@ -553,7 +557,7 @@ def test_install_skips_an_empty_name_and_refuses_a_foreign_secret(
             "data": {"password": "aHVudGVyMg=="},
         }
     )
-    with pytest.raises(certs.InstallError, match="exists with type 'Opaque'"):
+    with pytest.raises(cluster_install.InstallError, match="exists with type 'Opaque'"):
         _install(kube_api_client, tmp_path, mutating_webhook_name="")
     assert kube_api.get(SECRET_PATH)["data"] == {"password": "aHVudGVyMg=="}
     bundles = _ca_bundles(kube_api)
@@ -637,7 +641,7 @@ def test_install_into_manifests(tmp_path: Path) -> None:
     deployment = manifests / "base" / "deployment.yaml"
     deployment.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n")
 
-    changed = certs.install_into_manifests(manifests, tmp_path / "certs")
+    changed = gitops.install_into_manifests(manifests, tmp_path / "certs")
     assert changed == [webhooks]
 
     documents = list(yaml.safe_load_all(webhooks.read_text()))
@@ -667,7 +671,7 @@ def test_install_into_manifests(tmp_path: Path) -> None:
             assert key_b64 not in path.read_text()
 
     # Idempotent: nothing to change the second time.
-    assert certs.install_into_manifests(manifests, tmp_path / "certs") == []
+    assert gitops.install_into_manifests(manifests, tmp_path / "certs") == []
 
 
 def test_cli_install_into_manifests(tmp_path: Path, capsys) -> None:
@@ -707,12 +711,12 @@ def test_cli_generate_checks_the_old_ca_before_writing_anything(
     out = tmp_path / "certs"
     assert _cli(["generate", "--out", str(out)]) == 0
     before = _snapshot(out)
-    with pytest.raises(certs.CertsError, match=message):
+    with pytest.raises(pki.CertsError, match=message):
         _cli(["generate", "--out", str(out), "--force", "--bundle-old-ca", str(old_ca)])
     assert _snapshot(out) == before  # tls.crt and tls.key are not replaced half-way
 
     fresh = tmp_path / "fresh"
-    with pytest.raises(certs.CertsError, match=message):
+    with pytest.raises(pki.CertsError, match=message):
         _cli(["generate", "--out", str(fresh), "--bundle-old-ca", str(old_ca)])
     assert not fresh.exists()
 
@@ -723,7 +727,7 @@ def test_a_ca_certificate_and_key_that_do_not_match_write_nothing(tmp_path: Path
     out = tmp_path / "certs"
     argv = ["generate", "--out", str(out)]
     argv += ["--ca-cert", str(tmp_path / "a/ca.crt"), "--ca-key", str(tmp_path / "b/ca.key")]
-    with pytest.raises(certs.CertsError, match="is not the key of the CA certificate"):
+    with pytest.raises(pki.CertsError, match="is not the key of the CA certificate"):
         _cli(argv)
     assert not out.exists()
 
@@ -737,7 +741,7 @@ def test_cli_install_into_manifests_with_a_binary_file_names_it(tmp_path: Path) 
     binary.parent.mkdir()
     binary.write_bytes(b"\x7fELF\xff\xfe WebhookConfiguration")
     argv = ["install", "--cert-dir", str(tmp_path / "certs"), "--manifests", str(binary.parent)]
-    with pytest.raises(certs.CertsError) as info:
+    with pytest.raises(pki.CertsError) as info:
         _cli(argv)
     assert str(info.value) == f"{binary}: not UTF-8 text, not a YAML manifest"
 
@@ -748,7 +752,7 @@ def test_cli_install_into_manifests_with_invalid_yaml_is_one_line(tmp_path: Path
     broken.parent.mkdir()
     broken.write_text("kind: ValidatingWebhookConfiguration\nwebhooks: [\n")
     argv = ["install", "--cert-dir", str(tmp_path / "certs"), "--manifests", str(broken.parent)]
-    with pytest.raises(certs.CertsError) as info:
+    with pytest.raises(pki.CertsError) as info:
         _cli(argv)
     assert str(info.value) == (
         f"{broken}:3: invalid YAML: expected the node content, but found '<stream end>'"
@@ -756,7 +760,7 @@ def test_cli_install_into_manifests_with_invalid_yaml_is_one_line(tmp_path: Path
 
 
 def test_cli_install_with_a_binary_kubeconfig_is_one_line(tmp_path: Path, capsys) -> None:
-    from webhook.cli import main
+    from webhook.cli.main import main
 
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe")
@@ -776,8 +780,8 @@ def test_install_against_a_server_that_answers_no_json_names_it(tmp_path: Path) 
         configuration = k8s.Configuration()
         configuration.host = url
         with closing(k8s.ApiClient(configuration)) as api_client:
-            with pytest.raises(certs.InstallError) as info:
-                certs.install(
+            with pytest.raises(cluster_install.InstallError) as info:
+                cluster_install.install(
                     api_client,
                     namespace=NAMESPACE,
                     secret_name="gpu-admission-tls",
@@ -792,7 +796,7 @@ def test_install_against_a_server_that_answers_no_json_names_it(tmp_path: Path) 
 
 
 def test_certs_help_has_examples(capsys) -> None:
-    from webhook.cli import main
+    from webhook.cli.main import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["certs", "--help"])

@@ -18,9 +18,9 @@ import yaml
 
 from tests.conformance.corpus import CORPUS
 from tests.samples import CONFIG_MAP, GPU_DEPLOYMENT, GPU_POD, failing_on
-from webhook import cli_audit
 from webhook.checks.registry import BY_RULE
-from webhook.cli import main
+from webhook.cli import cluster as cluster_listing
+from webhook.cli.main import main
 
 try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
     from kubeapi import (  # noqa: F401
@@ -253,7 +253,7 @@ def test_sarif_levels_follow_the_modes_and_a_skipped_file_is_a_notification(
 
 
 def test_sarif_uri_is_relative_with_forward_slashes_and_escaped(tmp_path: Path) -> None:
-    from webhook import sarif
+    from webhook.cli import sarif
 
     nested = tmp_path / "a dir" / "pod.yaml"
     assert sarif.uri(str(nested)).endswith("a%20dir/pod.yaml")
@@ -345,7 +345,7 @@ def test_exit_2_on_malformed_yaml_naming_the_file_and_document(tmp_path: Path, c
 def test_an_object_that_cannot_be_judged_is_a_problem_and_the_rest_is_reported(
     tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("webhook.cli_audit.judge", failing_on("train"))
+    monkeypatch.setattr("webhook.cli.audit.decide_object", failing_on("train"))
     both = write(tmp_path, "a/both.yaml", PRIVILEGED_GPU_POD + "---\n" + GPU_POD)
     write(tmp_path, "b/deployment.yaml", GPU_DEPLOYMENT)
     start = len(PRIVILEGED_GPU_POD.splitlines()) + 2  # the second document, after "---"
@@ -743,7 +743,7 @@ def test_cluster_junit(cluster: Cluster, capsys) -> None:
 def test_cluster_lists_are_paginated(
     cluster: Cluster, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli_audit, "PAGE_SIZE", 3)
+    monkeypatch.setattr(cluster_listing, "PAGE_SIZE", 3)
     cluster.api.add_all(pod(f"p{i}", "ml") for i in range(8))
     code, records, _ = cluster.audit(capsys, "-A")
     assert code == 0
@@ -756,7 +756,7 @@ def test_cluster_lists_are_paginated(
 def test_cluster_expired_continue_restarts_the_list_once(
     cluster: Cluster, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli_audit, "PAGE_SIZE", 3)
+    monkeypatch.setattr(cluster_listing, "PAGE_SIZE", 3)
     cluster.api.add_all(pod(f"p{i}", "ml") for i in range(5))
     cluster.api.expire_continue("/api/v1/pods")
     code, records, err = cluster.audit(capsys, "-A")
@@ -769,7 +769,7 @@ def test_cluster_expired_continue_restarts_the_list_once(
 def test_cluster_expired_twice_is_an_error(
     cluster: Cluster, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli_audit, "PAGE_SIZE", 3)
+    monkeypatch.setattr(cluster_listing, "PAGE_SIZE", 3)
     cluster.api.add_all(pod(f"p{i}", "ml") for i in range(5))
     cluster.api.expire_continue("/api/v1/pods", times=2)
     code, records, err = cluster.audit(capsys, "-A")
@@ -905,7 +905,7 @@ def test_cluster_kubeconfig_that_is_no_kubeconfig_is_one_line(
 def test_cluster_object_that_cannot_be_judged_is_a_problem_and_the_rest_is_reported(
     cluster: Cluster, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("webhook.cli_audit.judge", failing_on("trainer"))
+    monkeypatch.setattr("webhook.cli.audit.decide_object", failing_on("trainer"))
     seed(cluster.api)
     code, records, err = cluster.audit(capsys, "-A")
     assert code == 2

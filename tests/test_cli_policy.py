@@ -18,9 +18,11 @@ import pytest
 import yaml
 
 from tests.conformance.corpus import load_table
-from webhook import policy, policy_tests
-from webhook.cli import main
-from webhook.cli_policy import covers, rule_covers
+from webhook.cli import suites as policy_tests
+from webhook.cli.main import main
+from webhook.cli.policy import rule_covers
+from webhook.policy import load as policy
+from webhook.policy.lint import covers
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = [ROOT / "policies" / "default.yaml", *sorted((ROOT / "policies/examples").glob("*.yaml"))]
@@ -785,14 +787,14 @@ def test_a_directory_is_not_a_policy_file(tmp_path: Path, capsys) -> None:
 def test_a_case_the_engine_fails_on_is_an_error_and_the_others_still_run(
     tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from webhook.judge import judge
+    from webhook.admission.objects import decide_object
 
     def failing(obj, *args, **kwargs):
         if (obj.get("metadata") or {}).get("name") == "broken":
             raise RuntimeError("the engine broke\non two lines")
-        return judge(obj, *args, **kwargs)
+        return decide_object(obj, *args, **kwargs)
 
-    monkeypatch.setattr("webhook.policy_tests.judge", failing)
+    monkeypatch.setattr("webhook.cli.suites.decide_object", failing)
     path = suite(
         tmp_path,
         f"""

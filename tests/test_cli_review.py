@@ -13,7 +13,7 @@ import yaml
 
 from tests.conformance.corpus import CORPUS, POLICIES, load_table
 from tests.samples import CONFIG_MAP, GPU_DEPLOYMENT, GPU_POD, failing_on
-from webhook.cli import main
+from webhook.cli.main import main
 
 TABLE = load_table()["files"]
 FIXTURES = Path(__file__).with_name("fixtures")
@@ -282,7 +282,7 @@ def test_help_has_examples(capsys) -> None:
 def test_an_object_that_cannot_be_judged_is_an_error_and_the_rest_is_reported(
     tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("webhook.cli_review.judge", failing_on("train"))
+    monkeypatch.setattr("webhook.cli.review.decide_object", failing_on("train"))
     both = write(tmp_path, "both.yaml", PRIVILEGED_GPU_POD + "---\n" + GPU_POD)
     code, out, err = review(capsys, "-f", both)
     assert code == 2
@@ -311,7 +311,7 @@ def test_an_object_that_cannot_be_judged_is_an_error_and_the_rest_is_reported(
 def test_debug_before_or_after_the_command_shows_the_traceback(
     tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("webhook.cli_review.judge", failing_on("train"))
+    monkeypatch.setattr("webhook.cli.review.decide_object", failing_on("train"))
     pod = write(tmp_path, "p.yaml", GPU_POD)
     for argv in (["--debug", "review", "-f", pod], ["review", "-f", pod, "--debug"]):
         with pytest.raises(RuntimeError, match="the engine broke"):

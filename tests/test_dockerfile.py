@@ -23,7 +23,11 @@ DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 
 COMPILERS = re.compile(r"\b(gcc|g\+\+|cc|clang|build-essential|python3?-dev|rustc|cargo)\b")
-PACKAGE_DATA = ("webhook/data/default.yaml", "webhook/data/policy.schema.json")
+PACKAGE_DATA = (
+    "webhook/policy/data/default.yaml",
+    "webhook/policy/data/policy.schema.json",
+    "webhook/policy/data/policy-test.schema.json",
+)
 
 
 @dataclass
@@ -218,13 +222,13 @@ def test_dockerignore_keeps_secrets_and_clutter_out():
         "certs/tls.key",
         "certs/ca.crt",
         "some/dir/server.key",
-        "webhook/__pycache__/cli.cpython-311.pyc",
+        "webhook/cli/__pycache__/main.cpython-311.pyc",
         ".pytest_cache/v",
         ".ruff_cache/x",
         "tests/test_dockerfile.py",
     ):
         assert ignored(path, patterns), f"{path} would be sent to the Docker daemon"
-    assert not ignored("webhook/cli.py", patterns)
+    assert not ignored("webhook/cli/main.py", patterns)
     assert not ignored("pyproject.toml", patterns)
 
 
@@ -274,7 +278,9 @@ def wheel(tmp_path_factory, stages) -> Path:
 
 def test_wheel_contains_package_data(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "webhook/cli.py" in names
+    layers = ("policy", "core", "checks", "admission", "server", "certs", "cli")
+    assert {f"webhook/{layer}/__init__.py" for layer in layers} <= names
+    assert "webhook/cli/main.py" in names
     missing = [p for p in PACKAGE_DATA if p not in names]
     assert not missing, f"package data missing from the wheel: {missing}"
 
@@ -286,4 +292,4 @@ def test_wheel_declares_the_entrypoint_script(wheel, final):
             n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")
         ]
         text = archive.read(entry_points).decode()
-    assert re.search(rf"^{re.escape(command)}\s*=\s*webhook\.cli:main$", text, re.M), text
+    assert re.search(rf"^{re.escape(command)}\s*=\s*webhook\.cli\.main:main$", text, re.M), text

@@ -438,15 +438,6 @@ def test_tls_secret_is_mounted():
     assert "subPath" not in mount  # the rotated certificate must reach the Pod
 
 
-def test_policy_copy_matches_the_default_policy():
-    # Kustomize generators cannot read outside manifests/base, hence the copy:
-    #   cp policies/default.yaml manifests/base/policy.yaml
-    default = REPO / "policies" / "default.yaml"
-    copy = MANIFESTS / "base" / "policy.yaml"
-    assert default.is_file(), "policies/default.yaml is missing"
-    assert copy.read_bytes() == default.read_bytes(), "manifests/base/policy.yaml is stale"
-
-
 def test_service_maps_443_to_8443():
     objs = render("base")
     service = one(objs, "Service", "gpu-admission")

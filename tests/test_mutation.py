@@ -31,7 +31,7 @@ from tests.patching import (
     required_terms,
     validate_pod,
 )
-from webhook.model import INJECTED_ANNOTATION, POOL_ANNOTATION
+from webhook.policy.model import INJECTED_ANNOTATION, POOL_ANNOTATION
 
 DEFAULT = webhook.load_policy(webhook.default_policy_path())
 POOLS = policy_from(POOLS_DOC)

@@ -49,8 +49,8 @@ from tests.patching import (
     tolerated,
     validate_pod,
 )
-from webhook.model import INJECTED_ANNOTATION, POOL_ANNOTATION, Policy
-from webhook.quantity import parse_quantity
+from webhook.policy.model import INJECTED_ANNOTATION, POOL_ANNOTATION, Policy
+from webhook.policy.quantity import parse_quantity
 
 DEFAULT = policy_from(DEFAULT_DOC)
 POOLS = policy_from(POOLS_DOC)

@@ -1,4 +1,5 @@
-"""``webhook.patch``: RFC 6901 pointers and the add-only RFC 6902 operations the planner emits.
+"""``webhook.admission.patch``: RFC 6901 pointers and the add-only RFC 6902 operations the
+planner emits.
 
 Every operation built here is also applied with the ``jsonpatch`` library (and a few with
 kubectl), so "applies to the object as it is" is checked, not assumed.
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.patching import apply_both, apply_jsonpatch
-from webhook import patch
+from webhook.admission import patch
 
 # --- escape / pointer / unescape ----------------------------------------------------------
 

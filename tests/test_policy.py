@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import webhook
-from webhook.policy import default_policy_path
+from webhook.policy.load import default_policy_path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "policies" / "examples").glob("*.yaml"))
@@ -36,12 +36,8 @@ def refused(spec: str) -> webhook.PolicyError:
 def test_default_policy_loads_and_is_packaged() -> None:
     policy = webhook.load_policy(ROOT / "policies" / "default.yaml")
     assert policy.name == "default"
-    assert default_policy_path().read_text() == (ROOT / "policies" / "default.yaml").read_text()
-
-
-def test_schema_copy_for_editors_is_identical_to_the_packaged_schema() -> None:
-    packaged = ROOT / "webhook" / "data" / "policy.schema.json"
-    assert (ROOT / "policies" / "policy.schema.json").read_text() == packaged.read_text()
+    # The copies are generated from the packaged files: tests/test_data_sync.py.
+    assert webhook.load_policy(default_policy_path()).name == "default"
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)

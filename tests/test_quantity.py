@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.quantity import parse_quantity
+from webhook.policy.quantity import parse_quantity
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from webhook import response
-from webhook.violations import Finding, Violation, render_all
+from webhook.admission import response
+from webhook.core.findings import Finding, Violation, render_all
 
 
 def violation(value: object = "0.5", path: str = "spec.x", error_type: str = "Invalid value"):

@@ -41,8 +41,9 @@ from tests.serving import (
     request,
     wait_until,
 )
-from webhook import certs, parse_policy
-from webhook.app import MAX_BODY_BYTES
+from webhook import parse_policy
+from webhook.certs.pki import GeneratedCertificates
+from webhook.server.app import MAX_BODY_BYTES
 
 GPU_POD = fixture_bytes("admission-review-gpu-pod.json")
 FRACTIONAL = fixture_bytes("admission-review-fractional-gpu.json")
@@ -51,7 +52,7 @@ HOSTPATH = fixture_bytes("admission-review-gpu-hostpath.json")
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> certs.GeneratedCertificates:
+def pki(tmp_path_factory: pytest.TempPathFactory) -> GeneratedCertificates:
     return make_certificates(tmp_path_factory.mktemp("pki"))
 
 
@@ -63,7 +64,7 @@ def write_policy(directory: Path, text: str = TEST_POLICY) -> Path:
 
 @pytest.fixture(scope="module")
 def server(
-    tmp_path_factory: pytest.TempPathFactory, pki: certs.GeneratedCertificates
+    tmp_path_factory: pytest.TempPathFactory, pki: GeneratedCertificates
 ) -> Iterator[Server]:
     directory = tmp_path_factory.mktemp("server")
     with Server(
@@ -221,7 +222,7 @@ def test_chunked_bodies_are_read_and_limited(server: Server) -> None:
 
 
 def test_garbage_on_the_wire_is_no_server_error(
-    server: Server, pki: certs.GeneratedCertificates
+    server: Server, pki: GeneratedCertificates
 ) -> None:
     # Not HTTP at all, over TLS.
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
@@ -269,7 +270,7 @@ def test_metrics_counters_move_across_workers(server: Server) -> None:
 
 
 def test_policy_changes_while_serving_and_an_invalid_one_is_refused(
-    tmp_path: Path, pki: certs.GeneratedCertificates
+    tmp_path: Path, pki: GeneratedCertificates
 ) -> None:
     mount = MountedDir(tmp_path / "policy", {"policy.yaml": TEST_POLICY.encode()})
     first = parse_policy(TEST_POLICY, "x").sha256
@@ -350,7 +351,7 @@ def test_a_missing_policy_at_start_up_is_not_ready_until_it_appears(tmp_path: Pa
 
 
 def test_certificate_rotation_while_serving(
-    tmp_path: Path, pki: certs.GeneratedCertificates
+    tmp_path: Path, pki: GeneratedCertificates
 ) -> None:
     mount = MountedDir(tmp_path / "tls", read_all([pki.tls_cert, pki.tls_key]))
     with Server(
@@ -442,7 +443,7 @@ def _serial(path: Path) -> int:
 
 
 def test_sigterm_drains_then_finishes_in_flight_requests(
-    tmp_path: Path, pki: certs.GeneratedCertificates
+    tmp_path: Path, pki: GeneratedCertificates
 ) -> None:
     # Generous: the assertions below happen inside the drain, on a busy 2-core CI machine.
     drain = 6.0
@@ -535,7 +536,7 @@ def test_sigterm_drains_then_finishes_in_flight_requests(
 
 
 def test_settings_from_the_environment_and_record_mode(
-    tmp_path: Path, pki: certs.GeneratedCertificates
+    tmp_path: Path, pki: GeneratedCertificates
 ) -> None:
     with Server(
         policy=write_policy(tmp_path),

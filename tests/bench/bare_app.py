@@ -1,9 +1,9 @@
 """The benchmark's baseline: a trivial Flask app under exactly the webhook's gunicorn and TLS.
 
 Run as ``python -m tests.bench.bare_app`` with the options of ``gpu-admission serve``. It is
-the webhook's own :class:`~webhook.server.AdmissionServer` (worker class, threads, keep-alive,
-TLS context, hooks) with only the WSGI app replaced, so the difference between the two is the
-cost of the admission path itself.
+the webhook's own :class:`~webhook.server.gunicorn.AdmissionServer` (worker class, threads,
+keep-alive, TLS context, hooks) with only the WSGI app replaced, so the difference between the
+two is the cost of the admission path itself.
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ from collections.abc import Sequence
 
 from flask import Flask, Response, request
 
-from webhook import server
+from webhook.cli import serve
+from webhook.server.gunicorn import AdmissionServer
+from webhook.server.settings import resolve_settings
 
 BODY = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"allowed":true}}'
 
 
-class BareServer(server.AdmissionServer):
+class BareServer(AdmissionServer):
     def load(self) -> Flask:
         app = Flask("bare")
 
@@ -39,9 +41,9 @@ class BareServer(server.AdmissionServer):
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bare_app")
-    server.add_subcommands(parser.add_subparsers(dest="command", required=True))
+    serve.add_subcommands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
-    settings = server.settings_from_args(args, os.environ)
+    settings = resolve_settings(vars(args), os.environ)
     metrics_dir = tempfile.mkdtemp(prefix="bare-app-metrics-")
     BareServer(settings, metrics_dir=metrics_dir, owns_metrics_dir=True).run()
     return 0

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from webhook.model import Policy
-from webhook.pods import PodView
-from webhook.pools import select_pool
-from webhook.scheduling import tolerates
-from webhook.violations import Violation
+from webhook.core.findings import Violation
+from webhook.core.pods import PodView
+from webhook.core.pools import select_pool
+from webhook.core.scheduling import tolerates
+from webhook.policy.model import Policy
 
 RULE = "daemonset-tolerations"
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from webhook.model import Policy
-from webhook.pods import CDI_PREFIX, PodView
-from webhook.violations import Violation, quote
+from webhook.core.findings import Violation, quote
+from webhook.core.pods import CDI_PREFIX, PodView
+from webhook.policy.model import Policy
 
 RULE = "device-visibility"
 HARMLESS = ("void", "none")

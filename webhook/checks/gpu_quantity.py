@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from webhook.model import Policy
-from webhook.pods import PodView
-from webhook.quantity import Quantity, parse_quantity
-from webhook.violations import Violation
+from webhook.core.findings import Violation
+from webhook.core.pods import PodView
+from webhook.policy.model import Policy
+from webhook.policy.quantity import Quantity, parse_quantity
 
 RULE = "gpu-quantity"
 

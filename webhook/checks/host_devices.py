@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from webhook.model import Policy
-from webhook.pods import PodView
-from webhook.policy import normalise_host_path as normalise
-from webhook.violations import Violation, quote
+from webhook.core.findings import Violation, quote
+from webhook.core.pods import PodView
+from webhook.policy.model import Policy
+from webhook.policy.names import normalise_host_path as normalise
 
 RULE = "host-devices"
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from webhook.model import Policy
-from webhook.pods import PodView
-from webhook.violations import Violation, quote
+from webhook.core.findings import Violation, quote
+from webhook.core.pods import PodView
+from webhook.policy.model import Policy
 
 RULE = "privileged"
 

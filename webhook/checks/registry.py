@@ -17,9 +17,9 @@ from webhook.checks import (
     sharing_mode,
     topology,
 )
-from webhook.model import RULE_IDS, Policy
-from webhook.pods import PodView
-from webhook.violations import Violation
+from webhook.core.findings import Violation
+from webhook.core.pods import PodView
+from webhook.policy.model import RULE_IDS, Policy
 
 CheckFunction = Callable[[PodView, Policy], Iterable[Violation]]
 

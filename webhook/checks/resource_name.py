@@ -15,11 +15,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterator
 
-from webhook import mig
-from webhook.model import Policy
-from webhook.pods import PodView
-from webhook.policy import near_miss_key
-from webhook.violations import Violation, quote
+from webhook.core.findings import Violation, quote
+from webhook.core.pods import PodView
+from webhook.policy import mig
+from webhook.policy.model import Policy
+from webhook.policy.names import near_miss_key
 
 RULE = "resource-name"
 
@@ -29,7 +29,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         for name in container.gpu:
             if name in policy.declared_names:
                 continue
-            found = _judge(name, policy)
+            found = _diagnose(name, policy)
             if found is not None:
                 message, hint, advisory = found
                 yield Violation(
@@ -45,7 +45,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 )
 
 
-def _judge(name: str, policy: Policy) -> tuple[str, str, bool] | None:
+def _diagnose(name: str, policy: Policy) -> tuple[str, str, bool] | None:
     if name in policy.retired:
         replacement, reason = policy.retired[name]
         because = f" ({reason})" if reason else ""

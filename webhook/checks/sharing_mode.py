@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from webhook import mig
-from webhook.model import Policy
-from webhook.pods import PodView
-from webhook.pools import resource_spec, select_pool
-from webhook.violations import Violation
+from webhook.core.findings import Violation
+from webhook.core.pods import PodView
+from webhook.core.pools import resource_spec, select_pool
+from webhook.policy import mig
+from webhook.policy.model import Policy
 
 RULE = "sharing-mode"
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from decimal import Decimal
 
-from webhook import mig
-from webhook.model import Policy
-from webhook.pods import PodView
-from webhook.pools import resource_spec, select_pool
-from webhook.quantity import Quantity
-from webhook.violations import Violation, quote
+from webhook.core.findings import Violation, quote
+from webhook.core.pods import PodView
+from webhook.core.pools import resource_spec, select_pool
+from webhook.policy import mig
+from webhook.policy.model import Policy
+from webhook.policy.quantity import Quantity
 
 RULE = "topology"
 

@@ -1,0 +1,224 @@
+"""The layers of ``webhook`` as the README draws them, checked on the source.
+
+Every ``import`` of every module counts, at module level or inside a function: a lazy import
+is still a dependency. Imports go down the rank table only; two layers of the same rank do not
+import each other; nothing imports the package root (it only re-exports the public API); and
+there is no cycle between modules, inside a layer either.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "webhook"
+
+# Lowest first. A module may import its own layer and the layers of lower rank.
+RANKS = {
+    "policy": 0,  # model, load, lint, compile, names, MIG catalogue, quantities, data
+    "core": 1,  # pod views, findings, scheduling semantics, pool selection
+    "checks": 2,  # one module per rule and the registry
+    "admission": 3,  # the decision: request, engine, mutation plan, JSON Patch, response
+    "server": 4,  # app, gunicorn, TLS, drain, policy store, metrics, logs
+    "certs": 4,  # pki, install, gitops
+    "cli": 5,  # main, common, one module per command, output formats
+}
+# The layers a decision runs through: no web framework, server, YAML, schema or cluster client.
+PURE_LAYERS = ("core", "checks", "admission")
+MAX_LINES = 500
+
+Modules = dict[str, Path]
+
+
+def modules_of(package: Path) -> Modules:
+    """Every module of a package, by dotted name (a package by its ``__init__``)."""
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = modules_of(PACKAGE)
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def imports(modules: Modules, module: str) -> list[tuple[str, int]]:
+    """Every (imported module, line) of a module; a ``from package import name`` whose name is
+    a module of the package counts as an import of that module."""
+    path = modules[module]
+    tree = ast.parse(path.read_text("utf-8"), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                found.append((submodule if submodule in modules else base, node.lineno))
+    return found
+
+
+def internal_imports(modules: Modules) -> dict[str, list[tuple[str, int]]]:
+    return {m: [(t, n) for t, n in imports(modules, m) if t in modules] for m in modules}
+
+
+def upward_imports(modules: Modules) -> list[str]:
+    """Each import that goes up (or sideways to another layer), naming both modules."""
+    root = next(m for m in modules if "." not in m)
+    found = []
+    for module, edges in internal_imports(modules).items():
+        for target, line in edges:
+            if target == root:
+                if module != root:
+                    found.append(f"{module}:{line} imports the package root {root}")
+            elif module != root and layer(target) != layer(module):
+                if RANKS[layer(target)] >= RANKS[layer(module)]:
+                    found.append(
+                        f"{module}:{line} ({layer(module)}, rank {RANKS[layer(module)]}) "
+                        f"imports {target} ({layer(target)}, rank {RANKS[layer(target)]})"
+                    )
+    return found
+
+
+def import_cycles(modules: Modules) -> list[str]:
+    """Each cycle found by a depth-first walk, as ``a -> b -> a``."""
+    edges = {m: sorted({t for t, _ in e}) for m, e in internal_imports(modules).items()}
+    state: dict[str, str] = {}
+    stack: list[str] = []
+    cycles: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = "open"
+        stack.append(module)
+        for target in edges[module]:
+            if state.get(target) == "open":
+                cycles.append(" -> ".join([*stack[stack.index(target) :], target]))
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[module] = "done"
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module)
+    return cycles
+
+
+# --- the package -------------------------------------------------------------------------
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    unknown = sorted(m for m in MODULES if m != "webhook" and layer(m) not in RANKS)
+    assert unknown == [], f"modules outside the rank table: {unknown}; add their layer to RANKS"
+
+
+def test_imports_go_down_the_layers_only() -> None:
+    assert upward_imports(MODULES) == []
+
+
+def test_no_import_cycles() -> None:
+    assert import_cycles(MODULES) == []
+
+
+def test_subpackage_inits_import_nothing() -> None:
+    # An import in a package's __init__ runs whenever any of its modules is imported: a
+    # hidden edge that can close a cycle.
+    noisy = {
+        m: [t for t, _ in imports(MODULES, m)]
+        for m, p in MODULES.items()
+        if p.name == "__init__.py" and m != "webhook" and imports(MODULES, m)
+    }
+    assert noisy == {}
+
+
+def test_the_request_path_needs_no_web_yaml_schema_or_cluster_library() -> None:
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    foreign = [
+        f"{module}:{line} imports {target}"
+        for module in MODULES
+        if layer(module) in PURE_LAYERS
+        for target, line in imports(MODULES, module)
+        if target.split(".")[0] not in stdlib and target.split(".")[0] != "webhook"
+    ]
+    assert foreign == []
+
+
+def test_only_the_command_line_parses_arguments() -> None:
+    parsers = [
+        f"{module}:{line}"
+        for module in MODULES
+        if layer(module) != "cli"
+        for target, line in imports(MODULES, module)
+        if target == "argparse"
+    ]
+    assert parsers == []
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_is_longer_than_the_limit(module: str) -> None:
+    lines = len(MODULES[module].read_text("utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{module} has {lines} lines: split it by what its parts do"
+
+
+# --- the checks themselves, on a package made for them -----------------------------------
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Modules:
+    for name, text in {"__init__.py": "", **files}.items():
+        path = tmp_path / "webhook" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        (path.parent / "__init__.py").touch()
+        path.write_text(textwrap.dedent(text))
+    return modules_of(tmp_path / "webhook")
+
+
+def test_an_upward_import_inside_a_function_is_named_with_both_modules(tmp_path: Path) -> None:
+    modules = _package(
+        tmp_path,
+        {
+            "core/pods.py": "from webhook.policy import model\n",
+            "policy/model.py": "def late():\n    from webhook.core.pods import x\n",
+        },
+    )
+    assert upward_imports(modules) == [
+        "webhook.policy.model:2 (policy, rank 0) imports webhook.core.pods (core, rank 1)"
+    ]
+    assert import_cycles(modules) == [
+        "webhook.core.pods -> webhook.policy.model -> webhook.core.pods"
+    ]
+
+
+def test_layers_of_one_rank_and_the_root_are_out_of_bounds(tmp_path: Path) -> None:
+    modules = _package(
+        tmp_path,
+        {
+            "server/app.py": "from webhook.certs.pki import generate\n",
+            "certs/pki.py": "",
+            "checks/a.py": "import webhook\n",
+            "cli/main.py": "from webhook.server import app\nfrom webhook.cli import common\n",
+            "cli/common.py": "from . import main\n",
+        },
+    )
+    assert sorted(upward_imports(modules)) == [
+        "webhook.checks.a:1 imports the package root webhook",
+        "webhook.server.app:1 (server, rank 4) imports webhook.certs.pki (certs, rank 4)",
+    ]
+    assert import_cycles(modules) == [
+        "webhook.cli.common -> webhook.cli.main -> webhook.cli.common"
+    ]

@@ -1,0 +1,181 @@
+"""The admission decision: an AdmissionReview and a compiled policy in, a response out.
+
+``decide`` is a pure function: no I/O, no globals, no Flask. The web layer, the CLI and the
+tests all call it, and nothing outside it adds to the verdict.
+
+Two paths. The validate path judges the final object (after every mutating webhook and the
+API server's own validation) and is the only source of denials for most rules, of warnings
+and of audit records. The mutate path plans the pool's tolerations and affinity for a Pod on
+CREATE, and denies only what the API server would reject anyway before any validating webhook
+runs (the quantity rule), so that the user sees the policy's message instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.admission import mutation, response
+from webhook.admission.request import RequestError, parse_request, workload_kind
+from webhook.admission.wire import AdmissionReviewResponse
+from webhook.checks.registry import BY_RULE, CHECKS
+from webhook.core.findings import Finding, Violation
+from webhook.core.pods import PodView, build_view, walk_templates
+from webhook.core.pools import select_pool
+from webhook.policy.model import RULE_IDS, Policy, WorkloadKind
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+JUDGED_SUBRESOURCES = ("", "ephemeralcontainers")
+EVERY_RULE = frozenset(RULE_IDS)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The response to send, and what it rests on: the findings (with their modes) and the
+    patch, applied or only recorded, for metrics and logs."""
+
+    response: AdmissionReviewResponse
+    findings: tuple[Finding, ...] = ()
+    patch: tuple[dict, ...] = ()
+    patch_applied: bool = False
+    patch_recorded: bool = False
+
+    @property
+    def allowed(self) -> bool:
+        return self.response["response"]["allowed"]
+
+
+def review(admission_review: dict, policy: Policy, *, mutate: bool) -> AdmissionReviewResponse:
+    """The full AdmissionReview response for a request (``admission.k8s.io/v1``)."""
+    return decide(admission_review, policy, mutate=mutate).response
+
+
+def decide(admission_review: Any, policy: Policy, *, mutate: bool) -> Decision:
+    """The decision on a request: its response, and the findings and patch behind it."""
+    request = parse_request(admission_review)
+    uid = request["uid"]
+    operation = request.get("operation")
+    if operation not in ("CREATE", "UPDATE") or request.get("subResource", "") not in (
+        JUDGED_SUBRESOURCES
+    ):
+        return Decision(response.build(uid))
+    obj = request.get("object")
+    if not isinstance(obj, dict):
+        raise RequestError(f"request.object must be an object for {operation}")
+    workload = workload_kind(request, obj, policy)
+    if workload is None:
+        return Decision(response.build(uid))
+    metadata = obj.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    namespace = request.get("namespace") or metadata.get("namespace") or "default"
+    namespace = namespace if isinstance(namespace, str) else "default"
+    views = list(_views(obj, workload, namespace, policy))
+    if mutate:
+        return _mutate(uid, request, obj, workload, views, policy)
+
+    findings = run_checks(views, policy)
+    old = request.get("oldObject")
+    if operation == "UPDATE" and isinstance(old, dict) and findings:
+        old_keys = {f.key for f in run_checks(_views(old, workload, namespace, policy), policy)}
+        # What the object already had before this update is not the update's doing:
+        # controllers must still be able to label, scale and finalize it. It stays visible.
+        findings = [
+            Finding(f.violation, "Warn", f.template)
+            if f.mode == "Enforce" and f.key in old_keys
+            else f
+            for f in findings
+        ]
+    return Decision(
+        response.build(
+            uid,
+            denials=[f for f in findings if f.mode == "Enforce"],
+            warnings=[f for f in findings if f.mode == "Warn"],
+            audits=[f for f in findings if f.mode == "Audit"],
+        ),
+        findings=tuple(findings),
+    )
+
+
+def run_checks(
+    views: Iterable[PodView], policy: Policy, rules: Iterable[str] | None = None
+) -> list[Finding]:
+    """Every finding of the policy's checks on these pod templates, with its mode."""
+    checks = CHECKS if rules is None else tuple(BY_RULE[r] for r in rules)
+    findings: list[Finding] = []
+    for view in views:
+        modes = policy.rule_modes(view.namespace)
+        exempt = _exempt_rules(policy, view)
+        for check in checks:
+            mode = modes[check.rule].for_scope(view.gpu_relevant)
+            if mode == "Off" or check.rule in exempt:
+                continue
+            for violation in check.run(view, policy):
+                findings.append(Finding(violation, _effective(mode, violation), view.identity))
+    return findings
+
+
+def _effective(mode: str, violation: Violation) -> str:
+    return "Warn" if violation.advisory and mode == "Enforce" else mode
+
+
+def _exempt_rules(policy: Policy, view: PodView) -> frozenset[str]:
+    """The rules this template is exempt from, looked up once per template."""
+    exempt: set[str] = set()
+    for exemption in policy.exemptions:
+        if exemption.applies(view.namespace, view.service_account):
+            if exemption.rules is None:
+                return EVERY_RULE
+            exempt |= exemption.rules
+    return frozenset(exempt)
+
+
+def _mutate(
+    uid: str,
+    request: Mapping,
+    obj: dict,
+    workload: WorkloadKind,
+    views: list[PodView],
+    policy: Policy,
+) -> Decision:
+    if request["operation"] == "CREATE":
+        # On UPDATE the validate path judges quantities against oldObject: what the object
+        # already had must not block a controller's label or finalizer update.
+        denials = [
+            f for f in run_checks(views, policy, rules=("gpu-quantity",)) if f.mode == "Enforce"
+        ]
+        if denials:
+            return Decision(response.build(uid, denials=denials), findings=tuple(denials))
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    annotations = annotations if isinstance(annotations, dict) else {}
+    if (
+        workload.kind != "Pod"
+        or request["operation"] != "CREATE"
+        or request.get("subResource")
+        or not policy.mutation_enabled
+        or MIRROR_ANNOTATION in annotations
+        or not views
+    ):
+        return Decision(response.build(uid))
+    view = views[0]
+    selection = select_pool(view, policy)
+    if selection.violations:
+        return Decision(response.build(uid))  # the validate path denies it with the reasons
+    operations = mutation.plan(obj, view, selection, policy)
+    if not operations:
+        return Decision(response.build(uid))
+    if policy.mutation_mode == "Record":
+        return Decision(
+            response.build(uid, would_patch=operations), patch=operations, patch_recorded=True
+        )
+    return Decision(response.build(uid, patch=operations), patch=operations, patch_applied=True)
+
+
+def _views(
+    obj: Mapping, workload: WorkloadKind, namespace: str, policy: Policy
+) -> Iterator[PodView]:
+    for path, identity, template in walk_templates(obj, workload):
+        view = build_view(workload.kind, path, template, namespace, policy, identity)
+        if view is not None:
+            yield view

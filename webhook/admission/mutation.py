@@ -1,0 +1,156 @@
+"""The mutation planner: what a GPU Pod needs from its pool, as ``add`` operations.
+
+Tolerations for the pool's taints that the Pod does not already tolerate; the pool's labels as
+required node affinity, ANDed into every existing nodeSelectorTerm (or a new term); the pool's
+preferred terms when absent; optionally ``NVIDIA_VISIBLE_DEVICES=void`` in containers that
+request no GPU; and an annotation recording what was injected. Every operation is guarded by
+what the Pod already has, so mutating the mutated Pod plans nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+
+from webhook.admission import patch
+from webhook.core.pods import PodView
+from webhook.core.pools import Selection
+from webhook.core.scheduling import tolerates, toleration_for
+from webhook.policy.model import INJECTED_ANNOTATION, Policy
+
+REQUIRED = ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+PREFERRED = ("spec", "affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
+
+
+class _Planned:
+    """Operations planned so far, applied to a working copy as they are added, so that a later
+    operation sees the parents an earlier one created (two ``add``s of a missing
+    ``spec.affinity`` would otherwise overwrite each other)."""
+
+    def __init__(self, pod: Mapping) -> None:
+        self.operations: list[dict] = []
+        self.working = copy.deepcopy(pod)
+
+    def add(self, operations: Iterable[dict] | None) -> None:
+        for operation in operations or ():
+            # A copy: later operations change the working copy, never a planned value.
+            patch.apply_add(self.working, {**operation, "value": copy.deepcopy(operation["value"])})
+            self.operations.append(operation)
+
+
+def plan(pod: Mapping, view: PodView, selection: Selection, policy: Policy) -> tuple[dict, ...]:
+    """The ``add`` operations that give the Pod what its pool needs; none when it has it all."""
+    planned = _Planned(pod)
+    injected: list[str] = []  # what was added, for the annotation
+
+    missing = [
+        toleration_for(taint)
+        for taint in selection.taints
+        if not any(tolerates(t, taint) for t in view.tolerations())
+    ]
+    if missing:
+        planned.add(patch.append(planned.working, ("spec", "tolerations"), missing))
+        injected.append(f"tolerations={len(missing)}")
+
+    if len(selection.pools) == 1:
+        pool = selection.pools[0]
+        if pool.require_node_affinity and not _selector_pins(view, pool.node_selector):
+            required = _required_operations(planned.working, pool.node_selector)
+            if required:
+                planned.add(required)
+                injected.append(f"required-affinity={pool.name}")
+        preferred, added = _preferred_operations(planned.working, pool.preferred_affinity)
+        if preferred:
+            planned.add(preferred)
+            injected.append(f"preferred-affinity={added}")
+
+    if policy.inject_void and view.requested_gpu_names():
+        voided = 0
+        for container in view.containers:
+            if container.requests_gpu or container.list_name == "ephemeralContainers":
+                continue
+            env = container.spec.get("env")
+            names = (
+                [v.get("name") for v in env if isinstance(v, dict)] if isinstance(env, list) else []
+            )
+            if "NVIDIA_VISIBLE_DEVICES" not in names:
+                ops = patch.append(
+                    planned.working,
+                    ("spec", container.list_name, container.index, "env"),
+                    [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+                )
+                if ops:
+                    planned.add(ops)
+                    voided += 1
+        if voided:
+            injected.append(f"visible-devices-void={voided}")
+
+    if planned.operations:
+        note = ",".join(injected)
+        planned.add(
+            patch.add(planned.working, ("metadata", "annotations", INJECTED_ANNOTATION), note)
+        )
+    return tuple(planned.operations)
+
+
+def _selector_pins(view: PodView, labels: Mapping[str, str]) -> bool:
+    selector = view.node_selector()
+    return all(selector.get(k) == v for k, v in labels.items())
+
+
+def _expressions(labels: Mapping[str, str]) -> list[dict]:
+    return [{"key": k, "operator": "In", "values": [labels[k]]} for k in sorted(labels)]
+
+
+def _has(term: Mapping, expr: Mapping) -> bool:
+    existing = term.get("matchExpressions")
+    return isinstance(existing, list) and any(
+        isinstance(e, dict)
+        and e.get("key") == expr["key"]
+        and e.get("operator") == "In"
+        and e.get("values") == expr["values"]
+        for e in existing
+    )
+
+
+def _lookup(obj: object, segments: tuple) -> object:
+    for segment in segments:
+        obj = obj.get(segment) if isinstance(obj, dict) else None
+    return obj
+
+
+def _required_operations(pod: Mapping, labels: Mapping[str, str]) -> list[dict]:
+    wanted = _expressions(labels)
+    terms_path = (*REQUIRED, "nodeSelectorTerms")
+    terms = _lookup(pod, terms_path)
+    if not isinstance(terms, list) or not terms:
+        return patch.append(pod, terms_path, [{"matchExpressions": wanted}]) or []
+    operations: list[dict] = []
+    for index, term in enumerate(terms):
+        if not isinstance(term, dict):
+            continue
+        missing = [e for e in wanted if not _has(term, e)]
+        operations += patch.append(pod, (*terms_path, index, "matchExpressions"), missing) or []
+    return operations
+
+
+def _preferred_operations(pod: Mapping, preferences: tuple) -> tuple[list[dict], int]:
+    """The operations that add the missing preferred terms, and how many terms they add."""
+    if not preferences:
+        return [], 0
+    node = _lookup(pod, PREFERRED)
+    existing = node if isinstance(node, list) else []
+    missing = []
+    for preference in preferences:
+        term = {
+            "weight": preference["weight"],
+            "preference": {
+                "matchExpressions": [
+                    dict(e, values=list(e["values"])) if "values" in e else dict(e)
+                    for e in preference["matchExpressions"]
+                ]
+            },
+        }
+        if term not in existing:
+            missing.append(term)
+    return patch.append(pod, PREFERRED, missing) or [], len(missing)

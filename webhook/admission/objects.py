@@ -1,0 +1,154 @@
+"""Deciding plain objects (manifests, live objects) outside the API server: the same engine, fed
+AdmissionReviews built from the objects, plus the mutation each workload's Pods would get.
+
+Nothing here adds to a verdict: ``webhook.admission.engine.decide`` decides, exactly as in the
+webhook.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from webhook.admission import patch
+from webhook.admission.engine import decide
+from webhook.admission.wire import API_VERSION
+from webhook.core.findings import Finding
+from webhook.core.pods import walk_templates
+from webhook.policy.model import Policy, RuleModes, WorkloadKind
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    """What the mutating webhook would do to a Pod (for a workload, to a Pod of a template)."""
+
+    template_path: str  # "" for a Pod, else the template's field path
+    operations: tuple[dict, ...]
+    original: dict
+    mutated: dict
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The verdict on one object, its findings, and with ``mutate`` its Pods' mutations."""
+
+    obj: Any
+    namespace: str
+    judged: bool  # False for objects that are not Pods or declared workloads
+    allowed: bool
+    findings: tuple[Finding, ...] = ()
+    mutations: tuple[Mutation, ...] = ()
+
+    @property
+    def denied(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.mode == "Enforce")
+
+    @property
+    def warned(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.mode == "Warn")
+
+    @property
+    def audited(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.mode == "Audit")
+
+
+def enforce_everything(policy: Policy) -> Policy:
+    """The policy with every rule that is on turned to Enforce, in both scopes and in every
+    namespace override: the question "what would this policy block?". Exemptions stay."""
+
+    def promote(rules: MappingProxyType) -> MappingProxyType:
+        return MappingProxyType(
+            {
+                rule: RuleModes(
+                    "Off" if modes.gpu_pods == "Off" else "Enforce",
+                    "Off" if modes.other_pods == "Off" else "Enforce",
+                )
+                for rule, modes in rules.items()
+            }
+        )
+
+    return dataclasses.replace(
+        policy,
+        rules=promote(policy.rules),
+        namespace_overrides=tuple(
+            dataclasses.replace(o, rules=promote(o.rules)) for o in policy.namespace_overrides
+        ),
+    )
+
+
+def admission_review(
+    obj: dict, namespace: str, *, operation: str = "CREATE", uid: str = "gpu-admission-cli"
+) -> dict:
+    """The AdmissionReview the API server would send for ``operation`` on the object."""
+    group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": group, "version": version, "kind": obj.get("kind", "")},
+            "operation": operation,
+            "namespace": namespace,
+            "name": (obj.get("metadata") or {}).get("name", ""),
+            "object": obj,
+        },
+    }
+
+
+def decide_object(
+    obj: Any, policy: Policy, namespace: str, *, mutate: bool = False, override: bool = False
+) -> Outcome:
+    """Verdict and findings for one object, and with ``mutate`` the Pods' mutations.
+
+    ``namespace`` is for objects that name none; with ``override`` it wins over the object's
+    own, as the request namespace does in the webhook (``review -n`` given explicitly).
+    """
+    if not isinstance(obj, dict):
+        return Outcome(obj, namespace, judged=False, allowed=True)
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    if not override:
+        namespace = str(meta.get("namespace") or namespace)
+    group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+    workload = policy.workloads.get((group, obj.get("kind")))
+    if workload is None:
+        return Outcome(obj, namespace, judged=False, allowed=True)
+    decision = decide(admission_review(obj, namespace), policy, mutate=False)
+    mutations: tuple[Mutation, ...] = ()
+    if mutate:
+        mutations = tuple(_mutations(obj, workload, namespace, policy))
+    return Outcome(obj, namespace, True, decision.allowed, decision.findings, mutations)
+
+
+def _mutations(
+    obj: dict, workload: WorkloadKind, namespace: str, policy: Policy
+) -> Iterator[Mutation]:
+    if workload.kind == "Pod":
+        pods = [("", obj)]
+    else:
+        pods = [
+            (path, _pod_from_template(template, namespace))
+            for path, _, template in walk_templates(obj, workload)
+        ]
+    for path, pod in pods:
+        decision = decide(admission_review(pod, namespace), policy, mutate=True)
+        if decision.patch:
+            mutated = copy.deepcopy(pod)
+            for operation in decision.patch:
+                patch.apply_add(mutated, operation)
+            yield Mutation(path, decision.patch, pod, mutated)
+
+
+def _pod_from_template(template: dict, namespace: str) -> dict:
+    """The Pod a controller would create from a template (what the mutating webhook sees)."""
+    metadata = copy.deepcopy(template.get("metadata") or {})
+    metadata["namespace"] = namespace
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": copy.deepcopy(template.get("spec") or {}),
+    }

@@ -1,0 +1,100 @@
+"""Building the AdmissionReview response from findings and a patch.
+
+The API server limits what it passes on: warnings are printed by kubectl one per line and are
+truncated past 256 characters (runes) each and 4096 in all, and audit annotation keys are bare names
+(the server prefixes the webhook's name) of at most 63 characters. We stay inside those limits
+ourselves so that what is cut is said, not silently lost.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+
+from webhook.admission.wire import API_VERSION, AdmissionReviewResponse
+from webhook.core.findings import Finding, render_all
+
+MAX_WARNINGS = 16
+MAX_WARNING_CHARS = 256
+MAX_WARNINGS_TOTAL = 4096
+MAX_AUDIT_VALUE = 8192
+# A denial lists every violation, but a Pod with thousands of containers must not produce a
+# megabyte status: past this many, the message says how many more there are.
+MAX_DENIAL_ERRORS = 50
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def warnings_for(findings: Sequence[Finding]) -> list[str]:
+    out: list[str] = []
+    total = 0
+    for index, finding in enumerate(findings):
+        text = _clip(f"{finding.path}: {finding.message}", MAX_WARNING_CHARS)
+        remaining = len(findings) - index
+        if (
+            len(out) == MAX_WARNINGS - 1
+            and remaining > 1
+            or total + len(text) > MAX_WARNINGS_TOTAL - 64
+        ):
+            out.append(f"and {remaining} more GPU policy warning(s)")
+            break
+        out.append(text)
+        total += len(text)
+    return out
+
+
+def audit_annotations(
+    findings: Sequence[Finding], would_patch: Sequence[dict] = ()
+) -> dict[str, str]:
+    annotations: dict[str, str] = {}
+    if findings:
+        records = [f.as_record() for f in findings]
+        text = json.dumps(records, separators=(",", ":"), default=str)
+        while len(text) > MAX_AUDIT_VALUE and len(records) > 1:
+            records = records[: len(records) // 2]
+            text = json.dumps(
+                records + [{"truncated": len(findings) - len(records)}],
+                separators=(",", ":"),
+                default=str,
+            )
+        annotations["violations"] = text
+        annotations["rules"] = ",".join(sorted({f.rule for f in findings}))
+    if would_patch:
+        annotations["would-patch"] = _clip(
+            json.dumps(list(would_patch), separators=(",", ":")), MAX_AUDIT_VALUE
+        )
+    return annotations
+
+
+def build(
+    uid: str,
+    *,
+    denials: Sequence[Finding] = (),
+    warnings: Sequence[Finding] = (),
+    audits: Sequence[Finding] = (),
+    patch: Sequence[dict] = (),
+    would_patch: Sequence[dict] = (),
+) -> AdmissionReviewResponse:
+    response: dict = {"uid": uid, "allowed": not denials}
+    if denials:
+        violations = [f.violation for f in denials]
+        response["status"] = {
+            "code": 403,
+            "reason": "Forbidden",
+            "message": render_all(violations, limit=MAX_DENIAL_ERRORS),
+            "details": {"causes": [v.cause() for v in violations[:MAX_DENIAL_ERRORS]]},
+        }
+    if warnings:
+        response["warnings"] = warnings_for(warnings)
+    annotations = audit_annotations(audits, would_patch)
+    if annotations:
+        response["auditAnnotations"] = annotations
+    if patch and not denials:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(
+            json.dumps(list(patch), separators=(",", ":")).encode()
+        ).decode()
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}

@@ -1,0 +1,418 @@
+"""``gpu-admission audit``: what would this policy deny, warn about and change, in manifests on
+disk (``-f``) or in the workloads already running in a cluster (``--cluster``).
+
+Unlike ``review``, which answers for one admission request, ``audit`` sweeps: it scans
+directories, keeps going past files it cannot read (and says so), and by default evaluates
+every rule as Enforce, because the question before switching a policy on is what it would
+block. ``--respect-modes`` keeps the policy's own modes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TextIO
+
+from webhook.admission.objects import Outcome, decide_object, enforce_everything
+from webhook.cli import output, sarif
+from webhook.cli.cluster import (
+    LEGACY_GROUPS,
+    ClusterError,
+    Lister,
+    ObjectRef,
+    Problem,
+    connect,
+    meta,
+    ref_of,
+    root_of,
+)
+from webhook.cli.common import add_command, add_policy_argument, error, policy_from
+from webhook.cli.documents import Document, DocumentError, discover, parse, read_text
+from webhook.core.findings import Finding
+from webhook.policy.model import Policy
+
+EXAMPLES = """\
+examples:
+  gpu-admission audit -f manifests/                    # every YAML and JSON file, recursively
+  gpu-admission audit -f deploy/ -o sarif > audit.sarif   # annotate a pull request
+  gpu-admission audit -f charts/rendered.yaml -o junit > audit.xml
+  gpu-admission audit -f manifests/ --policy policy.yaml --respect-modes
+  gpu-admission audit --cluster -A                     # every namespace of the current context
+  gpu-admission audit --cluster -n ml --context prod -o json
+
+By default every rule the policy turns on is evaluated as Enforce: the report answers "what
+would this policy block?". --respect-modes keeps the policy's Enforce/Warn/Audit modes.
+
+--cluster lists Pods, the built-in workload kinds and the policy's custom workload kinds
+(pages of 500). What a reported workload owns (a Deployment's ReplicaSets and Pods, a
+CronJob's Jobs, a PyTorchJob's Pods) is listed under it, not judged again. It needs list on
+them: the gpu-admission-auditor ClusterRole in manifests/base grants it.
+
+exit status: 0 when nothing would be denied, 1 when something would, 2 on usage, policy or
+connection errors and when an input could not be read or an object could not be judged (the
+report covers the rest).
+"""
+
+MODE_WORD = {"Enforce": "deny", "Warn": "warn", "Audit": "audit"}
+
+
+@dataclass(slots=True)
+class Audited:
+    """One judged object: a document from a file, or a live object with what it owns."""
+
+    document: Document
+    outcome: Outcome
+    ref: ObjectRef | None = None
+    owned: list[ObjectRef] = field(default_factory=list)
+
+    @property
+    def location(self) -> str:
+        return f"uid {self.ref.uid}" if self.ref else f"{self.document.source}:{self.document.line}"
+
+    def line_of(self, path: str) -> int | None:
+        return None if self.ref else self.document.line_of(path)
+
+
+@dataclass(slots=True)
+class Audit:
+    policy: Policy
+    respect_modes: bool
+    items: list[Audited] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if self.problems:
+            return 2
+        return 1 if any(not i.outcome.allowed for i in self.items) else 0
+
+
+def add_subcommands(commands: argparse._SubParsersAction) -> None:
+    parser = add_command(
+        commands,
+        "audit",
+        summary="report what a policy would deny, warn about and change",
+        description="Audit manifests (files and directories) or the workloads of a live "
+        "cluster against a gpu-admission policy: what it would deny, warn about, audit and "
+        "mutate.",
+        epilog=EXAMPLES,
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "-f",
+        "--filename",
+        dest="files",
+        action="append",
+        metavar="PATH",
+        help="a manifest file or a directory (scanned recursively for YAML and JSON), or - "
+        "for standard input; repeatable",
+    )
+    source.add_argument(
+        "--cluster", action="store_true", help="audit the workloads of a live cluster"
+    )
+    add_policy_argument(parser)
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "-n",
+        "--namespace",
+        help="with -f: the namespace of objects that have none (default: default); with "
+        "--cluster: the namespace to audit (default: the context's)",
+    )
+    scope.add_argument(
+        "-A",
+        "--all-namespaces",
+        action="store_true",
+        help="with --cluster: audit every namespace",
+    )
+    parser.add_argument(
+        "--respect-modes",
+        action="store_true",
+        help="use the policy's Enforce/Warn/Audit modes instead of enforcing every rule",
+    )
+    parser.add_argument("--kubeconfig", metavar="FILE", help="with --cluster: the kubeconfig")
+    parser.add_argument("--context", help="with --cluster: the kubeconfig context")
+    parser.add_argument(
+        "--request-timeout",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="with --cluster: give up on an API request after this long (default: 30)",
+    )
+    parser.add_argument(
+        "-o", "--output", choices=("table", "json", "junit", "sarif"), default="table"
+    )
+    parser.set_defaults(func=run)
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:  # the client takes 0 for "no timeout": a hang is what this prevents
+        raise argparse.ArgumentTypeError(f"{text}: must be more than 0 seconds")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    usage = _usage_error(args)
+    if usage:
+        print(f"gpu-admission audit: error: {usage}", file=sys.stderr)
+        return 2
+    policy = policy_from(args)
+    audit = Audit(policy if args.respect_modes else enforce_everything(policy), args.respect_modes)
+    if args.cluster:
+        try:
+            audit_cluster(audit, args)
+        except ClusterError as exc:
+            error(str(exc))
+            return 2
+    else:
+        audit_files(audit, args.files, args.namespace or "default", debug=args.debug)
+    for problem in audit.problems:
+        error(problem.message)
+    render(audit, args.output, sys.stdout)
+    return audit.exit_code
+
+
+def _usage_error(args: argparse.Namespace) -> str | None:
+    if args.cluster:
+        if args.output == "sarif":
+            return "-o sarif points at files; with --cluster use -o table, json or junit"
+        return None
+    if args.all_namespaces:
+        return "-A is for --cluster; with -f, -n names the namespace of objects that have none"
+    for option in ("kubeconfig", "context"):
+        if getattr(args, option):
+            return f"--{option} is for --cluster"
+    return None
+
+
+# ---------------------------------------------------------------------------------- files
+
+
+def audit_files(audit: Audit, paths: list[str], namespace: str, *, debug: bool = False) -> None:
+    """Judge every object of every file; unreadable files and objects the engine fails on
+    become problems, not crashes (with ``debug``, the engine's exception is raised)."""
+    for source in discover(paths):
+        try:
+            documents = parse(read_text(source), source)
+        except DocumentError as exc:
+            audit.problems.append(Problem(source, str(exc)))
+            continue
+        if not documents:
+            _note(f"{source}: no Kubernetes objects, skipped")
+        for document in documents:
+            if not document.is_kubernetes_object:
+                where = f"{source} document {document.number}" if len(documents) > 1 else source
+                _note(f"{where}: not a Kubernetes object (no apiVersion and kind), skipped")
+                continue
+            _decide_into(audit, Audited, document, document.where, namespace, debug=debug)
+
+
+def _decide_into(
+    audit: Audit,
+    make: Callable[[Document, Outcome], Audited],
+    document: Document,
+    where: str,
+    namespace: str,
+    *,
+    debug: bool,
+) -> Audited | None:
+    """Judge one object into the audit; the engine failing on it is that object's problem,
+    and the audit goes on: one malformed object must not hide every other verdict."""
+    try:
+        outcome = decide_object(document.obj, audit.policy, namespace, mutate=True)
+    except Exception as exc:
+        if debug:
+            raise
+        message = output.judging_failure(where, document, exc)
+        audit.problems.append(Problem(document.source, message, stage="judge"))
+        return None
+    item = make(document, outcome)
+    audit.items.append(item)
+    return item
+
+
+def _note(message: str) -> None:
+    print(f"gpu-admission: note: {message}", file=sys.stderr)
+
+
+# -------------------------------------------------------------------------------- cluster
+
+
+def audit_cluster(audit: Audit, args: argparse.Namespace) -> None:
+    """List the policy's workload kinds in the cluster and judge every object that no other
+    reported object owns; the owned ones are listed under their owner."""
+    api_client, default_namespace = connect(args.kubeconfig, args.context)
+    namespace = None if args.all_namespaces else (args.namespace or default_namespace)
+    lister = Lister(api_client, namespace, args.request_timeout, audit.problems)
+    try:
+        objects = [
+            obj
+            for workload in audit.policy.workloads.values()
+            if workload.group not in LEGACY_GROUPS
+            for obj in lister.objects(workload)
+        ]
+    finally:
+        api_client.close()
+    if lister.not_served:
+        _note(
+            "not served by this cluster (CRD not installed), skipped: "
+            + ", ".join(lister.not_served)
+        )
+    by_uid = {meta(o)["uid"]: o for o in objects if meta(o).get("uid")}
+    audited: dict[int, Audited] = {}  # by id() of the root object
+    owned: list[tuple[dict, dict]] = []
+    for obj in objects:
+        root = root_of(obj, by_uid)
+        if root is obj:
+            ref = ref_of(obj)
+            item = _decide_into(
+                audit,
+                partial(Audited, ref=ref),
+                Document(str(ref), 1, 1, obj),
+                str(ref),
+                ref.namespace or "default",
+                debug=args.debug,
+            )
+            if item is not None:
+                audited[id(obj)] = item
+        else:
+            owned.append((root, obj))
+    for root, obj in owned:
+        if id(root) in audited:  # else the owner could not be judged, and is a problem
+            audited[id(root)].owned.append(ref_of(obj))
+
+
+# ------------------------------------------------------------------------------ rendering
+
+
+def render(audit: Audit, fmt: str, stream: TextIO) -> None:
+    if fmt == "table":
+        table(audit, stream)
+    elif fmt == "json":
+        output.dump(records(audit), "json", stream)
+    elif fmt == "junit":
+        stream.write(junit(audit))
+    else:
+        rows = [(i.document, i.outcome) for i in audit.items]
+        errors = [(p.source, p.message) for p in audit.problems]
+        json.dump(sarif.log(rows, errors), stream, indent=2)
+        stream.write("\n")
+
+
+def records(audit: Audit) -> list[dict[str, Any]]:
+    """review's records, with every mutation, then one ``{source, error}`` per problem."""
+    out = []
+    for item in audit.items:
+        record = output.outcome_record(item.document, item.outcome, with_mutation=True)
+        if item.ref is not None:
+            # A live object has no file, document or line: it is named by its reference.
+            for key in ("source", "document", "line"):
+                del record[key]
+            for violation in record["violations"]:
+                del violation["line"]
+            record = {**item.ref.record(), **record, "owned": [r.record() for r in item.owned]}
+        out.append(record)
+    out.extend({"source": p.source, "error": p.message} for p in audit.problems)
+    return out
+
+
+def table(audit: Audit, stream: TextIO) -> None:
+    colour = output.use_colour(stream)
+    for item in audit.items:
+        outcome = item.outcome
+        if not outcome.judged:
+            continue
+        shade = "red" if not outcome.allowed else ("yellow" if outcome.findings else "green")
+        stream.write(
+            f"{output.paint(output.VERDICT[outcome.allowed].upper(), shade, colour)}  "
+            f"{item.document.describe()}  (namespace {outcome.namespace}, {item.location})\n"
+        )
+        for finding in outcome.findings:
+            line = item.line_of(finding.path)
+            stream.write(
+                f"  {MODE_WORD[finding.mode]:<5} [{finding.rule}] {finding.violation.render()}"
+                + (f"  (line {line})" if line is not None else "")
+                + "\n"
+            )
+        for mutation in outcome.mutations:
+            target = f" Pods of {mutation.template_path}" if mutation.template_path else ""
+            stream.write(f"  mutate{target}:\n")
+            for operation in mutation.operations:
+                value = json.dumps(operation["value"], separators=(", ", ": "))
+                stream.write(f"    add {operation['path']}: {value}\n")
+        if item.owned:
+            stream.write(f"  owns {', '.join(f'{r.kind}/{r.name}' for r in item.owned)}\n")
+    stream.write(summary(audit) + "\n")
+
+
+def summary(audit: Audit) -> str:
+    judged = [i.outcome for i in audit.items if i.outcome.judged]
+    denied = sum(1 for o in judged if not o.allowed)
+    warned = sum(1 for o in judged if o.allowed and o.warned)
+    mutated = sum(1 for o in judged if o.mutations)
+    skipped = len(audit.items) - len(judged)
+    modes = "its own modes" if audit.respect_modes else "every rule enforced"
+    parts = [
+        f"{len(judged)} object(s) audited with policy {audit.policy.name} ({modes}): "
+        f"{denied} would be denied, {len(judged) - denied} allowed ({warned} with warnings); "
+        f"{mutated} would be mutated"
+    ]
+    if skipped:
+        parts.append(f"{skipped} not a Pod or workload, skipped")
+    unread = sum(1 for p in audit.problems if p.stage == "read")
+    if unread:
+        parts.append(f"{unread} could not be read (see the errors above)")
+    if len(audit.problems) > unread:
+        parts.append(f"{len(audit.problems) - unread} could not be judged (see the errors above)")
+    return "; ".join(parts)
+
+
+def junit(audit: Audit) -> str:
+    """One testsuite, one testcase per judged object, a failure per object that would be
+    denied; inputs that could not be read and objects that could not be judged are errors."""
+    judged = [i for i in audit.items if i.outcome.judged]
+    suite = ET.Element(
+        "testsuite",
+        name="gpu-admission audit",
+        tests=str(len(judged) + len(audit.problems)),
+        failures=str(sum(1 for i in judged if not i.outcome.allowed)),
+        errors=str(len(audit.problems)),
+        skipped="0",
+    )
+    for item in judged:
+        classname = item.ref.namespace if item.ref else item.document.source
+        case = ET.SubElement(
+            suite, "testcase", classname=classname or "cluster", name=item.document.describe()
+        )
+        if not item.outcome.allowed:
+            denied = item.outcome.denied
+            rules = sorted({f.rule for f in denied})
+            failure = ET.SubElement(
+                case,
+                "failure",
+                type="denied",
+                message=f"would be denied: {len(denied)} violation(s) of {', '.join(rules)}",
+            )
+            failure.text = "\n".join(_finding_line(item, f) for f in denied)
+        others = [f for f in item.outcome.findings if f.mode != "Enforce"]
+        if others:
+            ET.SubElement(case, "system-out").text = "\n".join(
+                _finding_line(item, f) for f in others
+            )
+    for problem in audit.problems:
+        case = ET.SubElement(suite, "testcase", classname=problem.source, name=problem.stage)
+        kind = "unreadable" if problem.stage == "read" else "unjudgeable"
+        ET.SubElement(case, "error", type=kind, message=problem.message)
+    ET.indent(suite)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suite, "unicode") + "\n"
+
+
+def _finding_line(item: Audited, finding: Finding) -> str:
+    line = item.line_of(finding.path)
+    where = f" (line {line})" if line is not None else ""
+    return f"{MODE_WORD[finding.mode]} [{finding.rule}] {finding.violation.render()}{where}"

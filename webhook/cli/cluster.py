@@ -1,0 +1,330 @@
+"""Reading workloads from a live cluster for ``gpu-admission audit --cluster``: the connection,
+paginated lists of every workload kind the policy judges, and who owns what.
+
+Lists go through the real kubernetes client, their JSON bodies read as sent (no model round
+trip that drops fields). Failing to list one resource is a :class:`Problem` and the audit goes
+on; an unreachable server or refused credentials are a :class:`ClusterError` that ends it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from webhook.cli.kube import KUBECONFIG_ERRORS, not_a_kubeconfig
+from webhook.policy.model import WorkloadKind
+
+PAGE_SIZE = 500
+AUDITOR_ROLE = "the gpu-admission-auditor ClusterRole (manifests/base/auditor-clusterrole.yaml)"
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+# The typed client of each built-in workload kind: (API class, the snake_case kind in its
+# method names). Everything else is a custom resource, listed through CustomObjectsApi.
+BUILTIN_LISTS: dict[tuple[str, str], tuple[str, str]] = {
+    ("", "Pod"): ("CoreV1Api", "pod"),
+    ("", "ReplicationController"): ("CoreV1Api", "replication_controller"),
+    ("apps", "Deployment"): ("AppsV1Api", "deployment"),
+    ("apps", "ReplicaSet"): ("AppsV1Api", "replica_set"),
+    ("apps", "StatefulSet"): ("AppsV1Api", "stateful_set"),
+    ("apps", "DaemonSet"): ("AppsV1Api", "daemon_set"),
+    ("batch", "Job"): ("BatchV1Api", "job"),
+    ("batch", "CronJob"): ("BatchV1Api", "cron_job"),
+}
+# Old manifests still say extensions/v1beta1; no cluster this webhook supports serves it.
+LEGACY_GROUPS = frozenset({"extensions"})
+
+
+class ClusterError(Exception):
+    """The audit of a cluster cannot go on (no configuration, server unreachable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something the audit could not read (a file, a resource it could not list) or judge
+    (an object the engine failed on)."""
+
+    source: str
+    message: str  # one line that names the source
+    stage: str = "read"  # "read" or "judge"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """Where a live object is: ``namespace/Kind/name`` and its uid."""
+
+    namespace: str
+    kind: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return "/".join(p for p in (self.namespace, self.kind, self.name) if p)
+
+    def record(self) -> dict[str, str]:
+        return {"ref": str(self), "uid": self.uid}
+
+
+def connect(kubeconfig: str | None, context: str | None) -> tuple[Any, str]:
+    """A client and the default namespace: from the kubeconfig (--kubeconfig, $KUBECONFIG or
+    ~/.kube/config) as kubectl finds it, else from the in-cluster service account."""
+    from kubernetes import client as k8s
+    from kubernetes import config
+
+    if kubeconfig is not None and not Path(kubeconfig).is_file():
+        raise ClusterError(f"kubeconfig {kubeconfig} does not exist")
+    kubeconfig = kubeconfig or _default_kubeconfig()
+    configuration = k8s.Configuration()
+    try:
+        if kubeconfig is None:
+            if context is not None:
+                raise ClusterError(f"--context {context}: no kubeconfig found")
+            config.load_incluster_config(client_configuration=configuration)
+            namespace = _service_account_namespace()
+        else:
+            config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=configuration
+            )
+            namespace = _context_namespace(kubeconfig, context)
+    except config.ConfigException as exc:
+        where = kubeconfig or "in-cluster configuration (no kubeconfig found)"
+        raise ClusterError(
+            f"cannot load Kubernetes configuration from {where}: {_one_line(exc)}"
+        ) from None
+    except KUBECONFIG_ERRORS as exc:
+        raise ClusterError(not_a_kubeconfig(kubeconfig, exc)) from None
+    return k8s.ApiClient(configuration), namespace
+
+
+def _default_kubeconfig() -> str | None:
+    # Read at run time (the client reads $KUBECONFIG once, at import); it may list several
+    # files, which the client merges.
+    if os.environ.get("KUBECONFIG"):
+        return os.environ["KUBECONFIG"]
+    home = Path("~/.kube/config").expanduser()
+    return str(home) if home.is_file() else None
+
+
+def _context_namespace(kubeconfig: str, context: str | None) -> str:
+    from kubernetes import config
+
+    contexts, current = config.list_kube_config_contexts(config_file=kubeconfig)
+    chosen = next((c for c in contexts if c["name"] == context), current) if context else current
+    return ((chosen or {}).get("context") or {}).get("namespace") or "default"
+
+
+def _service_account_namespace() -> str:
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text("utf-8").strip() or "default"
+    except OSError:
+        return "default"
+
+
+class Lister:
+    """Paginated lists of one namespace or all. Failures to list one resource become problems
+    and the audit goes on; an unreachable server or refused credentials end it."""
+
+    def __init__(
+        self, api_client: Any, namespace: str | None, timeout: float, problems: list[Problem]
+    ) -> None:
+        self.api_client = api_client
+        self.namespace = namespace
+        self.timeout = timeout
+        self.problems = problems
+        self.not_served: list[str] = []  # custom resources whose CRD is not installed
+        self._groups: dict[str, list[str]] | None = None  # discovered API group -> versions
+        self._discovery_failed = False
+
+    def objects(self, workload: WorkloadKind) -> list[dict]:
+        """Every object of a workload kind, each with its apiVersion and kind."""
+        from kubernetes.client.exceptions import ApiException
+
+        resource = f"{workload.resource}.{workload.group}" if workload.group else workload.resource
+        builtin = (workload.group, workload.kind) in BUILTIN_LISTS
+        for list_page in self._list_functions(workload):
+            try:
+                items, api_version = self._paginate(list_page)
+            except ApiException as exc:
+                if exc.status == 404 and not builtin:
+                    continue  # this version does not serve the kind; try the group's next
+                self.problems.append(Problem(resource, self._failure(exc, workload, resource)))
+                return []
+            for item in items:
+                # Lists of built-in kinds leave apiVersion and kind out of their items.
+                item.setdefault("apiVersion", api_version)
+                item.setdefault("kind", workload.kind)
+            return items
+        if not self._discovery_failed:  # that is reported once, as a problem
+            self.not_served.append(resource)
+        return []
+
+    def _list_functions(self, workload: WorkloadKind) -> Iterator[Callable[..., Any]]:
+        from kubernetes import client as k8s
+
+        builtin = BUILTIN_LISTS.get((workload.group, workload.kind))
+        if builtin is not None:
+            api_class, name = builtin
+            api = getattr(k8s, api_class)(self.api_client)
+            if self.namespace:
+                yield partial(getattr(api, f"list_namespaced_{name}"), self.namespace)
+            else:
+                yield getattr(api, f"list_{name}_for_all_namespaces")
+            return
+        custom = k8s.CustomObjectsApi(self.api_client)
+        for version in self._versions(workload.group):
+            if self.namespace:
+                yield partial(
+                    custom.list_namespaced_custom_object,
+                    workload.group,
+                    version,
+                    self.namespace,
+                    workload.resource,
+                )
+            else:
+                yield partial(
+                    custom.list_cluster_custom_object, workload.group, version, workload.resource
+                )
+
+    def _versions(self, group: str) -> list[str]:
+        """The versions the cluster serves of an API group, the preferred one first: the
+        policy names custom kinds without a version, and CRDs move from v1alpha1 to v1."""
+        from kubernetes import client as k8s
+        from kubernetes.client.exceptions import ApiException
+
+        if self._groups is None:
+            self._groups = {}
+            try:
+                discovery = self._call(k8s.ApisApi(self.api_client).get_api_versions)
+            except ApiException as exc:
+                self._discovery_failed = True
+                self.problems.append(
+                    Problem(
+                        "/apis",
+                        f"cannot discover the API groups (HTTP {exc.status}): "
+                        f"{_status_message(exc)}; custom workload kinds not audited",
+                    )
+                )
+                return []
+            for entry in discovery.get("groups") or []:
+                preferred = (entry.get("preferredVersion") or {}).get("version")
+                versions = [v["version"] for v in entry.get("versions") or []]
+                self._groups[entry["name"]] = sorted(versions, key=lambda v: v != preferred)
+        return self._groups.get(group, [])
+
+    def _paginate(self, list_page: Callable[..., Any]) -> tuple[list[dict], str]:
+        from kubernetes.client.exceptions import ApiException
+
+        items: list[dict] = []
+        token: str | None = None
+        restarted = False
+        while True:
+            try:
+                page = self._call(list_page, limit=PAGE_SIZE, _continue=token)
+            except ApiException as exc:
+                if exc.status == 410 and token and not restarted:
+                    # The continue token outlived the API server's snapshot (410 Expired).
+                    # Start over once for a consistent list rather than mixing snapshots.
+                    items, token, restarted = [], None, True
+                    continue
+                raise
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items, page.get("apiVersion", "")
+
+    def _call(self, function: Callable[..., Any], **kwargs: Any) -> dict:
+        """One request, its JSON body as sent (no model round trip that drops fields)."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        host = self.api_client.configuration.host
+        try:
+            response = function(
+                _request_timeout=(self.timeout, self.timeout),  # (connect, read)
+                _preload_content=False,
+                **kwargs,
+            )
+        except HTTPError as exc:  # refused, unresolvable, timed out
+            reason = getattr(exc, "reason", None) or exc
+            raise ClusterError(
+                f"cannot reach the Kubernetes API server at {host}: {_one_line(reason)}"
+            ) from None
+        except ApiException as exc:
+            if not exc.status:  # the client reports TLS failures as status 0
+                raise ClusterError(
+                    f"cannot reach the Kubernetes API server at {host}: {_one_line(exc.reason)}"
+                ) from None
+            if exc.status == 401:
+                raise ClusterError(
+                    f"the Kubernetes API server at {host} refused the credentials (HTTP 401): "
+                    f"{_status_message(exc)}"
+                ) from None
+            raise
+        try:
+            body = json.loads(response.data)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            # A proxy or a web server at the kubeconfig's address answers 200 with HTML.
+            raise ClusterError(
+                f"the server at {host} did not answer as a Kubernetes API server (the body "
+                f"of a {response.status} answer is not a JSON object): check the kubeconfig's "
+                "server address"
+            ) from None
+        return body
+
+    def _failure(self, exc: Any, workload: WorkloadKind, resource: str) -> str:
+        scope = f'in namespace "{self.namespace}"' if self.namespace else "in all namespaces"
+        message = _status_message(exc)
+        if exc.status == 403:
+            return (
+                f"cannot list {resource} {scope}: forbidden (HTTP 403): {message}; the audit "
+                f'needs the "list" permission on {workload.resource} in API group '
+                f'"{workload.group}": bind {AUDITOR_ROLE}'
+            )
+        return f"cannot list {resource} {scope}: HTTP {exc.status} {exc.reason}: {message}"
+
+
+def _status_message(exc: Any) -> str:
+    """The API server's own words from the Status body, else the HTTP reason."""
+    try:
+        return _one_line(json.loads(exc.body).get("message") or exc.reason)
+    except (TypeError, ValueError, AttributeError):
+        return _one_line(exc.reason)
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def meta(obj: dict) -> dict:
+    return obj.get("metadata") or {}
+
+
+def ref_of(obj: dict) -> ObjectRef:
+    metadata = meta(obj)
+    return ObjectRef(
+        metadata.get("namespace", ""),
+        obj.get("kind", ""),
+        metadata.get("name", ""),
+        metadata.get("uid", ""),
+    )
+
+
+def root_of(obj: dict, by_uid: dict[str, dict]) -> dict:
+    """The top reported controller of an object (Pod -> ReplicaSet -> Deployment, Pod -> Job
+    -> CronJob, a PyTorchJob's Pods -> the PyTorchJob), or the object itself. Only the
+    controller counts: its template is what made the object."""
+    seen = {meta(obj).get("uid")}
+    while True:
+        owner = next(
+            (r for r in meta(obj).get("ownerReferences") or [] if r.get("controller")), None
+        )
+        parent = by_uid.get(owner.get("uid")) if owner else None
+        if parent is None or meta(parent).get("uid") in seen:  # a cycle is the API's bug
+            return obj
+        seen.add(meta(parent).get("uid"))
+        obj = parent

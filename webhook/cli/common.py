@@ -1,0 +1,41 @@
+"""What the commands share: one-line errors on stderr, how a command is registered, and the
+``--policy`` option."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from webhook.policy.load import default_policy_path, load_policy
+from webhook.policy.model import Policy
+
+
+def error(message: str) -> None:
+    """Report one error as one line: a message that spans lines is joined with "; "."""
+    text = "; ".join(line.strip() for line in message.splitlines() if line.strip())
+    print(f"gpu-admission: error: {text}", file=sys.stderr)
+
+
+def add_command(
+    commands: argparse._SubParsersAction, name: str, *, summary: str, description: str, epilog: str
+) -> argparse.ArgumentParser:
+    """A (sub-)command with its one-line ``summary`` for the list of commands, a
+    ``description`` and an ``epilog`` of examples printed as written."""
+    return commands.add_parser(
+        name,
+        help=summary,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def add_policy_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--policy", metavar="FILE", help="the policy file (default: the packaged default policy)"
+    )
+
+
+def policy_from(args: argparse.Namespace) -> Policy:
+    """The policy ``--policy`` names, else the packaged default."""
+    return load_policy(args.policy or default_policy_path())

@@ -1,0 +1,104 @@
+"""The ``gpu-admission`` command line: one parser, sub-commands registered by their modules.
+
+Every error is reported on stderr as ``gpu-admission: error: MESSAGE``, one line per error
+(a policy with three errors gives three lines, each ``FILE:LINE: FIELD.PATH: MESSAGE``).
+Usage errors are argparse's own, ``gpu-admission COMMAND: error: MESSAGE``, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from webhook.cli import audit, certs, policy, review, serve
+from webhook.cli.common import error
+from webhook.policy.load import PolicyError
+
+EXAMPLES = """\
+examples:
+  gpu-admission review -f pod.yaml                       # would the webhook admit it?
+  gpu-admission audit -f manifests/ -o sarif > audit.sarif
+  gpu-admission audit --cluster -A                       # what a policy would block, live
+  gpu-admission policy validate my-policy.yaml --manifests manifests/base
+  gpu-admission policy test policies/tests
+  gpu-admission certs generate --out certs --host 127.0.0.1
+  gpu-admission serve --policy policies/default.yaml --cert certs/tls.crt --key certs/tls.key
+
+`gpu-admission COMMAND --help` describes each command, with examples.
+--debug (before or after COMMAND) shows the traceback of an error.
+"""
+# 128 + SIGPIPE, what a shell reports for a process killed by the signal, as `head` leaves
+# most tools. Not 0: under `set -o pipefail` a report cut short must not pass for a whole one.
+EXIT_BROKEN_PIPE = 141
+
+
+class _Parser(argparse.ArgumentParser):
+    """A parser whose sub-command parsers accept ``--debug`` too, so that it works before and
+    after the sub-command (``gpu-admission review -f x --debug``). Sub-parsers are made with
+    the class of their parent, so every level gets it, whichever module registers it."""
+
+    def __init__(self, *args: Any, debug_default: Any = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # SUPPRESS on sub-commands: their default would otherwise overwrite a --debug given
+        # before the sub-command, since argparse applies a sub-parser's defaults last.
+        self.add_argument(
+            "--debug", action="store_true", default=debug_default, help="show tracebacks on errors"
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: this is the one module that knows every command."""
+    parser = _Parser(
+        prog="gpu-admission",
+        description="Admission webhook and policy tools that keep GPU Pods safe and schedulable.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        debug_default=False,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    serve.add_subcommands(commands)
+    certs.add_subcommands(commands)
+    review.add_subcommands(commands)
+    audit.add_subcommands(commands)
+    policy.add_subcommands(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit status (0 ok, 1 a verdict or a finding, 2 an error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit where it can't be handled
+        return status
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        return 130
+    except PolicyError as exc:
+        if args.debug:
+            raise
+        for line in exc.errors or [str(exc)]:
+            error(line)
+        return 2
+    except Exception as exc:  # one clear line unless --debug
+        if args.debug:
+            raise
+        error(str(exc))
+        return 2
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter flushes it at exit, and a second
+    BrokenPipeError there would print a traceback after all."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is no file (replaced, or closed): nothing to flush
+        pass

@@ -1,0 +1,174 @@
+"""``gpu-admission review``: judge manifests (or answer an AdmissionReview) with a policy."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+
+from webhook.admission.engine import review
+from webhook.admission.objects import Mutation, Outcome, decide_object
+from webhook.admission.request import RequestError
+from webhook.cli import output
+from webhook.cli.common import add_command, add_policy_argument, error, policy_from
+from webhook.cli.documents import Document, DocumentError, parse, read_text
+from webhook.policy.model import Policy
+
+EXAMPLES = """\
+examples:
+  gpu-admission review -f pod.yaml
+  gpu-admission review -f deploy.yaml -n ml --mutate
+  kubectl get pods -A -o yaml | gpu-admission review -f - -o json
+  helm template ./chart | gpu-admission review -f - --policy policies/strict.yaml
+  gpu-admission review -f admission-review.json      # answered with the AdmissionReview response
+
+Give either AdmissionReviews or plain manifests: a run that mixes them is refused.
+
+exit status: 0 when every object is allowed, 1 when one is denied, 2 on errors (an object that
+cannot be judged is reported and the others still are).
+"""
+
+
+def add_subcommands(commands: argparse._SubParsersAction) -> None:
+    parser = add_command(
+        commands,
+        "review",
+        summary="judge manifests with a policy",
+        description="Judge Kubernetes manifests (or an AdmissionReview) with a gpu-admission "
+        "policy: the verdict, every violation with its field path and fix, and with --mutate "
+        "the patch the mutating webhook would apply.",
+        epilog=EXAMPLES,
+    )
+    parser.add_argument(
+        "-f",
+        "--filename",
+        dest="files",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="a manifest file, or - for standard input; repeatable",
+    )
+    add_policy_argument(parser)
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        help="the namespace to judge objects in, as the API server's request namespace: objects "
+        "that name none are judged here, and when -n is given it wins over the object's own, "
+        "as `kubectl apply -n` would refuse a mismatch (default: the object's, else default)",
+    )
+    parser.add_argument(
+        "--mutate", action="store_true", help="also show the patch and the mutated object"
+    )
+    parser.add_argument(
+        "--diff",
+        action="store_true",
+        help="with --mutate (required): show the mutation as a diff instead of the object",
+    )
+    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Judge every object of the files (or answer their AdmissionReviews)."""
+    if args.diff and not args.mutate:
+        # --diff only changes how the mutation is shown: alone it would silently do nothing.
+        print("gpu-admission review: error: --diff needs --mutate", file=sys.stderr)
+        return 2
+    policy = policy_from(args)
+    documents: list[Document] = []
+    for source in args.files:
+        try:
+            documents.extend(parse(read_text(source), source))
+        except DocumentError as exc:
+            error(str(exc))
+            return 2
+    reviews = [d for d in documents if _is_admission_review(d)]
+    if reviews:
+        plain = next((d for d in documents if not _is_admission_review(d)), None)
+        if plain is not None:
+            # An AdmissionReview is answered as the webhook would; the plain objects would
+            # have no place in that answer, and dropping them would hide their verdicts.
+            error(
+                f"{plain.where} is not an AdmissionReview but {reviews[0].where} is: review "
+                "AdmissionReviews and plain manifests in separate runs"
+            )
+            return 2
+        return _answer_reviews(reviews, policy, args)
+
+    namespace, override = args.namespace or "default", args.namespace is not None
+    rows: list[tuple[Document, Outcome]] = []
+    failures: list[tuple[Document, str]] = []
+    for document in documents:
+        try:
+            outcome = decide_object(
+                document.obj, policy, namespace, mutate=args.mutate, override=override
+            )
+        except Exception as exc:  # one malformed object must not hide the others' verdicts
+            if args.debug:
+                raise
+            failures.append((document, output.judging_failure(document.where, document, exc)))
+            continue
+        rows.append((document, outcome))
+    for _, message in failures:
+        error(message)
+    if args.output == "table":
+        output.table(
+            rows, sys.stdout, show_mutation=args.mutate and not args.diff, failed=len(failures)
+        )
+        if args.mutate and args.diff:
+            for document, outcome in rows:
+                for mutation in outcome.mutations:
+                    sys.stdout.writelines(_diff(document, mutation))
+        elif args.mutate:
+            for document, outcome in rows:
+                for mutation in outcome.mutations:
+                    label = mutation.template_path or "the Pod"
+                    sys.stdout.write(f"--- mutated {document.describe()} ({label})\n")
+                    sys.stdout.write(output.to_yaml(mutation.mutated))
+    else:
+        records = [output.outcome_record(d, o, with_mutation=args.mutate) for d, o in rows]
+        records += [
+            {"source": d.source, "document": d.number, "line": d.line, "error": message}
+            for d, message in failures
+        ]
+        output.dump(records, args.output)
+    if failures:
+        return 2
+    return 0 if all(o.allowed for _, o in rows) else 1
+
+
+def _is_admission_review(document: Document) -> bool:
+    return isinstance(document.obj, dict) and document.obj.get("kind") == "AdmissionReview"
+
+
+def _answer_reviews(reviews: list[Document], policy: Policy, args: argparse.Namespace) -> int:
+    """The webhook's response to each AdmissionReview; one that cannot be answered is an
+    error and the others are still answered."""
+    responses = []
+    failed = False
+    for document in reviews:
+        try:
+            responses.append(review(document.obj, policy, mutate=args.mutate))
+        except RequestError as exc:  # what the webhook answers with HTTP 400
+            error(f"{document.where}: {exc}")
+            failed = True
+        except Exception as exc:
+            if args.debug:
+                raise
+            error(output.judging_failure(document.where, document, exc))
+            failed = True
+    if responses:
+        output.dump(
+            responses[0] if len(reviews) == 1 else responses,
+            "json" if args.output == "table" else args.output,
+        )
+    if failed:
+        return 2
+    return 0 if all(r["response"]["allowed"] for r in responses) else 1
+
+
+def _diff(document: Document, mutation: Mutation) -> list[str]:
+    before = output.to_yaml(mutation.original).splitlines(keepends=True)
+    after = output.to_yaml(mutation.mutated).splitlines(keepends=True)
+    label = document.describe() + (f" {mutation.template_path}" if mutation.template_path else "")
+    return list(difflib.unified_diff(before, after, f"{label} (before)", f"{label} (mutated)"))

@@ -1,0 +1,230 @@
+"""Compiling a checked policy document into ``webhook.policy.model``: done once per load, so that
+the request path never parses, validates or looks anything up twice."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from types import MappingProxyType
+
+from webhook.policy import mig
+from webhook.policy.model import (
+    RULE_IDS,
+    EachItem,
+    EachValue,
+    Exemption,
+    FieldStep,
+    NamespaceMatcher,
+    NamespaceOverride,
+    Policy,
+    Pool,
+    ResourceSpec,
+    RuleModes,
+    TemplatePath,
+    TemplateStep,
+    WorkloadKind,
+)
+from webhook.policy.names import near_miss_key, normalise_host_path
+
+DEFAULT_RULE_MODES = {"gpuPods": "Enforce", "otherPods": "Audit"}
+EACH_VALUE = EachValue()
+EACH_ITEM = EachItem()
+
+# Built-in kinds whose pod templates are judged. "extensions" is the group that old manifests
+# (and `kubectl get` output of old clusters) still carry for the apps kinds.
+BUILTIN_WORKLOADS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("", "Pod", "pods", ("",)),
+    ("", "ReplicationController", "replicationcontrollers", ("spec.template",)),
+    ("apps", "Deployment", "deployments", ("spec.template",)),
+    ("apps", "ReplicaSet", "replicasets", ("spec.template",)),
+    ("apps", "StatefulSet", "statefulsets", ("spec.template",)),
+    ("apps", "DaemonSet", "daemonsets", ("spec.template",)),
+    ("extensions", "Deployment", "deployments", ("spec.template",)),
+    ("extensions", "ReplicaSet", "replicasets", ("spec.template",)),
+    ("extensions", "DaemonSet", "daemonsets", ("spec.template",)),
+    ("batch", "Job", "jobs", ("spec.template",)),
+    ("batch", "CronJob", "cronjobs", ("spec.jobTemplate.spec.template",)),
+)
+
+
+# --- Template paths ---------------------------------------------------------------------
+
+_SEGMENT = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*|\*)(?P<items>\[\*\])?\Z")
+
+
+class TemplatePathError(ValueError):
+    """A workload's template path that is not ``field.field``, ``*`` and ``[*]``."""
+
+
+def compile_template_path(text: str) -> TemplatePath:
+    """``spec.replicatedJobs[*].template.spec.template`` to steps; "" is the object itself."""
+    steps: list[TemplateStep] = []
+    if text:
+        for segment in text.split("."):
+            match = _SEGMENT.match(segment)
+            if match is None:
+                raise TemplatePathError(
+                    f"invalid template path {text!r} at {segment!r}: use field names joined by "
+                    "'.', '*' for every value of a map and '[*]' for every item of a list"
+                )
+            steps.append(EACH_VALUE if match["name"] == "*" else FieldStep(match["name"]))
+            if match["items"]:
+                steps.append(EACH_ITEM)
+    return TemplatePath(text=text, steps=tuple(steps))
+
+
+# --- Compilation ------------------------------------------------------------------------
+
+
+def _namespaces(patterns: list[str]) -> NamespaceMatcher:
+    regex = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+    return NamespaceMatcher(patterns=tuple(patterns), regex=regex)
+
+
+def _resource(raw: dict, defaults: ResourceSpec | None = None) -> ResourceSpec:
+    """A resource declaration; a pool's inherits the cluster-wide one's per-Pod limits."""
+    return ResourceSpec(
+        name=raw["name"],
+        sharing=raw["sharing"],
+        per_node=raw.get("perNode"),
+        max_per_pod=raw.get("maxPerPod", defaults.max_per_pod if defaults else None),
+        fail_requests_greater_than_one=raw.get(
+            "failRequestsGreaterThanOne",
+            defaults.fail_requests_greater_than_one if defaults else False,
+        ),
+    )
+
+
+def _rule_modes(base: dict[str, RuleModes], ruleset: dict) -> MappingProxyType:
+    """``ruleset``'s modes over ``base``. Its ``default`` changes the mode of rules that are
+    on; a rule (or scope) that is Off in ``base`` comes back only where ``ruleset`` names it,
+    so a namespace override's default never re-enables what the policy turned off."""
+    default = ruleset.get("default", {})
+    out: dict[str, RuleModes] = {}
+    for rule in RULE_IDS:
+        current = base[rule]
+        named = ruleset.get(rule, {})
+        entry = {**default, **named}
+        if entry.get("enabled") is False:
+            out[rule] = RuleModes("Off", "Off")
+            continue
+        gpu_pods = entry.get("gpuPods", current.gpu_pods)
+        other_pods = entry.get("otherPods", current.other_pods)
+        out[rule] = RuleModes(
+            "Off" if current.gpu_pods == "Off" and "gpuPods" not in named else gpu_pods,
+            "Off" if current.other_pods == "Off" and "otherPods" not in named else other_pods,
+        )
+    return MappingProxyType(out)
+
+
+def _frozen(mapping: dict) -> MappingProxyType:
+    return MappingProxyType({k: tuple(v) if isinstance(v, list) else v for k, v in mapping.items()})
+
+
+def compile_policy(doc: dict, source: str, digest: str) -> Policy:
+    """The compiled policy of a document that passed the schema and the lint."""
+    spec = doc["spec"]
+    mig_spec = spec.get("migCatalogue", {})
+    catalogue = mig.catalogue_with(mig_spec.get("customProducts", []))
+    products = mig_spec.get("products", ["*"])
+    profile_counts = mig.catalogued_profiles(catalogue, products)
+
+    resources_ = {r["name"]: _resource(r) for r in spec.get("resources", [])}
+    pools = tuple(
+        Pool(
+            name=p["name"],
+            node_selector=MappingProxyType(dict(p["nodeSelector"])),
+            resources=MappingProxyType(
+                {r["name"]: _resource(r, resources_.get(r["name"])) for r in p["resources"]}
+            ),
+            gpus_per_node=p.get("gpusPerNode"),
+            taints=tuple(_frozen(t) for t in p.get("taints", [])),
+            preferred_affinity=tuple(
+                MappingProxyType(
+                    {
+                        "weight": a["weight"],
+                        "matchExpressions": tuple(_frozen(e) for e in a["matchExpressions"]),
+                    }
+                )
+                for a in p.get("preferredAffinity", [])
+            ),
+            require_node_affinity=p.get("requireNodeAffinity", True),
+            namespaces=_namespaces(p["namespaces"]) if "namespaces" in p else None,
+        )
+        for p in spec.get("pools", [])
+    )
+    builtin = {
+        r: RuleModes(DEFAULT_RULE_MODES["gpuPods"], DEFAULT_RULE_MODES["otherPods"])
+        for r in RULE_IDS
+    }
+    rules = _rule_modes(builtin, spec.get("rules", {}))
+    overrides = tuple(
+        NamespaceOverride(_namespaces(o["namespaces"]), _rule_modes(dict(rules), o["rules"]))
+        for o in spec.get("namespaceOverrides", [])
+    )
+    exemptions = tuple(
+        Exemption(
+            namespaces=_namespaces(e["namespaces"]),
+            service_accounts=frozenset(e["serviceAccounts"]) if "serviceAccounts" in e else None,
+            rules=frozenset(e["rules"]) if "rules" in e else None,
+        )
+        for e in spec.get("exemptions", [])
+    )
+    workloads: dict[tuple[str, str], WorkloadKind] = {}
+    for group, kind, resource, paths in BUILTIN_WORKLOADS:
+        workloads[(group, kind)] = WorkloadKind(
+            group, kind, resource, tuple(compile_template_path(p) for p in paths)
+        )
+    for w in spec.get("workloads", []):
+        workloads[(w["group"], w["kind"])] = WorkloadKind(
+            w["group"],
+            w["kind"],
+            w.get("resource", w["kind"].lower() + "s"),
+            tuple(compile_template_path(p) for p in w["templates"]),
+        )
+    domains = tuple(spec.get("vendorDomains", ["nvidia.com"]))
+    declared = set(resources_)
+    for pool in pools:
+        declared.update(pool.resources)
+    for domain in domains:
+        for profile in profile_counts:
+            declared.add(f"{domain}/mig-{profile}")
+            declared.add(f"{domain}/mig-{profile}.shared")
+    mutation = spec.get("mutation", {})
+    return Policy(
+        name=doc["metadata"]["name"],
+        source=source,
+        sha256=digest,
+        vendor_domains=domains,
+        resources=MappingProxyType(resources_),
+        unknown_resources=spec.get("unknownResources", "Warn"),
+        mig_products=tuple(products),
+        mig_profiles=frozenset(profile_counts),
+        mig_profile_counts=MappingProxyType(profile_counts),
+        uncatalogued_mig=mig_spec.get("uncataloguedProfiles", "Warn"),
+        pools=pools,
+        gpu_node_taints=tuple(_frozen(t) for t in spec.get("gpuNodeTaints", [])),
+        host_device_paths=tuple(
+            normalise_host_path(p) for p in spec.get("hostDevices", {}).get("paths", [])
+        ),
+        inject_void=spec.get("deviceVisibility", {}).get("injectVoid", False),
+        mutation_enabled=mutation.get("enabled", True),
+        mutation_mode=mutation.get("mode", "Apply"),
+        rules=rules,
+        namespace_overrides=overrides,
+        exemptions=exemptions,
+        workloads=MappingProxyType(workloads),
+        declared_names=frozenset(declared),
+        near_misses=MappingProxyType({near_miss_key(n): n for n in sorted(declared)}),
+        gpu_label_keys=frozenset(k for pool in pools for k in pool.node_selector),
+        gpu_taint_keys=frozenset(
+            [t["key"] for t in spec.get("gpuNodeTaints", [])]
+            + [t["key"] for pool in pools for t in pool.taints]
+        ),
+        retired=MappingProxyType(
+            {
+                r["name"]: (r["replacement"], r.get("reason", ""))
+                for r in spec.get("retiredResources", [])
+            }
+        ),
+    )

@@ -1,0 +1,65 @@
+"""YAML nodes with their line numbers: where a field path stands, and keys given twice.
+
+PyYAML's composed nodes keep the position of every value; loading them gives the document.
+Errors and warnings about a policy (or a test suite) point at the line of the field they name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import yaml
+
+
+def duplicate_keys(node: yaml.Node | None, path: list | None = None) -> Iterator[tuple[list, int]]:
+    """Every key given twice in one mapping, as (path, line). PyYAML keeps the last of two
+    equal keys, so a second ``rules:`` would silently replace the first."""
+    path = path or []
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            name = key.value
+            if name in seen:
+                yield [*path, name], key.start_mark.line + 1
+            seen.add(name)
+            yield from duplicate_keys(value, [*path, name])
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            yield from duplicate_keys(item, [*path, index])
+
+
+class LineFinder:
+    """The line of a field path in the YAML a policy was read from."""
+
+    def __init__(self, source: str, root: yaml.Node) -> None:
+        self.source = source
+        self.root = root
+
+    def line(self, path: list) -> int:
+        node = self.root
+        for step in path:
+            if isinstance(node, yaml.MappingNode):
+                for key, value in node.value:
+                    if key.value == step:
+                        node = value
+                        break
+                else:
+                    break
+            elif isinstance(node, yaml.SequenceNode) and isinstance(step, int):
+                if step >= len(node.value):
+                    break
+                node = node.value[step]
+            else:
+                break
+        return node.start_mark.line + 1
+
+    def error(self, path: list, message: str) -> str:
+        return f"{self.source}:{self.line(path)}: {render_path(path)}: {message}"
+
+
+def render_path(path: list) -> str:
+    """``spec.pools[0].name``: list items by index, fields joined by dots."""
+    out = ""
+    for step in path:
+        out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else str(step))
+    return out or "(document)"

@@ -1,0 +1,340 @@
+"""Policy lint, in one place: the errors that refuse a policy and the warnings that flag one.
+
+Errors come in two rounds around the JSON Schema: before it, what deserves a better message
+than "unknown field"; after it, what the schema cannot say (MIG names against the catalogue,
+sharing modes that cannot go together, duplicate names, globs and node selector operators).
+Warnings need the compiled policy: they look at the policy as a whole.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from webhook.policy import mig
+from webhook.policy.compile import BUILTIN_WORKLOADS, TemplatePathError, compile_template_path
+from webhook.policy.lines import LineFinder, render_path
+from webhook.policy.model import SOFTWARE_SHARING, Exemption, Policy, PolicyWarning
+
+LABEL_SELECTOR_KEYS = ("labels", "matchLabels", "objectSelector", "podSelector", "selector")
+_GLOB = re.compile(r"[*?\[]")
+
+Report = Callable[[list, str], None]
+
+
+# --- Errors -----------------------------------------------------------------------------
+
+
+def pre_schema_errors(doc: Any, lines: LineFinder) -> list[str]:
+    """Errors that deserve a better message than the schema's 'unknown field'."""
+    errors: list[str] = []
+    spec = doc.get("spec") if isinstance(doc, dict) else None
+    exemptions = spec.get("exemptions") if isinstance(spec, dict) else None
+    for index, exemption in enumerate(exemptions if isinstance(exemptions, list) else []):
+        for key in LABEL_SELECTOR_KEYS:
+            if isinstance(exemption, dict) and key in exemption:
+                errors.append(
+                    lines.error(
+                        ["spec", "exemptions", index, key],
+                        "exemptions cannot select by object label: whoever can create a Pod "
+                        "sets its labels and would exempt themselves; exempt by namespace "
+                        "(optionally narrowed to serviceAccounts) instead",
+                    )
+                )
+    return errors
+
+
+def semantic_errors(doc: dict, lines: LineFinder) -> list[str]:
+    spec = doc["spec"]
+    errors: list[str] = []
+
+    def err(path: list, message: str) -> None:
+        errors.append(lines.error(path, message))
+
+    catalogue = dict(mig.CATALOGUE)
+    mig_spec = spec.get("migCatalogue", {})
+    # Built up product by product, so that a product named twice is reported.
+    for i, product in enumerate(mig_spec.get("customProducts", [])):
+        if product["name"] in catalogue:
+            err(
+                ["spec", "migCatalogue", "customProducts", i, "name"],
+                f"duplicate product {product['name']!r}: it is already catalogued",
+            )
+        for j, profile in enumerate(product["profiles"]):
+            if not mig.is_well_formed(profile) or profile.endswith(".shared"):
+                err(
+                    ["spec", "migCatalogue", "customProducts", i, "profiles", j],
+                    f"malformed MIG profile {profile!r}: expected <g>g.<mem>gb with an optional "
+                    "attribute (.me, .me.all, .gfx, -me), e.g. 1g.10gb or 1g.10gb.me",
+                )
+        catalogue[product["name"]] = {p: 1 for p in product["profiles"]}
+    products = mig_spec.get("products", ["*"])
+    for i, product in enumerate(products):
+        if product != "*" and product not in catalogue:
+            close = difflib.get_close_matches(product, list(catalogue), 1, 0.5)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            err(
+                ["spec", "migCatalogue", "products", i],
+                f"unknown GPU product {product!r}{hint}; catalogued: {', '.join(catalogue)}; "
+                "add others under migCatalogue.customProducts",
+            )
+    profiles = mig.catalogued_profiles(catalogue, products)
+    domains = spec.get("vendorDomains", ["nvidia.com"])
+
+    def lint_resource(path: list, resource: dict) -> None:
+        name, sharing = resource["name"], resource["sharing"]
+        domain, _, short = name.partition("/")
+        if domain in domains and short.startswith(mig.MIG_PREFIX):
+            profile = short[len(mig.MIG_PREFIX) :]
+            if not mig.is_well_formed(profile):
+                err(
+                    [*path, "name"],
+                    f"malformed MIG resource name {name!r}: expected "
+                    f"{domain}/mig-<g>g.<mem>gb[.me][.shared], e.g. {domain}/mig-1g.10gb",
+                )
+            elif mig.base_profile(profile) not in profiles:
+                err(
+                    [*path, "name"],
+                    f"MIG profile {profile!r} is not offered by the declared "
+                    f"products ({', '.join(products)}); declare the product in migCatalogue",
+                )
+            expected = "MIGTimeSlicing" if profile.endswith(".shared") else "MIG"
+            if sharing != expected:
+                err([*path, "sharing"], f"{name} is a MIG instance: sharing must be {expected}")
+        elif sharing in ("MIG", "MIGTimeSlicing") and short != "gpu":
+            err(
+                [*path, "sharing"],
+                f"{name} is not a MIG resource name: only nvidia.com/gpu "
+                "(MIG strategy single) or nvidia.com/mig-<profile> can be MIG",
+            )
+        if short.endswith(".shared") and sharing not in SOFTWARE_SHARING:
+            err(
+                [*path, "sharing"],
+                f"{name} is a shared replica: sharing must be TimeSlicing, MPS or MIGTimeSlicing",
+            )
+        if resource.get("failRequestsGreaterThanOne") and sharing not in SOFTWARE_SHARING:
+            err(
+                [*path, "failRequestsGreaterThanOne"],
+                "only applies to time-slicing or MPS replicas",
+            )
+
+    seen_resources: set[str] = set()
+    for i, resource in enumerate(spec.get("resources", [])):
+        if resource["name"] in seen_resources:
+            err(["spec", "resources", i, "name"], f"duplicate resource {resource['name']!r}")
+        seen_resources.add(resource["name"])
+        lint_resource(["spec", "resources", i], resource)
+
+    seen_pools: set[str] = set()
+    for i, pool in enumerate(spec.get("pools", [])):
+        path = ["spec", "pools", i]
+        if pool["name"] in seen_pools:
+            err([*path, "name"], f"duplicate pool name {pool['name']!r}")
+        seen_pools.add(pool["name"])
+        names: set[str] = set()
+        modes: set[str] = set()
+        for j, resource in enumerate(pool["resources"]):
+            if resource["name"] in names:
+                err([*path, "resources", j, "name"], f"duplicate resource {resource['name']!r}")
+            names.add(resource["name"])
+            modes.add(resource["sharing"])
+            lint_resource([*path, "resources", j], resource)
+        software = modes & SOFTWARE_SHARING
+        if software and "Exclusive" in modes:
+            err(
+                [*path, "resources"],
+                f"pool {pool['name']!r} mixes software sharing ({', '.join(sorted(software))}) "
+                "with exclusive full cards: replicas share memory and faults with the cards "
+                "they run on; put them in separate pools (MIG beside full cards is fine)",
+            )
+        if "MPS" in modes and modes & {"TimeSlicing", "MIGTimeSlicing"}:
+            err(
+                [*path, "resources"],
+                f"pool {pool['name']!r} mixes time-slicing with MPS: a node runs one sharing "
+                "mode; split the pool",
+            )
+        for j, pref in enumerate(pool.get("preferredAffinity", [])):
+            for k, expr in enumerate(pref["matchExpressions"]):
+                _lint_expression(expr, [*path, "preferredAffinity", j, "matchExpressions", k], err)
+
+    seen_kinds = {(g, k) for g, k, _, _ in BUILTIN_WORKLOADS}
+    for i, workload in enumerate(spec.get("workloads", [])):
+        key = (workload["group"], workload["kind"])
+        if key in seen_kinds:
+            err(
+                ["spec", "workloads", i],
+                f"duplicate workload kind {workload['kind']} in group {workload['group']!r}",
+            )
+        seen_kinds.add(key)
+        for j, template in enumerate(workload["templates"]):
+            try:
+                compile_template_path(template)
+            except TemplatePathError as exc:
+                err(["spec", "workloads", i, "templates", j], str(exc))
+
+    for i, override in enumerate(spec.get("namespaceOverrides", [])):
+        for j, pattern in enumerate(override["namespaces"]):
+            _lint_glob(pattern, ["spec", "namespaceOverrides", i, "namespaces", j], err)
+    for i, exemption in enumerate(spec.get("exemptions", [])):
+        for j, pattern in enumerate(exemption["namespaces"]):
+            _lint_glob(pattern, ["spec", "exemptions", i, "namespaces", j], err)
+    return errors
+
+
+def _lint_expression(expr: dict, path: list, err: Report) -> None:
+    operator, values = expr["operator"], expr.get("values")
+    if operator in ("In", "NotIn") and not values:
+        err(path, f"operator {operator} needs at least one value")
+    if operator in ("Exists", "DoesNotExist") and values:
+        err(path, f"operator {operator} takes no values")
+    if operator in ("Gt", "Lt") and (not values or len(values) != 1 or not values[0].isdigit()):
+        err(path, f"operator {operator} takes exactly one integer value")
+
+
+def _lint_glob(pattern: str, path: list, err: Report) -> None:
+    try:
+        re.compile(fnmatch.translate(pattern))
+    except re.error as exc:
+        err(path, f"invalid namespace pattern {pattern!r}: {exc}")
+
+
+# --- Warnings ---------------------------------------------------------------------------
+
+
+def warnings(policy: Policy, lines: LineFinder) -> tuple[PolicyWarning, ...]:
+    """What only a whole-policy view shows, in line order: pools that can share nodes yet
+    declare a resource differently, namespace overrides and exemptions that can never take
+    effect, pools no governed namespace may use."""
+    found: list[PolicyWarning] = []
+
+    def warn(path: list, message: str) -> None:
+        found.append(PolicyWarning(lines.line(path), render_path(path), message))
+
+    _lint_pool_overlap(policy, warn)
+    _lint_overrides(policy, warn)
+    _lint_exemptions(policy, warn)
+    _lint_pool_namespaces(policy, warn)
+    return tuple(sorted(found, key=lambda w: w.line))
+
+
+def covers(broad: str, narrow: str) -> bool:
+    """Whether namespace pattern ``broad`` matches every name ``narrow`` matches.
+
+    Only the cases that are certain: equal patterns, ``*``, an exact name that ``broad``
+    matches, and a prefix glob (``ml-*``) over a pattern that starts with its prefix.
+    """
+    if broad in (narrow, "*"):
+        return True
+    if not _GLOB.search(narrow):
+        return fnmatch.fnmatchcase(narrow, broad)
+    prefix = broad[:-1]
+    return broad.endswith("*") and not _GLOB.search(prefix) and narrow.startswith(prefix)
+
+
+def _covering(patterns: Sequence[str], narrow: str) -> str | None:
+    return next((p for p in patterns if covers(p, narrow)), None)
+
+
+def _exempt_from(exemption: Exemption, rule: str | None) -> bool:
+    """Exempts every service account from ``rule`` (None: from every rule)."""
+    return exemption.service_accounts is None and (
+        exemption.rules is None or (rule is not None and rule in exemption.rules)
+    )
+
+
+def _lint_pool_overlap(policy: Policy, warn: Report) -> None:
+    pools = policy.pools
+    for j, later in enumerate(pools):
+        for earlier in pools[:j]:
+            a, b = set(earlier.node_selector.items()), set(later.node_selector.items())
+            if not (a <= b or b <= a):
+                continue  # some label has different values in the two: no node has both
+            overlap = (
+                "equal nodeSelectors"
+                if a == b
+                else f"every node of pool {later.name!r} also matches pool {earlier.name!r}"
+                if a <= b
+                else f"every node of pool {earlier.name!r} also matches pool {later.name!r}"
+            )
+            for k, (name, spec) in enumerate(later.resources.items()):
+                other = earlier.resources.get(name)
+                if other is not None and other.sharing != spec.sharing:
+                    warn(
+                        ["spec", "pools", j, "resources", k, "sharing"],
+                        f"pools {earlier.name!r} and {later.name!r} can select the same nodes "
+                        f"({overlap}) but declare {name} as {other.sharing} and {spec.sharing}: "
+                        "a node runs one device-plugin configuration, so one of them is wrong "
+                        "for it; make the nodeSelectors exclusive (one label key with "
+                        "different values)",
+                    )
+
+
+def _lint_overrides(policy: Policy, warn: Report) -> None:
+    all_rules = [(i, e) for i, e in enumerate(policy.exemptions) if _exempt_from(e, rule=None)]
+    overrides = policy.namespace_overrides
+    for j, override in enumerate(overrides):
+        reasons: dict[int, str] = {}
+        for k, pattern in enumerate(override.namespaces.patterns):
+            for i, earlier in enumerate(overrides[:j]):
+                if (by := _covering(earlier.namespaces.patterns, pattern)) is not None:
+                    reasons[k] = (
+                        f"namespaceOverrides[{i}] ({by!r}) matches {pattern!r} first, and the "
+                        "first matching override wins"
+                    )
+                    break
+            else:
+                for i, exemption in all_rules:
+                    if (by := _covering(exemption.namespaces.patterns, pattern)) is not None:
+                        reasons[k] = f"exemptions[{i}] ({by!r}) exempts {pattern!r} from every rule"
+                        break
+        if len(reasons) == len(override.namespaces.patterns):
+            warn(
+                ["spec", "namespaceOverrides", j],
+                "unreachable override, its rule modes never apply: " + "; ".join(reasons.values()),
+            )
+        else:
+            for k, reason in reasons.items():
+                warn(
+                    ["spec", "namespaceOverrides", j, "namespaces", k],
+                    f"this pattern never reaches the override: {reason}",
+                )
+
+
+def _lint_exemptions(policy: Policy, warn: Report) -> None:
+    exemptions = policy.exemptions
+
+    def within(narrow: Exemption, broad: Exemption) -> bool:
+        return _exempt_from(broad, rule=None) and all(
+            _covering(broad.namespaces.patterns, p) is not None for p in narrow.namespaces.patterns
+        )
+
+    for j, exemption in enumerate(exemptions):
+        for i, other in enumerate(exemptions):
+            # Of two exemptions that cover each other, only the later one is redundant.
+            if i == j or not within(exemption, other) or (i > j and within(other, exemption)):
+                continue
+            warn(
+                ["spec", "exemptions", j],
+                f"redundant exemption: exemptions[{i}] already exempts every namespace it names "
+                f"({', '.join(exemption.namespaces.patterns)}) from every rule, for every "
+                "service account",
+            )
+            break
+
+
+def _lint_pool_namespaces(policy: Policy, warn: Report) -> None:
+    exempt = [e for e in policy.exemptions if _exempt_from(e, rule="pool-access")]
+    for i, pool in enumerate(policy.pools):
+        if pool.namespaces is None:
+            continue
+        patterns = pool.namespaces.patterns
+        if all(any(_covering(e.namespaces.patterns, p) for e in exempt) for p in patterns):
+            warn(
+                ["spec", "pools", i, "namespaces"],
+                f"every namespace pool {pool.name!r} admits ({', '.join(patterns)}) is exempt "
+                "from pool-access anyway, so the list grants nothing and every namespace the "
+                "policy checks is refused the pool; list the namespaces that should use it",
+            )

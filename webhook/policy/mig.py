@@ -1,0 +1,109 @@
+"""The MIG catalogue: which MIG profiles each GPU product offers, and the profile grammar.
+
+The device plugin's mixed strategy advertises each MIG profile as ``nvidia.com/mig-<profile>``,
+replacing the ``+`` of media-extension profiles with ``.`` (``1g.10gb+me`` becomes
+``mig-1g.10gb.me``), and a time-sliced MIG instance gets a ``.shared`` suffix. A profile
+is ``<g>g.<mem>gb``, optionally followed by an attribute (``.me``, ``.me.all``, ``.gfx``,
+``-me``) and then ``.shared``.
+
+Sources: NVIDIA's MIG user guide (supported profiles), the gpu-operator's
+``default-mig-parted-config`` and mig-parted's hopper/blackwell examples. The number beside
+a profile is the most instances of it one GPU can hold. Profile memory is rounded from what
+the driver reports and can differ on some boards (a 7g.79gb A100 80GB exists), so policies
+can add products of their own.
+"""
+
+from __future__ import annotations
+
+import re
+from types import MappingProxyType
+
+MIG_PROFILE = re.compile(
+    r"(?P<gpc>[1-9][0-9]?)g\.(?P<mem>[1-9][0-9]{0,3})gb"
+    r"(?P<attr>\.me\.all|\.me|\.gfx|-me)?(?P<shared>\.shared)?\Z"
+)
+# What a MIG resource name starts with once the vendor domain is stripped.
+MIG_PREFIX = "mig-"
+
+
+def _table(pairs: list[tuple[str, int]]) -> MappingProxyType:
+    return MappingProxyType(dict(pairs))
+
+
+def _seven_slices(small: int, double: int, half: int, full: int) -> MappingProxyType:
+    """The profiles of a GPU with 7 compute slices (A100, H100, H200, B200 and kin): they differ
+    only in memory. ``small`` is one slice's memory, ``double`` the 1g/2g profile with twice
+    that, ``half`` the 3g/4g profiles', ``full`` the whole GPU's (GB)."""
+    return _table(
+        [
+            (f"1g.{small}gb", 7),
+            (f"1g.{small}gb.me", 1),
+            (f"1g.{double}gb", 4),
+            (f"2g.{double}gb", 3),
+            (f"3g.{half}gb", 2),
+            (f"4g.{half}gb", 1),
+            (f"7g.{full}gb", 1),
+        ]
+    )
+
+
+CATALOGUE: MappingProxyType = MappingProxyType(
+    {
+        "A100-40GB": _seven_slices(5, 10, 20, 40),
+        "A100-80GB": _seven_slices(10, 20, 40, 80),
+        "A30": _table(
+            [("1g.6gb", 4), ("1g.6gb.me", 1), ("2g.12gb", 2), ("2g.12gb.me", 1), ("4g.24gb", 1)]
+        ),
+        "H100-80GB": _seven_slices(10, 20, 40, 80),
+        "H100-94GB": _seven_slices(12, 24, 47, 94),
+        # GH200 with the 96 GB H100 (device 0x2342); H20 (0x2329) shares its profiles.
+        "GH200-96GB": _seven_slices(12, 24, 48, 96),
+        "H20": _seven_slices(12, 24, 48, 96),
+        "GH200-144GB": _seven_slices(18, 36, 72, 144),
+        "H200-141GB": _seven_slices(18, 35, 71, 141),
+        "B200": _seven_slices(23, 45, 90, 180),
+        "RTX-PRO-6000": _table(
+            [
+                ("1g.24gb", 4),
+                ("1g.24gb.me", 1),
+                ("1g.24gb.gfx", 4),
+                ("1g.24gb.me.all", 1),
+                ("1g.24gb-me", 4),
+                ("2g.48gb", 2),
+                ("2g.48gb.gfx", 2),
+                ("2g.48gb.me.all", 1),
+                ("2g.48gb-me", 2),
+                ("4g.96gb", 1),
+                ("4g.96gb.gfx", 1),
+            ]
+        ),
+    }
+)
+
+
+def is_well_formed(profile: str) -> bool:
+    """``1g.10gb``, ``1g.10gb.me``, ``3g.40gb.shared`` are; ``1g10gb``, ``1G.10GB`` are not."""
+    return MIG_PROFILE.match(profile) is not None
+
+
+def base_profile(profile: str) -> str:
+    """The profile without ``.shared``: the instance that a time-sliced MIG replica lives on."""
+    return profile[: -len(".shared")] if profile.endswith(".shared") else profile
+
+
+def catalogue_with(custom_products: list[dict]) -> dict[str, MappingProxyType]:
+    """The catalogue plus a policy's ``customProducts`` (one instance of each profile each)."""
+    catalogue = dict(CATALOGUE)
+    for product in custom_products:
+        catalogue[product["name"]] = MappingProxyType({p: 1 for p in product["profiles"]})
+    return catalogue
+
+
+def catalogued_profiles(catalogue: dict, products: list[str]) -> dict[str, int]:
+    """Every profile of the chosen products (``*``: all), with the most instances one GPU holds."""
+    chosen = list(catalogue) if "*" in products else [p for p in products if p in catalogue]
+    profiles: dict[str, int] = {}
+    for product in chosen:
+        for profile, count in catalogue[product].items():
+            profiles[profile] = max(count, profiles.get(profile, 0))
+    return profiles

@@ -1,0 +1,188 @@
+"""The compiled policy: plain immutable objects, built once at load time.
+
+Nothing here parses YAML or validates a schema; ``webhook.policy.load`` does that and
+``webhook.policy.compile`` builds these objects, which the request path only reads.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+RuleMode = Literal["Enforce", "Warn", "Audit", "Off"]
+Sharing = Literal["Exclusive", "TimeSlicing", "MPS", "MIG", "MIGTimeSlicing"]
+
+RULE_IDS: tuple[str, ...] = (
+    "gpu-quantity",
+    "resource-name",
+    "privileged",
+    "host-devices",
+    "device-visibility",
+    "sharing-mode",
+    "pool-access",
+    "topology",
+    "daemonset-tolerations",
+)
+
+SOFTWARE_SHARING = frozenset({"TimeSlicing", "MPS", "MIGTimeSlicing"})
+POOL_ANNOTATION = "gpu-admission.io/pool"
+INJECTED_ANNOTATION = "gpu-admission.io/injected"
+
+EMPTY: MappingProxyType = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSpec:
+    name: str
+    sharing: Sharing
+    per_node: int | None = None
+    max_per_pod: int | None = None
+    fail_requests_greater_than_one: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    name: str
+    node_selector: MappingProxyType
+    resources: MappingProxyType  # name -> ResourceSpec
+    gpus_per_node: int | None
+    taints: tuple[MappingProxyType, ...]
+    preferred_affinity: tuple[MappingProxyType, ...]
+    require_node_affinity: bool
+    namespaces: NamespaceMatcher | None
+
+    def allows_namespace(self, namespace: str) -> bool:
+        return self.namespaces is None or self.namespaces.matches(namespace)
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceMatcher:
+    """Namespace names and fnmatch globs, compiled to one regular expression."""
+
+    patterns: tuple[str, ...]
+    regex: re.Pattern = field(compare=False)
+
+    def matches(self, namespace: str) -> bool:
+        return self.regex.match(namespace) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class RuleModes:
+    gpu_pods: RuleMode
+    other_pods: RuleMode
+
+    def for_scope(self, gpu_relevant: bool) -> RuleMode:
+        return self.gpu_pods if gpu_relevant else self.other_pods
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceOverride:
+    namespaces: NamespaceMatcher
+    rules: MappingProxyType  # rule id -> RuleModes (already merged over the policy's)
+
+
+@dataclass(frozen=True, slots=True)
+class Exemption:
+    namespaces: NamespaceMatcher
+    service_accounts: frozenset[str] | None
+    rules: frozenset[str] | None  # None: every rule
+
+    def applies(self, namespace: str, service_account: str) -> bool:
+        """Whether the exemption covers a template (for its ``rules``, or every rule)."""
+        return self.namespaces.matches(namespace) and (
+            self.service_accounts is None or service_account in self.service_accounts
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FieldStep:
+    """Into the field ``name`` of an object."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class EachValue:
+    """Into every value of a map (``*`` in a template path)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EachItem:
+    """Into every item of a list (``[*]`` in a template path)."""
+
+
+TemplateStep = FieldStep | EachValue | EachItem
+
+
+@dataclass(frozen=True, slots=True)
+class TemplatePath:
+    """A compiled template path: ``spec.replicatedJobs[*].template`` as its steps."""
+
+    text: str
+    steps: tuple[TemplateStep, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadKind:
+    group: str
+    kind: str
+    resource: str
+    templates: tuple[TemplatePath, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyWarning:
+    """A lint warning: the policy loads, but part of it cannot mean what it says."""
+
+    line: int
+    path: str  # the field path, ``spec.pools[1].resources[0].sharing``
+    message: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Policy:
+    name: str
+    source: str
+    sha256: str
+    vendor_domains: tuple[str, ...]
+    resources: MappingProxyType  # cluster-wide declared resources: name -> ResourceSpec
+    unknown_resources: Literal["Allow", "Warn", "Deny"]
+    mig_products: tuple[str, ...]
+    mig_profiles: frozenset[str]  # catalogued profiles of the declared products (no .shared)
+    mig_profile_counts: MappingProxyType  # profile -> most instances on one GPU
+    uncatalogued_mig: Literal["Warn", "Deny"]
+    pools: tuple[Pool, ...]
+    gpu_node_taints: tuple[MappingProxyType, ...]  # taints of GPU nodes outside declared pools
+    host_device_paths: tuple[str, ...]
+    inject_void: bool
+    mutation_enabled: bool
+    mutation_mode: Literal["Apply", "Record"]
+    rules: MappingProxyType  # rule id -> RuleModes
+    namespace_overrides: tuple[NamespaceOverride, ...]
+    exemptions: tuple[Exemption, ...]
+    workloads: MappingProxyType  # (group, kind) -> WorkloadKind
+    declared_names: frozenset[str]  # every GPU resource name the policy knows
+    near_misses: MappingProxyType  # near_miss_key(name) -> declared name
+    retired: MappingProxyType  # retired resource name -> (replacement, reason)
+    gpu_label_keys: frozenset[str]  # node labels that select a GPU pool
+    gpu_taint_keys: frozenset[str]  # taint keys of GPU nodes (pools' and gpuNodeTaints)
+    warnings: tuple[PolicyWarning, ...] = ()  # whole-policy lints, in line order
+
+    def rule_modes(self, namespace: str) -> MappingProxyType:
+        """The rule modes in force in a namespace: the first matching override wins."""
+        for override in self.namespace_overrides:
+            if override.namespaces.matches(namespace):
+                return override.rules
+        return self.rules
+
+    def is_vendor_resource(self, name: str) -> bool:
+        """A GPU resource: under a vendor domain, or a retired GPU resource name."""
+        domain, sep, _ = name.partition("/")
+        return bool(sep) and domain in self.vendor_domains or name in self.retired
+
+    @property
+    def mutation_applies(self) -> bool:
+        """Whether the mutating webhook returns its patch (else it only records it)."""
+        return self.mutation_enabled and self.mutation_mode == "Apply"

@@ -1,0 +1,254 @@
+"""The WSGI application: admission endpoints, health, readiness and metrics.
+
+``POST /validate`` and ``POST /mutate`` take an AdmissionReview (admission.k8s.io/v1) and
+return the engine's response; the app adds nothing to the verdict. Everything the app
+refuses is answered with a JSON body ``{"error": "..."}`` and a 4xx status: a malformed
+review must never look like a server failure (5xx) to the API server, and must never show
+a traceback. With no valid policy loaded the admission endpoints answer 503: the API
+server then applies the webhook's failurePolicy, instead of this server allowing
+everything.
+
+The request path is kept short: the body is read once, decoded once and parsed once, and
+the response is encoded once, straight into the response body.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from typing import Any, NoReturn
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+
+from webhook.admission.engine import Decision, decide
+from webhook.admission.request import RequestError
+from webhook.policy.model import Policy
+from webhook.server.logs import DECISION_LOGGER, log_decision
+from webhook.server.metrics import ENDPOINTS, VERDICTS, Metrics
+from webhook.server.store import PolicyStore
+
+# The API server sends at most 3 MiB objects (etcd's limit is 1.5 MiB by default), an
+# AdmissionReview of an UPDATE carries two of them: 7 MiB leaves room and bounds memory.
+MAX_BODY_BYTES = 7 * 1024 * 1024
+
+JSON = "application/json"
+
+# A readiness check returns None when ready, else the reason it is not.
+ReadinessCheck = Callable[[], str | None]
+
+log = logging.getLogger(__name__)
+
+
+class _Refused(Exception):
+    """A request the app answers with an error status and message, before any decision."""
+
+    def __init__(self, status: int, message: str, verdict: str = "invalid") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.verdict = verdict
+
+
+def _reject_constant(name: str) -> NoReturn:
+    # Python's json accepts NaN and Infinity; JSON (RFC 8259) and the API server do not.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _json_response(status: int, payload: dict[str, Any]) -> Response:
+    return Response(json.dumps(payload, separators=(",", ":")), status=status, mimetype=JSON)
+
+
+def _read_review() -> Any:
+    """The parsed JSON body of the current request, or :class:`_Refused` saying why not."""
+    if request.mimetype != JSON:
+        raise _Refused(415, f"Content-Type must be {JSON}, got {request.mimetype or 'none'!r}")
+    charset = request.mimetype_params.get("charset")
+    if charset is not None and charset.lower() not in ("utf-8", "utf8"):
+        raise _Refused(415, f"charset must be utf-8, got {charset!r}")
+    # Checked before reading, so an oversized body is refused without being buffered.
+    length = request.content_length
+    if length is not None and length > MAX_BODY_BYTES:
+        raise _Refused(413, f"request body of {length} bytes exceeds {MAX_BODY_BYTES} bytes")
+    body = request.get_data(cache=False)
+    if len(body) > MAX_BODY_BYTES:  # a chunked body, cut one byte past the limit
+        raise _Refused(413, f"request body exceeds {MAX_BODY_BYTES} bytes")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Refused(400, f"request body is not UTF-8: byte {exc.start}") from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise _Refused(400, "request body is not valid JSON: nested too deeply") from None
+    except ValueError as exc:
+        raise _Refused(400, f"request body is not valid JSON: {exc}") from None
+
+
+def _log_failure(message: str, exc: Exception, **fields: Any) -> None:
+    """Log an unexpected error with its type and stack, but not its text.
+
+    An exception's text can quote the object under review (a value from an environment
+    variable, say); the stack holds only code locations and code lines.
+    """
+    fields["error"] = type(exc).__name__
+    fields["traceback"] = "".join(traceback.format_tb(exc.__traceback__))
+    log.error(message, extra={"fields": fields})
+
+
+def _uid(review: Any) -> Any:
+    """The request uid of a parsed review, if it has one, for error logs."""
+    admission_request = review.get("request") if isinstance(review, dict) else None
+    return admission_request.get("uid") if isinstance(admission_request, dict) else None
+
+
+def create_app(
+    store: PolicyStore,
+    *,
+    mutation_enabled: bool = True,
+    metrics: Metrics | None = None,
+    readiness_checks: Iterable[ReadinessCheck] = (),
+) -> Flask:
+    """Build the app around a policy store; all configuration is passed in.
+
+    ``mutation_enabled`` false (``GPU_ADMISSION_MUTATION=record``) makes /mutate record the
+    patch it would apply in an audit annotation instead of returning it, whatever mode the
+    policy asks for. ``readiness_checks`` are what /readyz consults besides the policy
+    (certificates, draining).
+    """
+    app = Flask(__name__)
+    # One byte more than allowed: Werkzeug stops reading a body without Content-Length
+    # (chunked) at this limit without an error, so only a longer read shows it was longer.
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES + 1
+    metrics = metrics if metrics is not None else Metrics()
+    checks = tuple(readiness_checks)
+    decision_log = logging.getLogger(DECISION_LOGGER)
+    # Children resolved once: ``labels()`` takes a lock and builds a key on every call.
+    requests_counter = {
+        (endpoint, verdict): metrics.requests.labels(endpoint, verdict)
+        for endpoint in ENDPOINTS
+        for verdict in VERDICTS
+    }
+    decision_seconds = {
+        endpoint: metrics.decision_seconds.labels(endpoint) for endpoint in ENDPOINTS
+    }
+
+    # The record-mode copy of the policy in force, made once per policy rather than per request.
+    recording: list[tuple[Policy, Policy]] = []
+
+    def for_mutation(policy: Policy) -> Policy:
+        if mutation_enabled or policy.mutation_mode == "Record":
+            return policy
+        if recording and recording[0][0] is policy:
+            return recording[0][1]
+        record_only = dataclasses.replace(policy, mutation_mode="Record")
+        recording[:] = [(policy, record_only)]
+        return record_only
+
+    def admit(endpoint: str, mutate: bool) -> Response:
+        started = time.perf_counter()
+        review: Any = None
+        try:
+            review = _read_review()
+            store.reload_if_changed()
+            policy = store.policy
+            if policy is None:
+                raise _Refused(503, f"no valid policy loaded: {store.problem}", "unavailable")
+            if mutate:
+                policy = for_mutation(policy)
+            decision = decide(review, policy, mutate=mutate)
+        except _Refused as refused:
+            requests_counter[endpoint, refused.verdict].inc()
+            return _json_response(refused.status, {"error": refused.message})
+        except RequestError as exc:
+            requests_counter[endpoint, "invalid"].inc()
+            return _json_response(400, {"error": str(exc)})
+        except Exception as exc:
+            requests_counter[endpoint, "error"].inc()
+            _log_failure("admission decision failed", exc, uid=_uid(review))
+            return _json_response(500, {"error": "internal error while deciding the review"})
+        elapsed = time.perf_counter() - started
+
+        body = json.dumps(decision.response, separators=(",", ":"))
+        account(endpoint, review["request"], decision, elapsed)
+        return Response(body, status=200, mimetype=JSON)
+
+    def account(
+        endpoint: str, admission_request: dict[str, Any], decision: Decision, elapsed: float
+    ) -> None:
+        allowed = decision.allowed
+        requests_counter[endpoint, "allowed" if allowed else "denied"].inc()
+        decision_seconds[endpoint].observe(elapsed)
+        # The API server calls both webhooks for one object: violations are counted once,
+        # from /validate, and mutations from /mutate.
+        if endpoint == "validate":
+            for finding in decision.findings:
+                metrics.violations.labels(finding.rule, finding.mode).inc()
+        mutation = "none"
+        if decision.patch_applied:
+            mutation = "applied"
+        elif decision.patch_recorded:
+            mutation = "recorded"
+        if mutation != "none":
+            metrics.mutations.labels(mutation).inc()
+        log_decision(
+            decision_log,
+            endpoint=endpoint,
+            request=admission_request,
+            allowed=allowed,
+            violations=[(v.rule, v.mode) for v in decision.findings],
+            mutation=mutation,
+            duration_ms=elapsed * 1000,
+        )
+
+    @app.post("/validate")
+    def validate() -> Response:
+        return admit("validate", mutate=False)
+
+    @app.post("/mutate")
+    def mutate() -> Response:
+        return admit("mutate", mutate=True)
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return _json_response(200, {"status": "ok"})
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        store.reload_if_changed()
+        policy = store.policy
+        if policy is None:
+            reason = f"no valid policy loaded: {store.problem}"
+        else:
+            reason = next((r for check in checks if (r := check()) is not None), None)
+        if reason is not None or policy is None:
+            return _json_response(503, {"status": "not ready", "reason": reason})
+        return _json_response(
+            200,
+            {"status": "ready", "policy": {"source": policy.source, "sha256": policy.sha256}},
+        )
+
+    @app.get("/metrics")
+    def metrics_endpoint() -> Response:
+        store.reload_if_changed()
+        body, content_type = metrics.render()
+        return Response(body, status=200, content_type=content_type)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        # Werkzeug's response keeps headers such as Allow on a 405; only the body changes.
+        response = exc.get_response()
+        response.set_data(json.dumps({"error": f"{exc.code} {exc.name}: {exc.description}"}))
+        response.mimetype = JSON
+        return response
+
+    @app.errorhandler(Exception)
+    def unexpected_error(exc: Exception) -> Response:
+        _log_failure("unhandled error", exc, path=request.path)
+        return _json_response(500, {"error": "internal server error"})
+
+    return app

@@ -1,0 +1,98 @@
+"""What ``serve`` runs with: the command line's options over the environment over the defaults.
+
+Each option has an environment variable (``--workers`` and ``GPU_ADMISSION_WORKERS``), so the
+manifests can configure the server without a command line; an option given wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.policy.load import default_policy_path
+
+DEFAULT_BIND = "0.0.0.0:8443"
+DEFAULT_WORKERS = 2
+DEFAULT_DRAIN_SECONDS = 15.0
+MUTATION_MODES = ("apply", "record")
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message names the option and its variable."""
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What ``serve`` runs with, after command line, environment and defaults are merged."""
+
+    policy: str
+    cert: str | None
+    key: str | None
+    bind: str
+    workers: int
+    insecure: bool
+    drain_seconds: float
+    mutation: str
+
+
+def resolve_settings(options: Mapping[str, Any], environ: Mapping[str, str]) -> ServeSettings:
+    """Merge the command line's ``options`` (``policy``, ``cert``, ``key``, ``bind``,
+    ``workers``, ``drain_seconds``, ``mutation``: None when not given; ``insecure``) over the
+    environment over the defaults, and check the result."""
+
+    def pick(value: Any, variable: str) -> Any:
+        if value is not None:
+            return value
+        from_env = environ.get(variable)
+        return from_env if from_env not in (None, "") else None
+
+    def number(
+        value: Any, option: str, variable: str, convert: Callable[[str], Any], default: Any
+    ) -> Any:
+        raw = pick(value, variable)
+        if raw is None:
+            return default
+        try:
+            return convert(raw)
+        except ValueError:
+            raise SettingsError(f"{option} ({variable}): expected a number, got {raw!r}") from None
+
+    workers = number(
+        options.get("workers"), "--workers", "GPU_ADMISSION_WORKERS", int, DEFAULT_WORKERS
+    )
+    if workers < 1:
+        raise SettingsError(f"--workers (GPU_ADMISSION_WORKERS) must be at least 1, got {workers}")
+    drain = number(
+        options.get("drain_seconds"),
+        "--drain-seconds",
+        "GPU_ADMISSION_DRAIN_SECONDS",
+        float,
+        DEFAULT_DRAIN_SECONDS,
+    )
+    if not 0 <= drain < float("inf"):
+        raise SettingsError(
+            f"--drain-seconds (GPU_ADMISSION_DRAIN_SECONDS) must be 0 or more, got {drain}"
+        )
+    mutation = (pick(options.get("mutation"), "GPU_ADMISSION_MUTATION") or "apply").lower()
+    if mutation not in MUTATION_MODES:
+        raise SettingsError(
+            f"--mutation (GPU_ADMISSION_MUTATION) must be apply or record, got {mutation!r}"
+        )
+
+    insecure = bool(options.get("insecure"))
+    cert = pick(options.get("cert"), "GPU_ADMISSION_CERT")
+    key = pick(options.get("key"), "GPU_ADMISSION_KEY")
+    if not insecure and not (cert and key):
+        raise SettingsError("--cert and --key are required (or --insecure for plain HTTP)")
+
+    return ServeSettings(
+        policy=pick(options.get("policy"), "GPU_ADMISSION_POLICY") or str(default_policy_path()),
+        cert=None if insecure else cert,
+        key=None if insecure else key,
+        bind=pick(options.get("bind"), "GPU_ADMISSION_BIND") or DEFAULT_BIND,
+        workers=workers,
+        insecure=insecure,
+        drain_seconds=drain,
+        mutation=mutation,
+    )
