@@ -384,6 +384,33 @@ def test_store_refuses_a_deleted_policy_once_and_keeps_the_last(policy_path: Pat
     assert metric_value(text, "gpu_admission_policy_reload_errors_total") == 1
 
 
+def test_store_logs_the_lint_warnings_of_a_policy_it_loads(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
+        "metadata: {name: warned}\nspec:\n  exemptions:\n"
+        "    - namespaces: [kube-system]\n    - namespaces: [kube-system]\n"
+    )
+    with caplog.at_level(logging.WARNING, logger="webhook.server.store"):
+        store = PolicyStore(path, check_interval=0)
+    assert store.policy is not None  # a warning never refuses a policy
+    [record] = [r for r in caplog.records if r.name == "webhook.server.store"]
+    assert record.getMessage() == "policy lint warning"
+    assert record.fields == {
+        "source": str(path),
+        "line": 7,
+        "path": "spec.exemptions[1]",
+        "warning": "redundant exemption: exemptions[0] already exempts every namespace it names "
+        "(kube-system) from every rule, for every service account",
+    }
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="webhook.server.store"):
+        PolicyStore(default_policy_path(), check_interval=0)
+    assert [r for r in caplog.records if r.name == "webhook.server.store"] == []
+
+
 # --------------------------------------------------------------------------- probes, metrics, logs
 
 

@@ -92,7 +92,7 @@ def _generate(out: Path, **kwargs) -> pki.GeneratedCertificates:
 
 
 def _cli(argv: list[str]) -> int:
-    """Run a `certs` sub-command through a parser like webhook/cli.py builds."""
+    """Run a `certs` sub-command through a parser like webhook/cli/main.py builds."""
     parser = argparse.ArgumentParser(prog="gpu-admission")
     commands = parser.add_subparsers(dest="command", required=True)
     certs_command.add_subcommands(commands)

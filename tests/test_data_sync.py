@@ -96,3 +96,20 @@ def test_every_schema_comment_points_at_a_real_file() -> None:
     assert Path("manifests/base/policy.yaml") in pointing
     broken = {p: s for p, s in pointing.items() if not (REPO / p).parent.joinpath(s).is_file()}
     assert broken == {}
+
+
+def test_the_schema_names_exactly_the_registered_rules() -> None:
+    # Rule ids live in RULE_IDS (and the registry refuses checks that disagree with it); the
+    # schema repeats them for editors, in the rules map and in exemptions' rule lists.
+    from webhook.checks.registry import CHECKS
+    from webhook.policy.load import schema
+    from webhook.policy.model import RULE_IDS
+
+    policy_schema = schema()
+    spec = policy_schema["properties"]["spec"]["properties"]
+    assert spec["rules"] == {"$ref": "#/$defs/ruleSet"}
+    rule_map = policy_schema["$defs"]["ruleSet"]["properties"]
+    exemption_rules = spec["exemptions"]["items"]["properties"]["rules"]["items"]["enum"]
+    assert tuple(c.rule for c in CHECKS) == RULE_IDS
+    assert set(rule_map) - {"default"} == set(RULE_IDS)
+    assert exemption_rules == list(RULE_IDS)

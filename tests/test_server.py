@@ -221,9 +221,7 @@ def test_chunked_bodies_are_read_and_limited(server: Server) -> None:
     assert "error" in json.loads(too_big.read())
 
 
-def test_garbage_on_the_wire_is_no_server_error(
-    server: Server, pki: GeneratedCertificates
-) -> None:
+def test_garbage_on_the_wire_is_no_server_error(server: Server, pki: GeneratedCertificates) -> None:
     # Not HTTP at all, over TLS.
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
         with client_context(pki.ca_cert).wrap_socket(raw, server_hostname="127.0.0.1") as tls:
@@ -350,9 +348,7 @@ def test_a_missing_policy_at_start_up_is_not_ready_until_it_appears(tmp_path: Pa
 # --------------------------------------------------------------------------- certificates
 
 
-def test_certificate_rotation_while_serving(
-    tmp_path: Path, pki: GeneratedCertificates
-) -> None:
+def test_certificate_rotation_while_serving(tmp_path: Path, pki: GeneratedCertificates) -> None:
     mount = MountedDir(tmp_path / "tls", read_all([pki.tls_cert, pki.tls_key]))
     with Server(
         policy=write_policy(tmp_path),

@@ -19,7 +19,7 @@ from webhook.certs.pki import (
     read_certificates,
     write_bundle,
 )
-from webhook.cli.common import add_command
+from webhook.cli.common import add_command, add_command_group
 from webhook.cli.kube import api_client
 
 _CERTS_EPILOG = """\
@@ -72,14 +72,13 @@ secrets in the namespace.
 
 def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     """Register ``certs generate`` and ``certs install`` on the top-level sub-parsers."""
-    certs = add_command(
+    commands = add_command_group(
         subparsers,
         "certs",
         summary="generate and install the webhook's TLS certificates",
         description="Generate the webhook's serving certificate and CA, and install them.",
         epilog=_CERTS_EPILOG,
     )
-    commands = certs.add_subparsers(dest="certs_command", metavar="SUBCOMMAND", required=True)
 
     gen = add_command(
         commands,

@@ -30,6 +30,19 @@ def add_command(
     )
 
 
+def add_command_group(
+    commands: argparse._SubParsersAction,
+    name: str,
+    *,
+    summary: str,
+    description: str,
+    epilog: str,
+) -> argparse._SubParsersAction:
+    """A command that only groups sub-commands (``certs generate``): what to add them to."""
+    group = add_command(commands, name, summary=summary, description=description, epilog=epilog)
+    return group.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND", required=True)
+
+
 def add_policy_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy", metavar="FILE", help="the policy file (default: the packaged default policy)"

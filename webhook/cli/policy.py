@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.cli import output, suites
-from webhook.cli.common import add_command, error
+from webhook.cli.common import add_command, add_command_group, error
 from webhook.cli.documents import Document, DocumentError, discover, parse, read_text
 from webhook.policy.load import PolicyError, load_policy, schema
 from webhook.policy.model import Policy
@@ -118,14 +118,13 @@ class ManifestsError(ValueError):
 
 
 def add_subcommands(commands: argparse._SubParsersAction) -> None:
-    policy = add_command(
+    sub = add_command_group(
         commands,
         "policy",
         summary="validate policies, run policy tests, print the policy schema",
         description="Tools for writing gpu-admission policies.",
         epilog=POLICY_EXAMPLES,
     )
-    sub = policy.add_subparsers(dest="policy_command", metavar="SUBCOMMAND", required=True)
 
     validate = add_command(
         sub,
