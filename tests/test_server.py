@@ -397,6 +397,17 @@ def test_certificate_rotation_while_serving(tmp_path: Path, pki: GeneratedCertif
                 return seen == {_serial(renewed.tls_cert)}
 
             wait_until(serials_in_a_row, timeout=20, what="the renewed certificate")
+            # Every worker moves to it, whether or not it accepted a connection meanwhile.
+            wait_until(
+                lambda: (
+                    metric_value(
+                        server.metrics(), "gpu_admission_certificate_expiry_timestamp_seconds"
+                    )
+                    == pytest.approx(renewed.not_after.timestamp(), abs=1)
+                ),
+                timeout=20,
+                what="every worker's expiry metric to show the renewed certificate",
+            )
 
             # A half-done rotation (a certificate without its key) is refused; the
             # renewed certificate stays in use.

@@ -198,6 +198,7 @@ class AdmissionServer(BaseApplication):
         checks = [self._draining]
         if self._tls is not None:
             self._tls.context()  # the first handshake should not pay for loading the key
+            self._tls.watch()
             checks.append(self._tls.problem)
         return create_app(
             store,

@@ -5,9 +5,10 @@ is an AEAD already); ALPN offers http/1.1 only. gunicorn asks the ``ssl_context`
 context each time it wraps a new connection. The hook answers with a cached context and, at
 most every ``CERT_CHECK_INTERVAL`` seconds, stats the certificate and key: when they changed (a
 Secret update swaps the mounted files), a fresh context is loaded and used for the handshakes
-that follow. Open connections keep the context they were made with and go on working. A pair
-that does not load (a certificate written before its key) is logged and the previous context
-stays in use. gunicorn's own default would re-read the files for every connection, which costs
+that follow (and each worker checks on its own every few seconds, so that one that gets no
+connection still moves). Open connections keep the context they were made with and go on
+working. A pair that does not load (a certificate written before its key) is logged and the
+previous context stays in use. gunicorn's own default would re-read the files for every connection, which costs
 a key parse per handshake and fails handshakes while a rotation is half done.
 """
 
@@ -124,6 +125,23 @@ class CertificateReloader:
         if self._on_load is not None:
             self._on_load(certificate.not_valid_after_utc)
         return context
+
+    def watch(self) -> threading.Thread:
+        """Check the files every ``check_interval`` in a daemon thread, until exit: a worker
+        that accepts no new connection still moves to a renewed certificate, so its expiry
+        metric and its log tell the truth."""
+
+        def run() -> None:
+            while True:
+                time.sleep(self._check_interval)
+                try:
+                    self.context()
+                except Exception:  # a dead watcher would fail silently: log and go on
+                    log.exception("TLS certificate check failed")
+
+        thread = threading.Thread(target=run, name="certificate-watch", daemon=True)
+        thread.start()
+        return thread
 
     def problem(self) -> str | None:
         """Why the certificates cannot be served (for /readyz), or None."""
