@@ -8,8 +8,9 @@ Secret update swaps the mounted files), a fresh context is loaded and used for t
 that follow (and each worker checks on its own every few seconds, so that one that gets no
 connection still moves). Open connections keep the context they were made with and go on
 working. A pair that does not load (a certificate written before its key) is logged and the
-previous context stays in use. gunicorn's own default would re-read the files for every connection, which costs
-a key parse per handshake and fails handshakes while a rotation is half done.
+previous context stays in use. gunicorn's own default would re-read the files for every
+connection, which costs a key parse per handshake and fails handshakes while a rotation is half
+done.
 """
 
 from __future__ import annotations
