@@ -30,12 +30,12 @@ run: $(STAMP) certs/tls.crt
 
 test: $(STAMP)
 	@command -v kubectl >/dev/null || { echo "make test needs kubectl (kustomize rendering and JSON Patch checks): install it first"; exit 1; }
-	$(BIN)/ruff check webhook tests
+	$(BIN)/ruff check webhook tests tools
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check webhook tests
-	$(BIN)/ruff format --check webhook tests
+	$(BIN)/ruff check webhook tests tools
+	$(BIN)/ruff format --check webhook tests tools
 
 # Every copy of the packaged data (policies/, manifests/) from webhook/policy/data; a test fails
 # on a copy that differs from what this writes.

@@ -273,11 +273,11 @@ def test_an_engine_failure_is_a_500_and_the_app_goes_on(
 
     with monkeypatch.context() as patched:
         patched.setattr("webhook.server.app.decide", broken)
-        with caplog.at_level(logging.ERROR, logger="webhook.server.app"):
+        with caplog.at_level(logging.ERROR, logger="webhook.app"):
             reply = post(client, "/validate", VALID)
     assert reply.status_code == 500
     assert reply.get_json() == {"error": "internal error while deciding the review"}
-    [record] = [r for r in caplog.records if r.name == "webhook.server.app"]
+    [record] = [r for r in caplog.records if r.name == "webhook.app"]
     assert record.fields["uid"] == load_fixture(GPU_POD)["request"]["uid"]
     assert record.fields["error"] == "RuntimeError"
     assert "in broken" in record.fields["traceback"]
@@ -393,10 +393,10 @@ def test_store_logs_the_lint_warnings_of_a_policy_it_loads(
         "metadata: {name: warned}\nspec:\n  exemptions:\n"
         "    - namespaces: [kube-system]\n    - namespaces: [kube-system]\n"
     )
-    with caplog.at_level(logging.WARNING, logger="webhook.server.store"):
+    with caplog.at_level(logging.WARNING, logger="webhook.policy_store"):
         store = PolicyStore(path, check_interval=0)
     assert store.policy is not None  # a warning never refuses a policy
-    [record] = [r for r in caplog.records if r.name == "webhook.server.store"]
+    [record] = [r for r in caplog.records if r.name == "webhook.policy_store"]
     assert record.getMessage() == "policy lint warning"
     assert record.fields == {
         "source": str(path),
@@ -406,9 +406,9 @@ def test_store_logs_the_lint_warnings_of_a_policy_it_loads(
         "(kube-system) from every rule, for every service account",
     }
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="webhook.server.store"):
+    with caplog.at_level(logging.WARNING, logger="webhook.policy_store"):
         PolicyStore(default_policy_path(), check_interval=0)
-    assert [r for r in caplog.records if r.name == "webhook.server.store"] == []
+    assert [r for r in caplog.records if r.name == "webhook.policy_store"] == []
 
 
 # --------------------------------------------------------------------------- probes, metrics, logs

@@ -9,6 +9,7 @@ there is no cycle between modules, inside a layer either.
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -29,6 +30,17 @@ RANKS = {
 }
 # The layers a decision runs through: no web framework, server, YAML, schema or cluster client.
 PURE_LAYERS = ("core", "checks", "admission")
+HEAVY_LIBRARIES = (
+    "yaml",
+    "jsonschema",
+    "flask",
+    "werkzeug",
+    "gunicorn",
+    "kubernetes",
+    "prometheus_client",
+)
+# The command modules: registered by webhook.cli.main alone.
+COMMANDS = ("serve", "certs", "review", "audit", "policy")
 MAX_LINES = 500
 
 Modules = dict[str, Path]
@@ -88,10 +100,10 @@ def upward_imports(modules: Modules) -> list[str]:
                 if module != root:
                     found.append(f"{module}:{line} imports the package root {root}")
             elif module != root and layer(target) != layer(module):
-                if RANKS[layer(target)] >= RANKS[layer(module)]:
+                if RANKS.get(layer(target), -1) >= RANKS.get(layer(module), -1):
                     found.append(
-                        f"{module}:{line} ({layer(module)}, rank {RANKS[layer(module)]}) "
-                        f"imports {target} ({layer(target)}, rank {RANKS[layer(target)]})"
+                        f"{module}:{line} ({layer(module)}, rank {RANKS.get(layer(module))}) "
+                        f"imports {target} ({layer(target)}, rank {RANKS.get(layer(target))})"
                     )
     return found
 
@@ -157,6 +169,68 @@ def test_the_request_path_needs_no_web_yaml_schema_or_cluster_library() -> None:
         if target.split(".")[0] not in stdlib and target.split(".")[0] != "webhook"
     ]
     assert foreign == []
+
+
+def test_the_request_path_loads_no_web_yaml_schema_or_cluster_library() -> None:
+    # What the source says above, checked at run time: the package root re-exports lazily and
+    # the subpackages' __init__ files are empty, so nothing is loaded behind the scenes.
+    probe = (
+        "import sys, webhook, webhook.admission.engine, webhook.checks.registry; "
+        f"print(sorted(m for m in {HEAVY_LIBRARIES!r} if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_public_api_resolves() -> None:
+    import webhook
+
+    assert webhook.__all__ == [
+        "Decision",
+        "Policy",
+        "PolicyError",
+        "RequestError",
+        "decide",
+        "default_policy_path",
+        "load_policy",
+        "parse_policy",
+        "review",
+    ]
+    for name in webhook.__all__:
+        value = getattr(webhook, name)
+        assert value.__name__ == name and value.__module__.startswith("webhook."), name
+    with pytest.raises(AttributeError, match="no attribute 'engine_internals'"):
+        _ = webhook.engine_internals
+
+
+def test_only_main_imports_the_commands() -> None:
+    commands = {f"webhook.cli.{name}" for name in COMMANDS}
+    importers = sorted(
+        f"{module}:{line} imports {target}"
+        for module in MODULES
+        for target, line in imports(MODULES, module)
+        if target in commands and module != "webhook.cli.main"
+    )
+    assert importers == []
+    imported = {t for t, _ in imports(MODULES, "webhook.cli.main")}
+    assert commands <= imported
+
+
+def test_library_code_neither_prints_nor_exits() -> None:
+    # Messages and exit codes are the command line's: a library raises a typed error.
+    found = []
+    for module, path in MODULES.items():
+        if layer(module) == "cli":
+            continue
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = ast.unparse(node.func)
+            if name in ("print", "exit", "quit", "sys.exit", "os._exit"):
+                found.append(f"{module}:{node.lineno} calls {name}")
+    assert found == []
 
 
 def test_only_the_command_line_parses_arguments() -> None:

@@ -151,7 +151,7 @@ def test_generate_serving_certificate(tmp_path: Path) -> None:
     assert result.tls_cert == out / "tls.crt" and result.tls_key == out / "tls.key"
     assert base64.b64decode(result.ca_bundle_b64) == (out / "ca.crt").read_bytes()
     assert result.not_after == cert.not_valid_after_utc
-    assert pki.certificate_not_after(out / "tls.crt") == result.not_after
+    assert _cert(out / "tls.crt").not_valid_after_utc == result.not_after
     now = datetime.now(UTC)
     assert timedelta(days=364) < result.not_after - now <= timedelta(days=365)
     assert cert.not_valid_before_utc < now  # backdated against clock skew
@@ -267,7 +267,7 @@ def test_cli_generate_with_existing_ca(tmp_path: Path, capsys) -> None:
     assert _cli(argv) == 0
     assert capsys.readouterr().out == first
     assert (out / "ca.crt").read_bytes() == ca
-    not_after = pki.certificate_not_after(out / "tls.crt")
+    not_after = _cert(out / "tls.crt").not_valid_after_utc
     assert not_after - datetime.now(UTC) <= timedelta(days=30)
 
 

@@ -30,6 +30,9 @@ def test_the_check_fails_on_a_copy_edited_by_hand(tmp_path: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / path, target)
     assert sync_data.drifted(tmp_path) == []
+    assert (tmp_path / "policies/default.yaml").read_bytes() == (
+        webhook.default_policy_path().read_bytes()
+    )
     edited = tmp_path / "manifests/base/policy.yaml"
     edited.write_text(edited.read_text().replace("maxPerPod: 8", "maxPerPod: 4"))
     (tmp_path / "policies/policy.schema.json").unlink()
@@ -69,6 +72,14 @@ def test_the_audit_rollout_differs_from_the_default_only_where_it_says() -> None
         assert audit["spec"] == expected, copy
         policy = webhook.load_policy(REPO / copy)
         assert {modes.gpu_pods for modes in policy.rules.values()} == {"Audit"}
+
+
+def test_a_long_override_value_stays_whole_on_one_line() -> None:
+    description = " and ".join(["a description longer than the width PyYAML folds at"] * 3)
+    override = sync_data.Override("# header\n", "long", description, {})
+    derived = sync_data.derive(webhook.default_policy_path().read_text(), override)
+    assert yaml.safe_load(derived)["metadata"]["description"] == description
+    assert f"  description: {description}\n" in derived
 
 
 def test_an_override_of_a_missing_field_is_refused() -> None:

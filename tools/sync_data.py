@@ -3,8 +3,9 @@
 The package data under ``webhook/policy/data`` is the one source. What lives elsewhere is
 generated from it, because the places that read those copies cannot read the package:
 
-- ``policies/default.yaml`` and ``policies/policy.schema.json``: the policy as users start from
-  it, with the schema beside it for editors;
+- ``policies/default.yaml`` (byte for byte the packaged policy, so both have one sha256),
+  ``policies/policy.schema.json`` and ``policies/policy-test.schema.json``: the policy as users
+  start from it, with the schemas beside it for editors;
 - ``manifests/base/policy.yaml``: kustomize's configMapGenerator reads only files inside its
   folder;
 - ``policies/examples/audit-rollout.yaml`` and ``manifests/overlays/audit/policy.yaml``: the
@@ -73,12 +74,14 @@ def expected_files() -> dict[Path, str]:
     """Every generated copy (relative to the repository) and the text it must have."""
     default = (DATA / "default.yaml").read_text("utf-8")
     schema = (DATA / "policy.schema.json").read_text("utf-8")
+    suite_schema = (DATA / "policy-test.schema.json").read_text("utf-8")
     audit = derive(default, AUDIT_ROLLOUT)
     source = "webhook/policy/data/default.yaml"
     derived = "the default policy and tools/sync_data.py"
     return {
         Path("policies/policy.schema.json"): schema,
-        Path("policies/default.yaml"): with_note(default, source, "./policy.schema.json"),
+        Path("policies/policy-test.schema.json"): suite_schema,
+        Path("policies/default.yaml"): default,
         Path("manifests/base/policy.yaml"): with_note(
             default, source, "../../policies/policy.schema.json"
         ),
@@ -120,17 +123,21 @@ def derive(text: str, override: Override) -> str:
         parent[path[-1]] = value
     node = yaml.compose(text, Loader=yaml.SafeLoader)
     edits = sorted(
-        (
-            (*_span(node, path), yaml.safe_dump(value, default_style=None).split("\n")[0])
-            for path, value in values.items()
-        ),
-        reverse=True,
+        ((*_span(node, path), _scalar(value)) for path, value in values.items()), reverse=True
     )
     for start, end, replacement in edits:
         text = text[:start] + replacement + text[end:]
     text = _replace_header(text, override.header)
     if yaml.safe_load(text) != expected:
         raise SyncError(f"deriving {override.name} did not give the intended policy")
+    return text
+
+
+def _scalar(value: str) -> str:
+    """A value as a one-line YAML scalar, as short as YAML lets it be."""
+    text = yaml.safe_dump(value, width=float("inf")).removesuffix("\n...\n").rstrip("\n")
+    if "\n" in text:
+        raise SyncError(f"{value!r} does not fit on one line")
     return text
 
 
@@ -150,7 +157,9 @@ def _replace_header(text: str, header: str) -> str:
     """The first comment line (``$schema``), then ``header``, then the text from its first line
     that is not a comment."""
     lines = text.splitlines(keepends=True)
-    body = next(i for i, line in enumerate(lines) if not line.startswith("#"))
+    body = next((i for i, line in enumerate(lines) if not line.startswith("#")), None)
+    if body is None:
+        raise SyncError("the source policy is only comments")
     return lines[0] + "#\n" + header + "".join(lines[body:])
 
 
@@ -170,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         stale = drifted()
         for path in stale:
-            print(f"{path}: differs from its source; run `make sync-data`", file=sys.stderr)
+            print(
+                f"{path}: differs from what `make sync-data` writes: edit its source in "
+                "webhook/policy/data (or tools/sync_data.py), then run `make sync-data`",
+                file=sys.stderr,
+            )
         return 1 if stale else 0
     for path, text in expected_files().items():
         target = REPO / path

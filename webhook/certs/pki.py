@@ -177,15 +177,6 @@ def write_bundle(out_path: str | os.PathLike[str], certificates: list[x509.Certi
     return base64.b64encode(bundle).decode("ascii")
 
 
-def certificate_not_after(path: str | os.PathLike[str]) -> datetime:
-    """Expiry (timezone-aware UTC) of the first certificate in a PEM file.
-
-    The server exports this as a metric so that an alert fires before the certificate
-    the API server verifies runs out.
-    """
-    return read_certificates(Path(path))[0].not_valid_after_utc
-
-
 def _service_names(
     service: str, namespace: str, hosts: Iterable[str]
 ) -> tuple[list[str], list[ipaddress.IPv4Address | ipaddress.IPv6Address]]:

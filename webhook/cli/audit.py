@@ -21,7 +21,6 @@ from typing import Any, TextIO
 from webhook.admission.objects import Outcome, decide_object, enforce_everything
 from webhook.cli import output, sarif
 from webhook.cli.cluster import (
-    LEGACY_GROUPS,
     ClusterError,
     Lister,
     ObjectRef,
@@ -34,6 +33,7 @@ from webhook.cli.cluster import (
 from webhook.cli.common import add_command, add_policy_argument, error, policy_from
 from webhook.cli.documents import Document, DocumentError, discover, parse, read_text
 from webhook.core.findings import Finding
+from webhook.policy.compile import LEGACY_GROUPS
 from webhook.policy.model import Policy
 
 EXAMPLES = """\
@@ -194,7 +194,7 @@ def _usage_error(args: argparse.Namespace) -> str | None:
 
 
 def audit_files(audit: Audit, paths: list[str], namespace: str, *, debug: bool = False) -> None:
-    """Judge every object of every file; unreadable files and objects the engine fails on
+    """Decide every object of every file; unreadable files and objects the engine fails on
     become problems, not crashes (with ``debug``, the engine's exception is raised)."""
     for source in discover(paths):
         try:
@@ -221,7 +221,7 @@ def _decide_into(
     *,
     debug: bool,
 ) -> Audited | None:
-    """Judge one object into the audit; the engine failing on it is that object's problem,
+    """Decide one object into the audit; the engine failing on it is that object's problem,
     and the audit goes on: one malformed object must not hide every other verdict."""
     try:
         outcome = decide_object(document.obj, audit.policy, namespace, mutate=True)
@@ -244,7 +244,7 @@ def _note(message: str) -> None:
 
 
 def audit_cluster(audit: Audit, args: argparse.Namespace) -> None:
-    """List the policy's workload kinds in the cluster and judge every object that no other
+    """List the policy's workload kinds in the cluster and decide every object that no other
     reported object owns; the owned ones are listed under their owner."""
     api_client, default_namespace = connect(args.kubeconfig, args.context)
     namespace = None if args.all_namespaces else (args.namespace or default_namespace)

@@ -17,7 +17,7 @@ from webhook.certs.pki import (
     TLS_CERT,
     generate,
     read_certificates,
-    write_bundle,
+    write_ca_bundle,
 )
 from webhook.cli.common import add_command, add_command_group
 from webhook.cli.kube import api_client
@@ -125,7 +125,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
         help="also write ca-bundle.crt = new CA + this old CA (repeatable)",
     )
     gen.add_argument("--force", action="store_true", help="overwrite an existing tls.crt")
-    gen.set_defaults(func=_cmd_generate)
+    gen.set_defaults(func=run_generate)
 
     inst = add_command(
         commands,
@@ -172,14 +172,16 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="GitOps: set caBundle in YAML files under DIR instead of the API",
     )
-    inst.set_defaults(func=_cmd_install)
+    inst.set_defaults(func=run_install)
 
 
-def _cmd_generate(args: argparse.Namespace) -> int:
+def run_generate(args: argparse.Namespace) -> int:
+    """Write the certificates (kept when there, unless --force); print the caBundle."""
     out = Path(args.out)
     # Read before generate() writes tls.crt and tls.key: a wrong file must fail the command
     # with the certificates in out as they were, not half-rotated.
-    old_cas = [cert for path in args.bundle_old_ca for cert in read_certificates(Path(path))]
+    for path in args.bundle_old_ca:
+        read_certificates(Path(path))
     if (out / TLS_CERT).exists() and not args.force:
         print(f"{out / TLS_CERT} exists; keeping it (pass --force to regenerate)", file=sys.stderr)
         existing = out / CA_BUNDLE if (out / CA_BUNDLE).exists() else out / CA_CERT
@@ -206,7 +208,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     bundle_b64 = result.ca_bundle_b64
     if args.bundle_old_ca:
         bundle_path = out / CA_BUNDLE
-        bundle_b64 = write_bundle(bundle_path, [*read_certificates(result.ca_cert), *old_cas])
+        bundle_b64 = write_ca_bundle(bundle_path, [result.ca_cert, *args.bundle_old_ca])
         print(
             f"wrote {bundle_path}: new CA + {len(args.bundle_old_ca)} old CA file(s)",
             file=sys.stderr,
@@ -215,7 +217,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_install(args: argparse.Namespace) -> int:
+def run_install(args: argparse.Namespace) -> int:
+    """Install the certificates into the cluster, or their caBundle into manifests."""
     if args.manifests:
         changed = install_into_manifests(
             args.manifests, args.cert_dir, ca_bundle_path=args.ca_bundle

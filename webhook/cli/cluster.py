@@ -34,8 +34,6 @@ BUILTIN_LISTS: dict[tuple[str, str], tuple[str, str]] = {
     ("batch", "Job"): ("BatchV1Api", "job"),
     ("batch", "CronJob"): ("BatchV1Api", "cron_job"),
 }
-# Old manifests still say extensions/v1beta1; no cluster this webhook supports serves it.
-LEGACY_GROUPS = frozenset({"extensions"})
 
 
 class ClusterError(Exception):

@@ -21,14 +21,12 @@ from typing import Any
 from webhook.cli import output, suites
 from webhook.cli.common import add_command, add_command_group, error
 from webhook.cli.documents import Document, DocumentError, discover, parse, read_text
+from webhook.policy.compile import LEGACY_GROUPS
 from webhook.policy.load import PolicyError, load_policy, schema
 from webhook.policy.model import Policy
 
 DEFAULT_TESTS = "policies/tests"
 KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
-# Old manifests still carry the apps kinds under "extensions", but no served API has it:
-# a webhook rule for it would match nothing.
-LEGACY_GROUPS = ("extensions",)
 
 POLICY_EXAMPLES = """\
 examples:
@@ -216,14 +214,15 @@ def run_validate(args: argparse.Namespace) -> int:
             print(f"{source}: {invalid}, {_count(len(exc.errors), 'error')}")
             status = max(status, 1)
             continue
-        document = parse(read_text(source), source)[0]
         warnings = [
             f"{source}:{w.line}: {w.path}: {output.paint('warning', 'yellow', colour)}: {w.message}"
             for w in policy.warnings
         ]
-        errors = (
-            coverage_errors(policy, document, rules, args.manifests) if rules is not None else []
-        )
+        errors = []
+        if rules is not None:
+            # Read again for the lines of spec.workloads, which the compiled policy forgets.
+            document = parse(read_text(source), source)[0]
+            errors = coverage_errors(policy, document, rules, args.manifests)
         for line in errors:
             print(line)
         for line in warnings:

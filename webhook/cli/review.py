@@ -69,7 +69,7 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Judge every object of the files (or answer their AdmissionReviews)."""
+    """Decide every object of the files (or answer their AdmissionReviews)."""
     if args.diff and not args.mutate:
         # --diff only changes how the mutation is shown: alone it would silently do nothing.
         print("gpu-admission review: error: --diff needs --mutate", file=sys.stderr)

@@ -6,8 +6,8 @@ them or an inline object, and states the verdict and, optionally, the exact rule
 each mode, regular expressions the violations must match, and what the mutating webhook must
 patch. Rule ids are the policy's stable, user-visible ones. A suite is checked before it runs:
 an unknown key, a misspelt rule id, a case without an expectation or a suite without cases is
-an error, never a pass. Deciding goes through ``webhook.admission.objects``, the engine the
-webhook runs.
+an error, never a pass. Objects are decided through ``webhook.admission.objects``, which feeds
+them to the engine the webhook runs.
 """
 
 from __future__ import annotations

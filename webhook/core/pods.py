@@ -11,7 +11,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from webhook.policy.model import EachValue, FieldStep, Policy, TemplatePath, WorkloadKind
+from webhook.policy.model import (
+    EachItem,
+    EachValue,
+    FieldStep,
+    Policy,
+    TemplatePath,
+    WorkloadKind,
+)
 from webhook.policy.quantity import Quantity, parse_quantity
 
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
@@ -250,7 +257,7 @@ def _walk(
         if isinstance(node, dict):
             for key, value in node.items():
                 yield from _walk(value, template, step + 1, f"{path}[{key}]", f"{identity}[{key}]")
-    elif isinstance(node, list):
+    elif isinstance(kind, EachItem) and isinstance(node, list):
         for index, value in enumerate(node):
             name = _item_name(value)
             item = f"[name={name}]" if name is not None else f"[{index}]"

@@ -30,6 +30,10 @@ DEFAULT_RULE_MODES = {"gpuPods": "Enforce", "otherPods": "Audit"}
 EACH_VALUE = EachValue()
 EACH_ITEM = EachItem()
 
+# Old manifests still carry the apps kinds under "extensions", but no API a supported cluster
+# serves has it: judged in files, never listed in a cluster or sent by a webhook rule.
+LEGACY_GROUPS = frozenset({"extensions"})
+
 # Built-in kinds whose pod templates are judged. "extensions" is the group that old manifests
 # (and `kubectl get` output of old clusters) still carry for the apps kinds.
 BUILTIN_WORKLOADS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (

@@ -30,8 +30,6 @@ SOFTWARE_SHARING = frozenset({"TimeSlicing", "MPS", "MIGTimeSlicing"})
 POOL_ANNOTATION = "gpu-admission.io/pool"
 INJECTED_ANNOTATION = "gpu-admission.io/injected"
 
-EMPTY: MappingProxyType = MappingProxyType({})
-
 
 @dataclass(frozen=True, slots=True)
 class ResourceSpec:

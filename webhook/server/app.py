@@ -28,7 +28,7 @@ from werkzeug.exceptions import HTTPException
 from webhook.admission.engine import Decision, decide
 from webhook.admission.request import RequestError
 from webhook.policy.model import Policy
-from webhook.server.logs import DECISION_LOGGER, log_decision
+from webhook.server.logs import APP_LOGGER, DECISION_LOGGER, log_decision
 from webhook.server.metrics import ENDPOINTS, VERDICTS, Metrics
 from webhook.server.store import PolicyStore
 
@@ -41,7 +41,7 @@ JSON = "application/json"
 # A readiness check returns None when ready, else the reason it is not.
 ReadinessCheck = Callable[[], str | None]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(APP_LOGGER)
 
 
 class _Refused(Exception):

@@ -43,7 +43,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.workers.gthread import ThreadWorker
 
-from webhook.server.logs import GunicornJsonLogger, configure_logging
+from webhook.server.logs import SERVER_LOGGER, GunicornJsonLogger, configure_logging
 from webhook.server.settings import ServeSettings, SettingsError
 from webhook.server.tls import CertificateReloader, build_server_context
 
@@ -53,7 +53,7 @@ from webhook.server.tls import CertificateReloader, build_server_context
 if TYPE_CHECKING:
     from webhook.server.metrics import Metrics
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(SERVER_LOGGER)
 
 KEEPALIVE_SECONDS = 120
 # Decisions take microseconds; threads cover concurrent handshakes and slow uploads. gunicorn

@@ -47,6 +47,17 @@ def _utc_timestamp(created: float) -> str:
     return f"{seconds}.{int(created % 1 * 1000):03d}Z"
 
 
+# Logger names are part of the log format that operators filter on: they stay as they were
+# when the server was one module each, whatever the modules are called now.
+APP_LOGGER = "webhook.app"
+SERVER_LOGGER = "webhook.server"
+STORE_LOGGER = "webhook.policy_store"
+
+
+class _JsonStreamHandler(logging.StreamHandler):
+    """The handler :func:`configure_logging` installs, told apart from anyone else's."""
+
+
 def configure_logging(level: int | str = logging.INFO, stream: TextIO | None = None) -> None:
     """Send the ``webhook`` loggers to ``stream`` (stderr) as JSON lines.
 
@@ -55,11 +66,10 @@ def configure_logging(level: int | str = logging.INFO, stream: TextIO | None = N
     """
     logger = logging.getLogger("webhook")
     for handler in list(logger.handlers):
-        if getattr(handler, "_gpu_admission", False):
+        if isinstance(handler, _JsonStreamHandler):
             logger.removeHandler(handler)
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = _JsonStreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter())
-    handler._gpu_admission = True  # type: ignore[attr-defined]
     logger.addHandler(handler)
     logger.setLevel(level)
     # The root logger may have its own handler (pytest's, a user's basicConfig).

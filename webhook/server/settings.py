@@ -1,7 +1,8 @@
 """What ``serve`` runs with: the command line's options over the environment over the defaults.
 
-Each option has an environment variable (``--workers`` and ``GPU_ADMISSION_WORKERS``), so the
-manifests can configure the server without a command line; an option given wins.
+Each option but ``--insecure`` has an environment variable (``--workers`` and
+``GPU_ADMISSION_WORKERS``), so the manifests can configure the server without a command line;
+an option given wins. Turning TLS off must be visible in the command, so it has none.
 """
 
 from __future__ import annotations

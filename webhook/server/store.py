@@ -28,9 +28,10 @@ from collections.abc import Callable
 
 from webhook.policy.load import PolicyError, load_policy
 from webhook.policy.model import Policy
+from webhook.server.logs import STORE_LOGGER
 from webhook.server.metrics import Metrics
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(STORE_LOGGER)
 
 # (st_ino, st_mtime_ns, st_size) of the resolved file, or None when it cannot be stat'ed.
 _Signature = tuple[int, int, int] | None

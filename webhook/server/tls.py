@@ -26,7 +26,9 @@ from typing import Any
 
 from cryptography import x509
 
-log = logging.getLogger(__name__)
+from webhook.server.logs import SERVER_LOGGER
+
+log = logging.getLogger(SERVER_LOGGER)
 
 CERT_CHECK_INTERVAL = 2.0
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
