@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conformance.corpus import CORPUS
+from tests.conformance.corpus import CORPUS, requires_corpus
 from tests.samples import CONFIG_MAP, GPU_DEPLOYMENT, GPU_POD, failing_on
 from webhook.checks.registry import BY_RULE
 from webhook.cli import cluster as cluster_listing
@@ -478,6 +478,7 @@ def test_the_mutation_report_says_what_the_policy_would_change(tmp_path: Path, c
     assert deployment_mutation["mutated"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
 
 
+@requires_corpus
 def test_the_conformance_corpus_is_covered_file_by_file(capsys) -> None:
     code, records, err = audit_json(capsys, "-f", str(CORPUS))
     assert code == 1

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conformance.corpus import CORPUS, POLICIES, documents, load_table
+from tests.conformance.corpus import CORPUS, POLICIES, documents, load_table, requires_corpus
 from webhook.cli import suites as policy_tests
 from webhook.cli.main import main
 from webhook.cli.policy import rule_covers
@@ -409,6 +409,7 @@ def test_every_shipped_policy_has_a_suite() -> None:
     assert {p.resolve() for p in SHIPPED} <= tested
 
 
+@requires_corpus
 @pytest.mark.parametrize("policy_name", sorted(POLICIES))
 def test_the_conformance_corpus_passes_as_a_policy_test_suite(
     policy_name: str, tmp_path: Path, capsys

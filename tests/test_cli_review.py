@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conformance.corpus import CORPUS, POLICIES, load_table
+from tests.conformance.corpus import CORPUS, POLICIES, load_table, requires_corpus
 from tests.samples import CONFIG_MAP, GPU_DEPLOYMENT, GPU_POD, failing_on
 from webhook.cli.main import main
 
@@ -71,6 +71,7 @@ def verdict_of(records: list[dict]) -> dict:
 
 # The GPU operator's DaemonSets say `namespace: FILLED BY THE OPERATOR`: an explicit -n wins
 # over an object's own namespace, as the request namespace does in the webhook.
+@requires_corpus
 @pytest.mark.parametrize("policy_name", sorted(POLICIES))
 @pytest.mark.parametrize("file_name", sorted(TABLE))
 def test_corpus_file_agrees_with_the_conformance_table(

@@ -13,7 +13,10 @@ from tests.conformance.corpus import (
     documents,
     judge,
     load_table,
+    requires_corpus,
 )
+
+pytestmark = requires_corpus
 
 TABLE = load_table()["files"]
 
