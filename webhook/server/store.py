@@ -30,6 +30,7 @@ from webhook.policy.load import PolicyError, load_policy
 from webhook.policy.model import Policy
 from webhook.server.logs import STORE_LOGGER
 from webhook.server.metrics import Metrics
+from webhook.server.watch import every
 
 log = logging.getLogger(STORE_LOGGER)
 
@@ -97,18 +98,13 @@ class PolicyStore:
 
     def watch(self) -> threading.Thread:
         """Check for changes every ``check_interval`` in a daemon thread, until exit."""
-
-        def run() -> None:
-            while True:
-                time.sleep(self._check_interval)
-                try:
-                    self.reload_if_changed()
-                except Exception:  # a dead watcher would fail silently: log and go on
-                    log.exception("policy check failed")
-
-        thread = threading.Thread(target=run, name="policy-watch", daemon=True)
-        thread.start()
-        return thread
+        return every(
+            self._check_interval,
+            self.reload_if_changed,
+            name="policy-watch",
+            log=log,
+            failure="policy check failed",
+        )
 
     def _check(self) -> bool:
         try:

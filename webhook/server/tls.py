@@ -27,6 +27,7 @@ from typing import Any
 from cryptography import x509
 
 from webhook.server.logs import SERVER_LOGGER
+from webhook.server.watch import every
 
 log = logging.getLogger(SERVER_LOGGER)
 
@@ -133,18 +134,13 @@ class CertificateReloader:
         """Check the files every ``check_interval`` in a daemon thread, until exit: a worker
         that accepts no new connection still moves to a renewed certificate, so its expiry
         metric and its log tell the truth."""
-
-        def run() -> None:
-            while True:
-                time.sleep(self._check_interval)
-                try:
-                    self.context()
-                except Exception:  # a dead watcher would fail silently: log and go on
-                    log.exception("TLS certificate check failed")
-
-        thread = threading.Thread(target=run, name="certificate-watch", daemon=True)
-        thread.start()
-        return thread
+        return every(
+            self._check_interval,
+            self.context,
+            name="certificate-watch",
+            log=log,
+            failure="TLS certificate check failed",
+        )
 
     def problem(self) -> str | None:
         """Why the certificates cannot be served (for /readyz), or None."""
