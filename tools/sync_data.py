@@ -20,7 +20,6 @@ generates; ``tests/test_data_sync.py`` runs it.
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,16 +106,13 @@ def with_note(text: str, source: str, schema_path: str) -> str:
 
 def derive(text: str, override: Override) -> str:
     """The policy text with the override's header, name, description and values."""
-    document = yaml.safe_load(text)
-    expected = copy.deepcopy(document)
-    expected["metadata"]["name"] = override.name
-    expected["metadata"]["description"] = override.description
+    expected = yaml.safe_load(text)
     values = {
         ("metadata", "name"): override.name,
         ("metadata", "description"): override.description,
         **override.values,
     }
-    for path, value in override.values.items():
+    for path, value in values.items():
         parent = expected
         for step in path[:-1]:
             parent = parent[step]

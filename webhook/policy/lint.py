@@ -54,11 +54,11 @@ def semantic_errors(doc: dict, lines: LineFinder) -> list[str]:
     def err(path: list, message: str) -> None:
         errors.append(lines.error(path, message))
 
-    catalogue = dict(mig.CATALOGUE)
     mig_spec = spec.get("migCatalogue", {})
-    # Built up product by product, so that a product named twice is reported.
-    for i, product in enumerate(mig_spec.get("customProducts", [])):
-        if product["name"] in catalogue:
+    custom_products = mig_spec.get("customProducts", [])
+    named = set(mig.CATALOGUE)  # grows product by product: a name given twice is reported
+    for i, product in enumerate(custom_products):
+        if product["name"] in named:
             err(
                 ["spec", "migCatalogue", "customProducts", i, "name"],
                 f"duplicate product {product['name']!r}: it is already catalogued",
@@ -70,7 +70,8 @@ def semantic_errors(doc: dict, lines: LineFinder) -> list[str]:
                     f"malformed MIG profile {profile!r}: expected <g>g.<mem>gb with an optional "
                     "attribute (.me, .me.all, .gfx, -me), e.g. 1g.10gb or 1g.10gb.me",
                 )
-        catalogue[product["name"]] = {p: 1 for p in product["profiles"]}
+        named.add(product["name"])
+    catalogue = mig.catalogue_with(custom_products)
     products = mig_spec.get("products", ["*"])
     for i, product in enumerate(products):
         if product != "*" and product not in catalogue:
