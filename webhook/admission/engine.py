@@ -16,14 +16,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.admission import mutation, response
+from webhook.admission import mutation, response, updates
 from webhook.admission.request import RequestError, parse_request, workload_kind
 from webhook.admission.wire import AdmissionReviewResponse
 from webhook.checks.registry import BY_RULE, CHECKS
 from webhook.core.findings import Finding, Violation
 from webhook.core.pods import PodView, build_view, walk_templates
 from webhook.core.pools import select_pool
-from webhook.policy.model import RULE_IDS, Policy, WorkloadKind
+from webhook.core.scope import reach
+from webhook.policy.model import RULE_IDS, SECURITY_RULES, Policy, WorkloadKind
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 JUDGED_SUBRESOURCES = ("", "ephemeralcontainers")
@@ -77,15 +78,12 @@ def decide(admission_review: Any, policy: Policy, *, mutate: bool) -> Decision:
     findings = run_checks(views, policy)
     old = request.get("oldObject")
     if operation == "UPDATE" and isinstance(old, dict) and findings:
-        old_keys = {f.key for f in run_checks(_views(old, workload, namespace, policy), policy)}
-        # What the object already had before this update is not the update's doing:
-        # controllers must still be able to label, scale and finalize it. It stays visible.
-        findings = [
-            Finding(f.violation, "Warn", f.template)
-            if f.mode == "Enforce" and f.key in old_keys
-            else f
-            for f in findings
-        ]
+        old_findings = run_checks(_views(old, workload, namespace, policy), policy)
+        findings = updates.judge_update(findings, old_findings, request, obj, old, workload)
+    if workload.kind == "Pod" and MIRROR_ANNOTATION in _annotations(obj):
+        # The kubelet never runs a Pod it receives with this annotation (it runs static Pods
+        # from its own files and only mirrors them here): denying the mirror changes nothing.
+        findings = [Finding(f.violation, "Audit", f.template) for f in findings]
     return Decision(
         response.build(
             uid,
@@ -106,8 +104,11 @@ def run_checks(
     for view in views:
         modes = policy.rule_modes(view.namespace)
         exempt = _exempt_rules(policy, view)
+        reach_scope = reach(view, policy).scope
+        relevance = "gpuPods" if view.gpu_relevant else "otherPods"
         for check in checks:
-            mode = modes[check.rule].for_scope(view.gpu_relevant)
+            scope = reach_scope if check.rule in SECURITY_RULES else relevance
+            mode = modes[check.rule].for_scope(scope)
             if mode == "Off" or check.rule in exempt:
                 continue
             for violation in check.run(view, policy):
@@ -146,9 +147,7 @@ def _mutate(
         ]
         if denials:
             return Decision(response.build(uid, denials=denials), findings=tuple(denials))
-    metadata = obj.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    annotations = annotations if isinstance(annotations, dict) else {}
+    annotations = _annotations(obj)
     if (
         workload.kind != "Pod"
         or request["operation"] != "CREATE"
@@ -162,7 +161,12 @@ def _mutate(
     selection = select_pool(view, policy)
     if selection.violations:
         return Decision(response.build(uid))  # the validate path denies it with the reasons
-    operations = mutation.plan(obj, view, selection, policy)
+    inject_void = (
+        policy.inject_void
+        and reach(view, policy).reachable
+        and "device-visibility" not in _exempt_rules(policy, view)
+    )
+    operations = mutation.plan(obj, view, selection, policy, inject_void=inject_void)
     if not operations:
         return Decision(response.build(uid))
     if policy.mutation_mode == "Record":
@@ -170,6 +174,12 @@ def _mutate(
             response.build(uid, would_patch=operations), patch=operations, patch_recorded=True
         )
     return Decision(response.build(uid, patch=operations), patch=operations, patch_applied=True)
+
+
+def _annotations(obj: Mapping) -> Mapping:
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    return annotations if isinstance(annotations, dict) else {}
 
 
 def _views(

@@ -3,8 +3,9 @@
 Tolerations for the pool's taints that the Pod does not already tolerate; the pool's labels as
 required node affinity, ANDed into every existing nodeSelectorTerm (or a new term); the pool's
 preferred terms when absent; optionally ``NVIDIA_VISIBLE_DEVICES=void`` in containers that
-request no GPU; and an annotation recording what was injected. Every operation is guarded by
-what the Pod already has, so mutating the mutated Pod plans nothing.
+request no GPU (in every Pod that can reach a GPU node); and an annotation recording what was
+injected. Every operation is guarded by what the Pod already has, so mutating the mutated Pod
+plans nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from webhook.admission import patch
 from webhook.core.pods import PodView
 from webhook.core.pools import Selection
 from webhook.core.scheduling import tolerates, toleration_for
+from webhook.core.scope import requests_gpu
 from webhook.policy.model import INJECTED_ANNOTATION, Policy
 
 REQUIRED = ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
@@ -38,8 +40,12 @@ class _Planned:
             self.operations.append(operation)
 
 
-def plan(pod: Mapping, view: PodView, selection: Selection, policy: Policy) -> tuple[dict, ...]:
-    """The ``add`` operations that give the Pod what its pool needs; none when it has it all."""
+def plan(
+    pod: Mapping, view: PodView, selection: Selection, policy: Policy, *, inject_void: bool
+) -> tuple[dict, ...]:
+    """The ``add`` operations that give the Pod what its pool needs; none when it has it all.
+    ``inject_void``: add ``NVIDIA_VISIBLE_DEVICES=void`` to every container that requests no
+    GPU (the caller decides: the policy asks for it and the Pod can reach GPU nodes)."""
     planned = _Planned(pod)
     injected: list[str] = []  # what was added, for the annotation
 
@@ -64,10 +70,10 @@ def plan(pod: Mapping, view: PodView, selection: Selection, policy: Policy) -> t
             planned.add(preferred)
             injected.append(f"preferred-affinity={added}")
 
-    if policy.inject_void and view.requested_gpu_names():
+    if inject_void:
         voided = 0
         for container in view.containers:
-            if container.requests_gpu or container.list_name == "ephemeralContainers":
+            if requests_gpu(container, policy) or container.list_name == "ephemeralContainers":
                 continue
             env = container.spec.get("env")
             names = (

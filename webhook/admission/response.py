@@ -63,10 +63,29 @@ def audit_annotations(
         annotations["violations"] = text
         annotations["rules"] = ",".join(sorted({f.rule for f in findings}))
     if would_patch:
-        annotations["would-patch"] = _clip(
-            json.dumps(list(would_patch), separators=(",", ":")), MAX_AUDIT_VALUE
-        )
+        annotations["would-patch"] = _clipped_patch(list(would_patch))
     return annotations
+
+
+def _clipped_patch(operations: list[dict]) -> str:
+    """The operations as JSON, whole ones dropped from the end past the size limit and counted
+    in a last ``{"omitted": n}`` item, so that the value stays valid JSON."""
+
+    def text(kept: int) -> str:
+        omitted = len(operations) - kept
+        tail = [{"omitted": omitted}] if omitted else []
+        return json.dumps(operations[:kept] + tail, separators=(",", ":"), default=str)
+
+    low, high = 0, len(operations)  # text(low) fits (an empty list does); find the most that fit
+    if len(text(high)) <= MAX_AUDIT_VALUE:
+        return text(high)
+    while low < high - 1:
+        middle = (low + high) // 2
+        if len(text(middle)) <= MAX_AUDIT_VALUE:
+            low = middle
+        else:
+            high = middle
+    return text(low)
 
 
 def build(

@@ -1,81 +1,125 @@
-"""No device-visibility tricks.
+"""No device-visibility tricks: a container sees only the GPUs the scheduler allocated to it.
 
-Restricted: a container that requests no GPU yet sets ``NVIDIA_VISIBLE_DEVICES`` (other than
-``void`` or ``none``) or ``NVIDIA_DRIVER_CAPABILITIES``: where the node's container toolkit
-honours the variable for unprivileged containers, it hands over GPUs the scheduler never
-allocated. A value from ``valueFrom`` cannot be checked, so it is denied; ``envFrom`` cannot be
-seen at all, so it is warned. ``cdi.k8s.io/*`` annotations, which ask the runtime for devices
-directly, are denied. Allowed: the variables in containers that request a GPU (the device
-plugin overrides them), and ``NVIDIA_VISIBLE_DEVICES=void``.
+Restricted, in every container of a Pod that can reach a GPU node:
+
+- ``NVIDIA_VISIBLE_DEVICES`` with any value but ``void`` or ``none`` (a ``valueFrom`` cannot
+  be checked, so it is refused too), even in a container that requests a GPU: the kubelet
+  puts the device plugin's variables first and the container's own after them, so with the
+  ``envvar`` device-list strategy and a toolkit that accepts the variable from unprivileged
+  containers, the container's value wins;
+- ``NVIDIA_MIG_CONFIG_DEVICES``, ``NVIDIA_MIG_MONITOR_DEVICES`` and ``NVIDIA_IMEX_CHANNELS``;
+- a volume mount at or under ``/var/run/nvidia-container-devices`` (or ``/run/...``), which the
+  toolkit reads as device requests with the ``volume-mounts`` strategy;
+- the toolkit's other variables (``NVIDIA_DRIVER_CAPABILITIES``, ``NVIDIA_REQUIRE_*``,
+  ``NVIDIA_DISABLE_REQUIRE``, ``NVIDIA_GDRCOPY``, ``NVIDIA_GDS``, ``NVIDIA_MOFED``,
+  ``NVIDIA_NVSWITCH``) in a container that requests no GPU;
+- ``cdi.k8s.io/*`` annotations, which ask the runtime for devices directly;
+- with ``deviceVisibility.injectVoid``, a Pod (not a template) that requests a GPU or tolerates
+  a GPU taint by key, whose containers that request no GPU lack ``NVIDIA_VISIBLE_DEVICES=void``
+  (a Pod that reaches GPU nodes only through a wildcard toleration is warned).
+
+Warned: ``envFrom``, which may set a variable unseen, in a container without an explicit
+``NVIDIA_VISIBLE_DEVICES=void``. Allowed: the tuning variables in containers that request a
+GPU; ``NVIDIA_VISIBLE_DEVICES=void``; ``NVIDIA_*`` names the toolkit does not read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from webhook.core import advice
 from webhook.core.findings import Violation, quote
-from webhook.core.pods import CDI_PREFIX, PodView
+from webhook.core.hostpaths import in_device_list_dir
+from webhook.core.pods import CDI_PREFIX, ContainerView, PodView
+from webhook.core.scope import (
+    NO_DEVICES,
+    VISIBLE_DEVICES,
+    WIDENING_VARIABLES,
+    env_entries,
+    is_toolkit_variable,
+    reach,
+    requests_gpu,
+)
 from webhook.policy.model import Policy
 
 RULE = "device-visibility"
-HARMLESS = ("void", "none")
+VOID_ENTRY = f"{VISIBLE_DEVICES}=void"
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
+    require_void = _void_requirement(view, policy)
     for container in view.containers:
-        if container.requests_declared_gpu(policy):
-            continue
-        env = container.spec.get("env")
+        gpu = requests_gpu(container, policy)
         voided = False
-        for index, var in enumerate(env if isinstance(env, list) else ()):
-            if not isinstance(var, dict):
-                continue
+        for index, var in env_entries(container):
             name = var.get("name")
-            if name not in ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"):
-                continue
-            field = f"{container.list_name}.env[{name}]"
-            if "valueFrom" in var:
-                yield Violation(
-                    rule=RULE,
-                    path=f"{container.path}.env[{index}].valueFrom",
-                    value=name,
-                    message=f"{name} from valueFrom cannot be checked, in container "
-                    f"{quote(container.name)} that requests no GPU",
-                    hint="remove the variable, or request the GPU in resources.limits",
-                    error_type="Forbidden",
-                    subject=container.name,
-                    field=field,
-                )
+            if not is_toolkit_variable(name):
                 continue
             value = var.get("value", "")
-            if name == "NVIDIA_VISIBLE_DEVICES" and str(value).strip().lower() in HARMLESS:
-                voided = True
-                continue
-            yield Violation(
-                rule=RULE,
-                path=f"{container.path}.env[{index}].value",
-                value=value,
-                message=f"container {quote(container.name)} requests no GPU but sets {name}, which "
-                "can expose GPUs the scheduler never allocated",
-                hint="remove the variable and request GPUs in resources.limits "
-                "(NVIDIA_VISIBLE_DEVICES=void is allowed)",
-                subject=container.name,
-                field=field,
-            )
-        # An explicit env entry overrides envFrom, so NVIDIA_VISIBLE_DEVICES=void settles it.
-        if container.spec.get("envFrom") and not voided:
+            if name == VISIBLE_DEVICES and "valueFrom" not in var:
+                if str(value).strip().lower() in NO_DEVICES:
+                    voided = True
+                    continue
+            if name not in WIDENING_VARIABLES and gpu:
+                continue  # tunes the GPU the container was given
+            yield _variable(view, policy, container, index, var, gpu)
+        mounts = container.spec.get("volumeMounts")
+        for index, mount in enumerate(mounts if isinstance(mounts, list) else ()):
+            path = mount.get("mountPath") if isinstance(mount, dict) else None
+            if isinstance(path, str) and in_device_list_dir(path):
+                yield Violation(
+                    rule=RULE,
+                    path=f"{container.path}.volumeMounts[{index}].mountPath",
+                    value=path,
+                    message=f"container {quote(container.name)} mounts {quote(path)}, which the "
+                    "container toolkit reads as a list of devices to expose",
+                    hint=advice.fix(
+                        view,
+                        policy,
+                        "mount the volume elsewhere",
+                        gpu="request GPUs in resources.limits",
+                    ),
+                    subject=container.name,
+                    field=f"{container.list_name}.volumeMounts[{path}]",
+                )
+        if voided:
+            continue
+        if container.spec.get("envFrom"):
+            # An explicit env entry overrides envFrom, so NVIDIA_VISIBLE_DEVICES=void settles it.
             yield Violation(
                 rule=RULE,
                 path=f"{container.path}.envFrom",
                 value=None,
-                message=f"container {quote(container.name)} requests no GPU and takes variables "
-                "from envFrom, which may set NVIDIA_VISIBLE_DEVICES unseen",
-                hint="set NVIDIA_VISIBLE_DEVICES=void in env (it overrides envFrom), or "
-                "enable deviceVisibility.injectVoid in the policy",
+                message=f"container {quote(container.name)} takes variables from envFrom, which "
+                f"may set {VISIBLE_DEVICES} unseen",
+                hint="set the variables it needs in env"
+                if gpu
+                else f"set {VOID_ENTRY} in env (it overrides envFrom), or enable "
+                "deviceVisibility.injectVoid in the policy",
                 error_type="Forbidden",
                 subject=container.name,
                 field=f"{container.list_name}.envFrom",
                 advisory=True,
+            )
+        if require_void is not None and not gpu and not _sets_visibility(container):
+            yield Violation(
+                rule=RULE,
+                path=f"{container.path}.env",
+                value=None,
+                message=f"container {quote(container.name)} requests no GPU and lacks "
+                f"{VOID_ENTRY}, which the policy requires in every such container of a Pod that "
+                "can reach GPU nodes: without it, an image's own NVIDIA_VISIBLE_DEVICES decides "
+                "which GPUs it sees",
+                hint=f"add {{name: {VISIBLE_DEVICES}, value: void}} to env"
+                + (
+                    " (kubectl debug --env NVIDIA_VISIBLE_DEVICES=void)"
+                    if container.list_name == "ephemeralContainers"
+                    else " (the mutating webhook adds it when it reaches the Pod)"
+                ),
+                error_type="Required value",
+                subject=container.name,
+                field=f"{container.list_name}.env[{VISIBLE_DEVICES}]",
+                advisory=require_void,
             )
     for key in view.annotations:
         if isinstance(key, str) and key.startswith(CDI_PREFIX):
@@ -85,7 +129,75 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 value=view.annotations[key],
                 message="CDI annotations request devices from the runtime directly, past the "
                 "scheduler and the device plugin",
-                hint="request GPUs in resources.limits, or run in a namespace the policy exempts",
+                hint=advice.fix(
+                    view,
+                    policy,
+                    "remove the annotation",
+                    gpu="request GPUs in resources.limits, or run in a namespace the policy "
+                    "exempts",
+                ),
                 subject="annotations",
                 field=f"annotations[{key}]",
             )
+
+
+def _variable(
+    view: PodView, policy: Policy, container: ContainerView, index: int, var: dict, gpu: bool
+) -> Violation:
+    name = var["name"]
+    field = f"{container.list_name}.env[{name}]"
+    if "valueFrom" in var:
+        return Violation(
+            rule=RULE,
+            path=f"{container.path}.env[{index}].valueFrom",
+            value=name,
+            message=f"container {quote(container.name)} sets {name} from valueFrom, which cannot "
+            "be checked and can expose GPUs the scheduler never allocated to it",
+            hint=advice.fix(
+                view,
+                policy,
+                "remove the variable",
+                gpu="the device plugin sets the devices of the GPUs it allocates",
+            ),
+            error_type="Forbidden",
+            subject=container.name,
+            field=field,
+        )
+    if gpu:
+        why = (
+            f"a container's own {name} can override the devices the device plugin allocated "
+            "(the kubelet puts the container's variables after the plugin's)"
+        )
+        remedy = "remove the variable: the device plugin sets the devices of the GPUs it allocates"
+    elif name in WIDENING_VARIABLES:
+        why = f"{name} can expose GPUs the scheduler never allocated"
+        remedy = "remove the variable" + (
+            f" or set {VOID_ENTRY}" if name == VISIBLE_DEVICES else ""
+        )
+    else:
+        why = f"{name} only means something to a container that is given a GPU"
+        remedy = "remove the variable"
+    return Violation(
+        rule=RULE,
+        path=f"{container.path}.env[{index}].value",
+        value=var.get("value", ""),
+        message=f"container {quote(container.name)} must not set {name}: "
+        + advice.why(view, policy, why),
+        hint=advice.fix(view, policy, remedy),
+        subject=container.name,
+        field=field,
+    )
+
+
+def _sets_visibility(container: ContainerView) -> bool:
+    return any(var.get("name") == VISIBLE_DEVICES for _, var in env_entries(container))
+
+
+def _void_requirement(view: PodView, policy: Policy) -> bool | None:
+    """None: not required; False: required (denied when missing); True: advisory (warned)."""
+    if not policy.inject_void or view.kind != "Pod" or view.spec_path != "spec":
+        return None
+    found = reach(view, policy)
+    if found.requests_gpu or found.tolerates_by_key:
+        return False
+    return True if found.scope == "reachablePods" else None

@@ -1,15 +1,16 @@
-"""No privileged containers.
+"""No privileged containers in Pods that can reach a GPU node.
 
 Restricted: ``securityContext.privileged: true`` in any container, init container or
-ephemeral container. A privileged container sees every GPU device of the node and bypasses
-the device plugin's allocation, so it breaks the isolation between GPU Pods. Allowed:
-``privileged: false`` or unset.
+ephemeral container. A privileged container sees every device of its node, every GPU
+included, past the device plugin's allocation. Allowed: ``privileged: false`` or unset. Which
+Pods this binds, and in which mode, is decided by ``webhook.core.scope``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from webhook.core import advice
 from webhook.core.findings import Violation, quote
 from webhook.core.pods import PodView
 from webhook.policy.model import Policy
@@ -25,10 +26,14 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 rule=RULE,
                 path=f"{container.path}.securityContext.privileged",
                 value=True,
-                message=f"container {quote(container.name)} must not be privileged: a privileged "
-                "container sees every GPU on the node and bypasses the device plugin",
-                hint="remove securityContext.privileged and request GPUs in resources.limits "
-                "(e.g. nvidia.com/gpu: 1)",
+                message=f"container {quote(container.name)} must not be privileged: "
+                + advice.why(view, policy, "a privileged container sees every device of its node"),
+                hint=advice.fix(
+                    view,
+                    policy,
+                    "remove securityContext.privileged",
+                    gpu="request GPUs in resources.limits (e.g. nvidia.com/gpu: 1)",
+                ),
                 subject=container.name,
                 field=f"{container.list_name}.securityContext.privileged",
             )

@@ -217,6 +217,12 @@ def run_validate(args: argparse.Namespace) -> int:
         warnings = [
             f"{source}:{w.line}: {w.path}: {output.paint('warning', 'yellow', colour)}: {w.message}"
             for w in policy.warnings
+            if w.level == "warning"
+        ]
+        notes = [
+            f"{source}:{w.line}: {w.path}: {output.paint('info', 'dim', colour)}: {w.message}"
+            for w in policy.warnings
+            if w.level == "info"
         ]
         errors = []
         if rules is not None:
@@ -225,7 +231,7 @@ def run_validate(args: argparse.Namespace) -> int:
             errors = coverage_errors(policy, document, rules, args.manifests)
         for line in errors:
             print(line)
-        for line in warnings:
+        for line in warnings + notes:
             print(line)
         if errors or (warnings and args.strict):
             verdict = output.paint("invalid", "red", colour)

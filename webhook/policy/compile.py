@@ -110,15 +110,27 @@ def _rule_modes(base: dict[str, RuleModes], ruleset: dict) -> MappingProxyType:
         named = ruleset.get(rule, {})
         entry = {**default, **named}
         if entry.get("enabled") is False:
-            out[rule] = RuleModes("Off", "Off")
+            out[rule] = RuleModes("Off", "Off", "Off")
             continue
-        gpu_pods = entry.get("gpuPods", current.gpu_pods)
-        other_pods = entry.get("otherPods", current.other_pods)
+
         out[rule] = RuleModes(
-            "Off" if current.gpu_pods == "Off" and "gpuPods" not in named else gpu_pods,
-            "Off" if current.other_pods == "Off" and "otherPods" not in named else other_pods,
+            _scope_mode(entry, named, "gpuPods", current.gpu_pods),
+            _scope_mode(entry, named, "otherPods", current.other_pods),
+            _scope_mode(entry, named, "reachablePods", current.reachable_pods),
         )
     return MappingProxyType(out)
+
+
+def _scope_mode(entry: dict, named: dict, key: str, current: str | None) -> str | None:
+    """One scope's mode: ``entry``'s over ``current``, but Off stays Off unless named."""
+    if current == "Off" and key not in named:
+        return "Off"
+    return entry.get(key, current)
+
+
+def _hard_taints(taints: list) -> tuple[MappingProxyType, ...]:
+    """The taints that keep Pods off a node: PreferNoSchedule only discourages."""
+    return tuple(_frozen(t) for t in taints if t["effect"] in ("NoSchedule", "NoExecute"))
 
 
 def _frozen(mapping: dict) -> MappingProxyType:
@@ -195,6 +207,11 @@ def compile_policy(doc: dict, source: str, digest: str) -> Policy:
             declared.add(f"{domain}/mig-{profile}")
             declared.add(f"{domain}/mig-{profile}.shared")
     mutation = spec.get("mutation", {})
+    classes = [_hard_taints(spec.get("gpuNodeTaints", []))] if spec.get("gpuNodeTaints") else []
+    classes += [_hard_taints(p.get("taints", [])) for p in spec.get("pools", [])]
+    # Sound by default: with no GPU node taint declared, nothing keeps any Pod off GPU nodes.
+    every_pod_reaches = not spec.get("gpuNodesTainted", True) or not classes or not all(classes)
+    host_devices = spec.get("hostDevices", {})
     return Policy(
         name=doc["metadata"]["name"],
         source=source,
@@ -208,9 +225,13 @@ def compile_policy(doc: dict, source: str, digest: str) -> Policy:
         uncatalogued_mig=mig_spec.get("uncataloguedProfiles", "Warn"),
         pools=pools,
         gpu_node_taints=tuple(_frozen(t) for t in spec.get("gpuNodeTaints", [])),
-        host_device_paths=tuple(
-            normalise_host_path(p) for p in spec.get("hostDevices", {}).get("paths", [])
-        ),
+        gpu_node_classes=() if every_pod_reaches else tuple(classes),
+        every_pod_reaches_gpu_nodes=every_pod_reaches,
+        gpu_nodes_tainted=spec.get("gpuNodesTainted", True),
+        host_device_paths=tuple(normalise_host_path(p) for p in host_devices.get("paths", [])),
+        host_path_allow_list=tuple(normalise_host_path(p) for p in host_devices["allowedPaths"])
+        if "allowedPaths" in host_devices
+        else None,
         inject_void=spec.get("deviceVisibility", {}).get("injectVoid", False),
         mutation_enabled=mutation.get("enabled", True),
         mutation_mode=mutation.get("mode", "Apply"),

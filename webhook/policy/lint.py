@@ -214,11 +214,60 @@ def warnings(policy: Policy, lines: LineFinder) -> tuple[PolicyWarning, ...]:
     def warn(path: list, message: str) -> None:
         found.append(PolicyWarning(lines.line(path), render_path(path), message))
 
+    def inform(path: list, message: str) -> None:
+        found.append(PolicyWarning(lines.line(path), render_path(path), message, level="info"))
+
     _lint_pool_overlap(policy, warn)
     _lint_overrides(policy, warn)
     _lint_exemptions(policy, warn)
     _lint_pool_namespaces(policy, warn)
+    _lint_taints(policy, warn)
+    _note_exemptions(policy, inform)
     return tuple(sorted(found, key=lambda w: w.line))
+
+
+def _lint_taints(policy: Policy, warn: Report) -> None:
+    """Reachability rests on the GPU nodes' taints: say where none keeps Pods off them."""
+    if not policy.gpu_nodes_tainted:
+        return
+    consequence = (
+        "so nothing keeps any Pod off those nodes and the security rules bind every Pod with "
+        "the gpuPods mode"
+    )
+    hard = ("NoSchedule", "NoExecute")
+    if not policy.gpu_node_taints and not policy.pools:
+        warn(
+            ["spec"],
+            f"no GPU node taint is declared (gpuNodeTaints or pool taints), {consequence}; "
+            "declare the taints your GPU nodes carry, or set gpuNodesTainted: false to say that "
+            "they carry none",
+        )
+        return
+    if policy.gpu_node_taints and not any(t["effect"] in hard for t in policy.gpu_node_taints):
+        warn(["spec", "gpuNodeTaints"], f"no NoSchedule or NoExecute taint here, {consequence}")
+    for i, pool in enumerate(policy.pools):
+        if not any(t["effect"] in hard for t in pool.taints):
+            warn(
+                ["spec", "pools", i],
+                f"pool {pool.name!r} declares no NoSchedule or NoExecute taint, {consequence}",
+            )
+
+
+def _note_exemptions(policy: Policy, inform: Report) -> None:
+    for i, exemption in enumerate(policy.exemptions):
+        rules = "every rule" if exemption.rules is None else ", ".join(sorted(exemption.rules))
+        who = (
+            "everyone who may create Pods there"
+            if exemption.service_accounts is None
+            else "everyone who may create Pods there that run as "
+            + ", ".join(sorted(exemption.service_accounts))
+        )
+        inform(
+            ["spec", "exemptions", i],
+            f"exempts namespaces {', '.join(exemption.namespaces.patterns)} from {rules}: it "
+            f"trusts {who}; delete the names you do not use and keep tenants from creating "
+            "namespaces with these names",
+        )
 
 
 def covers(broad: str, narrow: str) -> bool:

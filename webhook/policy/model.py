@@ -20,11 +20,18 @@ RULE_IDS: tuple[str, ...] = (
     "privileged",
     "host-devices",
     "device-visibility",
+    "host-access",
     "sharing-mode",
     "pool-access",
     "topology",
     "daemonset-tolerations",
 )
+
+# The rules that keep a tenant from the node's devices and host: they bind every Pod that can
+# reach a GPU node (``webhook.core.scope``), not only the Pods that ask for a GPU.
+SECURITY_RULES = frozenset({"privileged", "host-devices", "device-visibility", "host-access"})
+# Where a rule's mode is looked up: the policy's ``gpuPods``, ``reachablePods`` or ``otherPods``.
+Scope = Literal["gpuPods", "reachablePods", "otherPods"]
 
 SOFTWARE_SHARING = frozenset({"TimeSlicing", "MPS", "MIGTimeSlicing"})
 POOL_ANNOTATION = "gpu-admission.io/pool"
@@ -68,11 +75,20 @@ class NamespaceMatcher:
 
 @dataclass(frozen=True, slots=True)
 class RuleModes:
+    """A rule's mode for each scope. ``reachable_pods`` (Pods that reach GPU nodes only through
+    a wildcard toleration, as node agents do) is None where no policy layer names it: it then
+    follows ``gpu_pods``, so a policy that never heard of it is not loosened."""
+
     gpu_pods: RuleMode
     other_pods: RuleMode
+    reachable_pods: RuleMode | None = None
 
-    def for_scope(self, gpu_relevant: bool) -> RuleMode:
-        return self.gpu_pods if gpu_relevant else self.other_pods
+    def for_scope(self, scope: Scope) -> RuleMode:
+        if scope == "gpuPods":
+            return self.gpu_pods
+        if scope == "otherPods":
+            return self.other_pods
+        return self.gpu_pods if self.reachable_pods is None else self.reachable_pods
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,11 +148,13 @@ class WorkloadKind:
 
 @dataclass(frozen=True, slots=True)
 class PolicyWarning:
-    """A lint warning: the policy loads, but part of it cannot mean what it says."""
+    """A lint warning: the policy loads, but part of it cannot mean what it says. An ``info``
+    note says what a valid setting implies (an exemption trusts a namespace's Pod creators)."""
 
     line: int
     path: str  # the field path, ``spec.pools[1].resources[0].sharing``
     message: str
+    level: Literal["warning", "info"] = "warning"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -153,7 +171,15 @@ class Policy:
     uncatalogued_mig: Literal["Warn", "Deny"]
     pools: tuple[Pool, ...]
     gpu_node_taints: tuple[MappingProxyType, ...]  # taints of GPU nodes outside declared pools
+    # The NoSchedule/NoExecute taints of each class of GPU node (gpuNodeTaints, each pool): a
+    # Pod that tolerates every taint of one class can land there. Empty when every Pod can
+    # (GPU nodes declared untainted, or a class without such a taint).
+    gpu_node_classes: tuple[tuple[MappingProxyType, ...], ...]
+    every_pod_reaches_gpu_nodes: bool
+    gpu_nodes_tainted: bool  # the policy's gpuNodesTainted
     host_device_paths: tuple[str, ...]
+    # With ``hostDevices.allowedPaths``: the only host paths (and below) a reachable Pod may mount.
+    host_path_allow_list: tuple[str, ...] | None
     inject_void: bool
     mutation_enabled: bool
     mutation_mode: Literal["Apply", "Record"]

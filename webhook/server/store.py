@@ -142,6 +142,8 @@ class PolicyStore:
             return False
         self._policy = policy
         for warning in policy.warnings:
+            if warning.level != "warning":
+                continue  # notes are for whoever reviews the policy, not for the server log
             log.warning(
                 "policy lint warning",
                 extra={

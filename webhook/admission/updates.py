@@ -1,0 +1,105 @@
+"""What an UPDATE is judged on: what it can change, not what the object already had.
+
+- ``pods/ephemeralcontainers``: the API server keeps only the ephemeral containers from such a
+  request, so only the ones it adds are judged, each on its own: ``kubectl debug`` is not
+  refused for the Pod's other containers.
+- A Pod: its spec is all but frozen, so findings the old Pod already had are forgiven (a Job
+  controller must always be able to remove its finalizer) — unless the update changes where the
+  Pod can land (tolerations, scheduling gates, node selection, before it is scheduled) or adds
+  a CDI annotation: the Pod is then judged anew, with its new reachability.
+- A workload: a finding is forgiven only if the old object had the same finding, with the same
+  value, in Enforce mode under the policy in force (it was admitted some other way: before the
+  policy, or under an exemption since withdrawn); an update that changes only metadata forgives
+  whatever the old object had. A finding that was only warned or audited before is enforced
+  once the update makes it enforceable: turning a template into a GPU template is the update's
+  doing.
+
+Forgiven findings stay visible as warnings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from webhook.core.findings import Finding, render_value
+from webhook.core.pods import CDI_PREFIX
+from webhook.policy.model import WorkloadKind
+
+SCHEDULING_FIELDS = ("tolerations", "schedulingGates", "nodeSelector", "affinity")
+EPHEMERAL = "ephemeralcontainers"
+
+
+def judge_update(
+    findings: list[Finding],
+    old_findings: list[Finding],
+    request: Mapping,
+    obj: Mapping,
+    old: Mapping,
+    workload: WorkloadKind,
+) -> list[Finding]:
+    """The findings of an UPDATE, with what it did not bring forgiven (Enforce to Warn)."""
+    if workload.kind == "Pod":
+        if request.get("subResource") == EPHEMERAL:
+            return _added_ephemeral(findings, obj, old)
+        if _moves_pod(obj, old):
+            return findings
+        forgiven = {_fingerprint(f) for f in old_findings}
+    elif _without_metadata(obj) == _without_metadata(old):
+        forgiven = {_fingerprint(f) for f in old_findings}
+    else:
+        forgiven = {_fingerprint(f) for f in old_findings if f.mode == "Enforce"}
+    return [
+        Finding(f.violation, "Warn", f.template)
+        if f.mode == "Enforce" and _fingerprint(f) in forgiven
+        else f
+        for f in findings
+    ]
+
+
+def _fingerprint(finding: Finding) -> tuple:
+    return (*finding.key, render_value(finding.violation.value))
+
+
+def _spec(obj: Mapping) -> Mapping:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def _cdi(obj: Mapping) -> dict:
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    if not isinstance(annotations, dict):
+        return {}
+    return {k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(CDI_PREFIX)}
+
+
+def _moves_pod(pod: Mapping, old: Mapping) -> bool:
+    """Whether the update can change where the Pod lands or which devices it is given."""
+    new_cdi, old_cdi = _cdi(pod), _cdi(old)
+    if any(old_cdi.get(k) != v for k, v in new_cdi.items()):
+        return True
+    spec, old_spec = _spec(pod), _spec(old)
+    if old_spec.get("nodeName"):
+        return False  # scheduled: it stays where it is
+    return any(spec.get(name) != old_spec.get(name) for name in SCHEDULING_FIELDS)
+
+
+def _without_metadata(obj: Mapping) -> dict:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
+def _added_ephemeral(findings: list[Finding], pod: Mapping, old: Mapping) -> list[Finding]:
+    """Only the findings in ephemeral containers this request adds (by name)."""
+    old_names = {
+        c.get("name") for c in _spec(old).get("ephemeralContainers") or () if isinstance(c, dict)
+    }
+    prefixes = tuple(
+        f"spec.ephemeralContainers[{index}]"
+        for index, container in enumerate(_spec(pod).get("ephemeralContainers") or ())
+        if isinstance(container, dict) and container.get("name") not in old_names
+    )
+    return [
+        f
+        for f in findings
+        if any(f.path == p or f.path.startswith((p + ".", p + "[")) for p in prefixes)
+    ]

@@ -1,0 +1,31 @@
+"""Messages that fit the Pod: the security reason said in terms of how this Pod reaches GPU
+nodes, and a fix for its audience. A Pod that asks for a GPU is told how to ask for one
+properly; a Pod that asks for none (a node agent, a debug Pod) is told how to stay off GPU
+nodes or, when it must run there, that its namespace needs an exemption."""
+
+from __future__ import annotations
+
+from webhook.core.pods import PodView
+from webhook.core.scope import reach
+from webhook.policy.model import Policy
+
+EXEMPTION_HINT = (
+    "if this is a node agent that needs it, exempt its namespace in the policy's "
+    "spec.exemptions, which trusts everyone who may create Pods there"
+)
+
+
+def why(view: PodView, policy: Policy, danger: str) -> str:
+    """``danger``, and how the Pod reaches a GPU node when it asks for no GPU."""
+    found = reach(view, policy)
+    if found.requests_gpu or not found.reason:
+        return danger
+    return f"{danger}, and the Pod can reach GPU nodes: {found.reason}"
+
+
+def fix(view: PodView, policy: Policy, remedy: str, *, gpu: str = "") -> str:
+    """``remedy`` with the advice for this Pod's audience."""
+    found = reach(view, policy)
+    if found.requests_gpu:
+        return f"{remedy}; {gpu}" if gpu else remedy
+    return f"{remedy}; {EXEMPTION_HINT}"

@@ -1,0 +1,89 @@
+"""Host paths that no Pod able to reach a GPU node may mount, and why each one matters.
+
+A path is judged after normalisation (``//``, ``/./``, ``..`` and trailing ``/`` removed) and
+with ``/var/run`` read as ``/run``, which it is a symlink to on every current distribution. A
+path is refused when it is one of the roots below or lies under one, and also when it is a
+parent of one: mounting ``/var/run`` exposes ``/var/run/containerd/containerd.sock``.
+"""
+
+from __future__ import annotations
+
+from webhook.policy.model import Policy
+from webhook.policy.names import normalise_host_path
+
+# Root -> what mounting it (or anything below it) hands the container. Ordered so that the
+# most specific explanation of a parent path comes first.
+REFUSED_ROOTS: dict[str, str] = {
+    "/dev": "the node's device nodes (every GPU, also under /dev/char)",
+    "/proc": "the host's processes and, through /proc/<pid>/root, their filesystems",
+    "/sys": "the kernel's device interfaces (PCI resources of every GPU)",
+    "/etc": "the node's configuration and credentials",
+    "/boot": "the node's kernel and boot files",
+    "/root": "the host root user's home",
+    "/run/containerd": "containerd's socket and state (start any container on the node)",
+    "/var/lib/containerd": "containerd's state and every container's filesystem",
+    "/run/crio": "CRI-O's socket and state (start any container on the node)",
+    "/run/docker.sock": "the Docker socket (start any container on the node)",
+    "/var/lib/docker": "Docker's state and every container's filesystem",
+    "/run/cri-dockerd.sock": "cri-dockerd's socket (start any container on the node)",
+    "/var/lib/kubelet": "the kubelet's state: device-plugin and pod-resources sockets and "
+    "other Pods' volumes",
+    "/run/nvidia": "the GPU driver root, the container toolkit and MPS control pipes",
+}
+# Mounts the container toolkit reads as device requests (volume-mounts device-list strategy).
+DEVICE_LIST_DIRS = ("/run/nvidia-container-devices",)
+# What a hostPath must touch to expose GPU devices (a reachability signal, not only a finding).
+DEVICE_ROOTS = ("/dev", "/proc", "/sys")
+
+
+def canonical(path: str) -> str:
+    """The path as the kubelet mounts it, ``/var/run`` read as ``/run``."""
+    normal = normalise_host_path(path)
+    if normal == "/var/run" or normal.startswith("/var/run/"):
+        return normal[len("/var") :]
+    return normal
+
+
+def _at_or_under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def touches(path: str, root: str) -> bool:
+    """``path`` is ``root``, below it, or a parent of it: mounting it exposes ``root``."""
+    return _at_or_under(path, root) or _at_or_under(root, path)
+
+
+def refusal(raw: str, policy: Policy) -> str | None:
+    """Why a reachable Pod may not mount this host path; None when it may."""
+    path = canonical(raw)
+    if not path.startswith("/"):
+        return "a relative path, which the kubelet resolves against its own working directory"
+    if path == "/":
+        return "the host's whole filesystem"
+    for root, reason in REFUSED_ROOTS.items():
+        if touches(path, root):
+            return reason if _at_or_under(path, root) else f"{root}: {reason}"
+    for root in policy.host_device_paths:
+        if touches(path, root):
+            return f"{root}, which the policy lists as a host device path"
+    allowed = policy.host_path_allow_list
+    if allowed is not None and not any(_at_or_under(path, p) for p in allowed):
+        shown = ", ".join(allowed) if allowed else "none"
+        return f"a path outside the policy's allowed host paths ({shown})"
+    return None
+
+
+def exposes_devices(raw: str, policy: Policy) -> bool:
+    """A hostPath that hands the container GPU devices: ``/``, ``/dev``, ``/proc``, ``/sys``,
+    what the policy lists, or a parent of one of them."""
+    path = canonical(raw)
+    if not path.startswith("/") or path == "/":
+        return True
+    return any(touches(path, root) for root in (*DEVICE_ROOTS, *policy.host_device_paths))
+
+
+def in_device_list_dir(mount_path: str) -> bool:
+    """A container mount the toolkit would read as a device request (a relative mount path
+    is resolved against the container's root)."""
+    path = canonical(mount_path if mount_path.startswith("/") else f"/{mount_path}")
+    return any(_at_or_under(path, d) for d in DEVICE_LIST_DIRS)

@@ -1,0 +1,148 @@
+"""Who the security rules bind: every Pod that can reach a GPU node, whatever it asks for.
+
+GPU-relevance read from what a Pod asks for is the tenant's to choose, so the security rules
+(privileged, host-devices, device-visibility, host-access) are scoped by *reachability*:
+
+- ``gpuPods``: the Pod asks for a GPU resource (typos and zero quantities included), sets a
+  container-toolkit variable, mounts a device path or the toolkit's device-list directory,
+  carries a DRA claim or a CDI annotation; or it sets ``spec.nodeName`` (the scheduler, and
+  with it every NoSchedule taint, is skipped); or its keyed tolerations tolerate every
+  NoSchedule and NoExecute taint of one class of GPU node; or the policy says GPU nodes are
+  not tainted.
+- ``reachablePods``: only a wildcard toleration (no key) gets it onto a GPU node, as node agents
+  (CNI, CSI, node-exporter, logging) do on every node.
+- ``otherPods``: nothing gets it onto a GPU node.
+
+Node selection by label, hostname or ``matchFields`` only narrows where a Pod may go, so it
+is no reachability signal (it stays a GPU-relevance signal for the scheduling rules).
+
+This module also owns the one answer to "does this container request a GPU", which the
+device-visibility rule, the ``injectVoid`` mutation and the pool selection share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from webhook.core.hostpaths import exposes_devices, in_device_list_dir
+from webhook.core.pods import CDI_PREFIX, ContainerView, PodView
+from webhook.core.scheduling import tolerates
+from webhook.policy.model import Policy, Scope
+
+# The container toolkit's variables: a closed list. These four widen what a container sees
+# whatever it requested; the others only tune a GPU the container was given.
+WIDENING_VARIABLES = (
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_MIG_CONFIG_DEVICES",
+    "NVIDIA_MIG_MONITOR_DEVICES",
+    "NVIDIA_IMEX_CHANNELS",
+)
+TUNING_VARIABLES = (
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "NVIDIA_DISABLE_REQUIRE",
+    "NVIDIA_GDRCOPY",
+    "NVIDIA_GDS",
+    "NVIDIA_MOFED",
+    "NVIDIA_NVSWITCH",
+)
+REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+# Values of NVIDIA_VISIBLE_DEVICES that expose no GPU.
+NO_DEVICES = ("void", "none")
+
+
+def is_toolkit_variable(name: object) -> bool:
+    return isinstance(name, str) and (
+        name in WIDENING_VARIABLES or name in TUNING_VARIABLES or name.startswith(REQUIRE_PREFIX)
+    )
+
+
+def requests_gpu(container: ContainerView, policy: Policy) -> bool:
+    """Whether a container requests a GPU: a declared (or retired) GPU resource in any quantity
+    but a clean zero. Not an undeclared vendor resource such as ``nvidia.com/hostdev``."""
+    return container.requests_declared_gpu(policy)
+
+
+def env_entries(container: ContainerView) -> list[tuple[int, Mapping]]:
+    env = container.spec.get("env")
+    items = env if isinstance(env, list) else ()
+    return [(i, var) for i, var in enumerate(items) if isinstance(var, dict)]
+
+
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """How a Pod can reach GPU nodes, and why (for messages)."""
+
+    scope: Scope
+    reason: str  # "it sets spec.nodeName"; empty for otherPods
+    requests_gpu: bool  # some container requests a declared GPU
+    tolerates_by_key: bool  # its keyed tolerations tolerate a GPU node class
+
+    @property
+    def reachable(self) -> bool:
+        return self.scope != "otherPods"
+
+
+def reach(view: PodView, policy: Policy) -> Reach:
+    """How this Pod (or template) can reach GPU nodes; decided once per view."""
+    return view.memo(_reach, policy)
+
+
+def _reach(view: PodView, policy: Policy) -> Reach:
+    asks = any(requests_gpu(c, policy) for c in view.containers)
+    keyed = [t for t in view.tolerations() if t.get("key")]
+    by_key = _tolerated_class(keyed, policy)
+    reason = _own_signal(view, policy)
+    if reason is None and isinstance(view.spec.get("nodeName"), str) and view.spec["nodeName"]:
+        reason = "it sets spec.nodeName, which skips the scheduler and every taint"
+    if reason is None and by_key is not None:
+        reason = f"it tolerates the taints of GPU nodes ({by_key})"
+    if reason is None and policy.every_pod_reaches_gpu_nodes:
+        reason = "the policy declares GPU nodes that any Pod can be scheduled on"
+    if reason is not None:
+        return Reach("gpuPods", reason, asks, by_key is not None)
+    wildcard = _tolerated_class(view.tolerations(), policy)
+    if wildcard is not None:
+        reason = f"its wildcard toleration tolerates the taints of GPU nodes ({wildcard})"
+        return Reach("reachablePods", reason, asks, False)
+    return Reach("otherPods", "", asks, False)
+
+
+def _own_signal(view: PodView, policy: Policy) -> str | None:
+    """A signal in the Pod's own resources, environment, volumes or annotations."""
+    for container in view.containers:
+        if container.gpu:
+            return f"it asks for {next(iter(container.gpu))}"
+        resources = container.spec.get("resources")
+        if isinstance(resources, dict) and resources.get("claims"):
+            return "it carries a DRA resource claim"
+        for _, var in env_entries(container):
+            if is_toolkit_variable(var.get("name")):
+                return f"it sets {var['name']}"
+        mounts = container.spec.get("volumeMounts")
+        for mount in mounts if isinstance(mounts, list) else ():
+            path = mount.get("mountPath") if isinstance(mount, dict) else None
+            if isinstance(path, str) and in_device_list_dir(path):
+                return f"it mounts {path}, which the container toolkit reads as device requests"
+    if view.spec.get("resourceClaims"):
+        return "it carries a DRA resource claim"
+    if any(isinstance(k, str) and k.startswith(CDI_PREFIX) for k in view.annotations):
+        return "it carries a CDI annotation"
+    volumes = view.spec.get("volumes")
+    for volume in volumes if isinstance(volumes, list) else ():
+        host = volume.get("hostPath") if isinstance(volume, dict) else None
+        path = host.get("path") if isinstance(host, dict) else None
+        if isinstance(path, str) and exposes_devices(path, policy):
+            return f"it mounts the host path {path}"
+    return None
+
+
+def _tolerated_class(tolerations: list, policy: Policy) -> str | None:
+    """The taint keys of the first GPU node class whose every taint the tolerations tolerate."""
+    if not tolerations:
+        return None
+    for taints in policy.gpu_node_classes:
+        if all(any(tolerates(t, taint) for t in tolerations) for taint in taints):
+            return ", ".join(dict.fromkeys(str(taint["key"]) for taint in taints))
+    return None
