@@ -30,6 +30,7 @@ import yaml
 import webhook
 from webhook.core.pods import build_view
 from webhook.core.pools import Selection, select_pool
+from webhook.core.scope import reach
 from webhook.policy.model import Policy
 
 K8S_VERSION = "1.32"
@@ -341,6 +342,13 @@ def pool_selection(pod: Mapping, policy: Policy, namespace: str) -> Selection:
     view = build_view("Pod", "", pod, namespace, policy)
     assert view is not None
     return select_pool(view, policy)
+
+
+def can_reach_gpu_nodes(pod: Mapping, policy: Policy, namespace: str) -> bool:
+    """Whether ``webhook.core.scope`` finds the Pod able to reach a GPU node."""
+    view = build_view("Pod", "", pod, namespace, policy)
+    assert view is not None
+    return reach(view, policy).reachable
 
 
 # --- Scheduler semantics, written independently of webhook.core.scheduling ---------------------

@@ -390,7 +390,8 @@ def test_store_logs_the_lint_warnings_of_a_policy_it_loads(
     path = tmp_path / "policy.yaml"
     path.write_text(
         "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
-        "metadata: {name: warned}\nspec:\n  exemptions:\n"
+        "metadata: {name: warned}\nspec:\n"
+        "  gpuNodeTaints: [{key: nvidia.com/gpu, effect: NoSchedule}]\n  exemptions:\n"
         "    - namespaces: [kube-system]\n    - namespaces: [kube-system]\n"
     )
     with caplog.at_level(logging.WARNING, logger="webhook.policy_store"):
@@ -400,7 +401,7 @@ def test_store_logs_the_lint_warnings_of_a_policy_it_loads(
     assert record.getMessage() == "policy lint warning"
     assert record.fields == {
         "source": str(path),
-        "line": 7,
+        "line": 8,
         "path": "spec.exemptions[1]",
         "warning": "redundant exemption: exemptions[0] already exempts every namespace it names "
         "(kube-system) from every rule, for every service account",

@@ -66,12 +66,15 @@ def test_the_audit_rollout_differs_from_the_default_only_where_it_says() -> None
         audit = yaml.safe_load((REPO / copy).read_text())
         assert audit["metadata"]["name"] == "audit-rollout"
         assert audit["spec"].pop("mutation") == {"enabled": True, "mode": "Record"}
-        assert audit["spec"].pop("rules") == {"default": {"gpuPods": "Audit", "otherPods": "Audit"}}
+        assert audit["spec"].pop("rules") == {
+            "default": {"gpuPods": "Audit", "reachablePods": "Audit", "otherPods": "Audit"}
+        }
         expected = dict(default["spec"])
         del expected["mutation"], expected["rules"]
         assert audit["spec"] == expected, copy
         policy = webhook.load_policy(REPO / copy)
         assert {modes.gpu_pods for modes in policy.rules.values()} == {"Audit"}
+        assert {modes.for_scope("reachablePods") for modes in policy.rules.values()} == {"Audit"}
 
 
 def test_a_long_override_value_stays_whole_on_one_line() -> None:

@@ -551,17 +551,18 @@ def test_mutating_webhook(name):
     for condition in conditions:
         assert "nvidia.com/" in condition["expression"]
         assert "has(" in condition["expression"]
+        assert "tolerations" in condition["expression"]
 
 
 # ---------------------------------------------------------------------------- the CEL
 
 # A tiny evaluator for the CEL subset the matchConditions use (member access, has(),
-# .exists(), .startsWith(), &&, ||, !, string literals), with CEL's strictness about
-# absent fields: reading a missing field is an error, which the API server would count
+# .exists(), .startsWith(), .contains(), &&, ||, !, !=, string literals), with CEL's
+# strictness about absent fields: reading a missing field is an error, which the API server would count
 # as a webhook failure. Short-circuiting is stricter than CEL's error absorption, so an
 # expression that passes here also evaluates cleanly in the API server.
 
-_TOKEN = re.compile(r"\s*(?:(&&|\|\||[().,!])|'([^'\\]*)'|([A-Za-z_][A-Za-z0-9_]*))")
+_TOKEN = re.compile(r"\s*(?:(&&|\|\||!=|[().,!])|'([^'\\]*)'|([A-Za-z_][A-Za-z0-9_]*))")
 
 
 class CelError(Exception):
@@ -611,10 +612,17 @@ class _Parser:
         return node
 
     def and_(self):
-        node = self.unary()
+        node = self.comparison()
         while self.peek() == ("op", "&&"):
             self.take()
-            node = ("and", node, self.unary())
+            node = ("and", node, self.comparison())
+        return node
+
+    def comparison(self):
+        node = self.unary()
+        if self.peek() == ("op", "!="):
+            self.take()
+            node = ("ne", node, self.unary())
         return node
 
     def unary(self):
@@ -654,8 +662,8 @@ class _Parser:
                 _, var = self.take()
                 self.take(",")
                 node = ("exists", node, var, self.or_())
-            elif name == "startsWith":
-                node = ("startsWith", node, self.or_())
+            elif name in ("startsWith", "contains"):
+                node = (name, node, self.or_())
             else:
                 raise CelError(f"unsupported function {name}")
             self.take(")")
@@ -686,6 +694,10 @@ def cel_eval(expression: str, variables: dict[str, Any]) -> Any:
             return any(ev(node[3], {**env, node[2]: item}) for item in items)
         if op == "startsWith":
             return ev(node[1], env).startswith(ev(node[2], env))
+        if op == "contains":
+            return ev(node[2], env) in ev(node[1], env)
+        if op == "ne":
+            return ev(node[1], env) != ev(node[2], env)
         if op == "and":
             return _bool(ev(node[1], env)) and _bool(ev(node[2], env))
         if op == "or":
@@ -711,6 +723,17 @@ def _pod(containers, init_containers=None) -> dict[str, Any]:
 
 
 GPU = {"nvidia.com/gpu": "1"}
+DEFAULT_TOLERATIONS = [
+    {"key": k, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    for k in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+]
+
+
+def _with(pod: dict, **spec: Any) -> dict:
+    return {**pod, "spec": {**pod["spec"], **spec}}
+
+
+CPU_POD = _with(_pod([{"name": "a"}]), tolerations=DEFAULT_TOLERATIONS)
 CEL_CASES = [
     ("no resources", _pod([{"name": "a"}]), False),
     ("empty resources", _pod([{"name": "a", "resources": {}}]), False),
@@ -718,6 +741,14 @@ CEL_CASES = [
     ("other vendor", _pod([{"name": "a", "resources": {"limits": {"amd.com/gpu": "1"}}}]), False),
     ("empty init list", _pod([{"name": "a"}], []), False),
     ("init without resources", _pod([{"name": "a"}], [{"name": "i"}]), False),
+    ("default tolerations only", CPU_POD, False),
+    ("other env", _pod([{"name": "a", "env": [{"name": "LANG", "value": "C"}]}]), False),
+    ("empty volumes", _with(CPU_POD, volumes=[{"name": "v", "emptyDir": {}}]), False),
+    (
+        "other annotation",
+        {**CPU_POD, "metadata": {"name": "p", "annotations": {"a/b": "c"}}},
+        False,
+    ),
     ("gpu limit", _pod([{"name": "a", "resources": {"limits": GPU}}]), True),
     ("gpu request", _pod([{"name": "a", "resources": {"requests": GPU}}]), True),
     (
@@ -735,17 +766,63 @@ CEL_CASES = [
         _pod([{"name": "a"}], [{"name": "i", "resources": {"limits": GPU}}]),
         True,
     ),
+    (
+        "dra claim in a container",
+        _pod([{"name": "a", "resources": {"claims": [{"name": "g"}]}}]),
+        True,
+    ),
+    ("dra claim of the pod", _with(CPU_POD, resourceClaims=[{"name": "g"}]), True),
+    (
+        "toolkit variable",
+        _pod([{"name": "a", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]),
+        True,
+    ),
+    ("node name", _with(CPU_POD, nodeName="gpu-1"), True),
+    (
+        "gpu taint toleration",
+        _with(CPU_POD, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]),
+        True,
+    ),
+    ("pool taint toleration", _with(CPU_POD, tolerations=[{"key": "pool", "value": "a100"}]), True),
+    ("wildcard toleration", _with(CPU_POD, tolerations=[{"operator": "Exists"}]), True),
+    ("host path", _with(CPU_POD, volumes=[{"name": "v", "hostPath": {"path": "/dev"}}]), True),
+    (
+        "cdi annotation",
+        {**CPU_POD, "metadata": {"name": "p", "annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=0"}}},
+        True,
+    ),
+    (
+        "nvidia cdi annotation",
+        {**CPU_POD, "metadata": {"name": "p", "annotations": {"nvidia.cdi.k8s.io/c": "all"}}},
+        True,
+    ),
 ]
 
 
 @pytest.mark.parametrize(("case", "pod", "expected"), CEL_CASES, ids=[c[0] for c in CEL_CASES])
-def test_mutating_match_conditions_select_exactly_gpu_pods(case, pod, expected):
+def test_mutating_match_conditions_select_the_pods_that_might_reach_gpu_nodes(case, pod, expected):
     conditions = webhook(render("base"), "MutatingWebhookConfiguration")["matchConditions"]
     variables = {"object": pod, "oldObject": None, "request": {"operation": "CREATE"}}
     # matchConditions are ANDed; each must evaluate without error (has() guards).
     results = [cel_eval(c["expression"], variables) for c in conditions]
     assert all(isinstance(r, bool) for r in results)
     assert all(results) is expected, case
+
+
+def test_match_conditions_send_every_pod_the_engine_finds_reachable():
+    """Whatever webhook.core.scope finds able to reach a GPU node, the API server sends: else
+    the validating webhook would require NVIDIA_VISIBLE_DEVICES=void that nobody injected."""
+    import webhook as engine
+    from webhook.core.pods import build_view
+    from webhook.core.scope import reach
+
+    conditions = webhook(render("base"), "MutatingWebhookConfiguration")["matchConditions"]
+    strict = engine.load_policy(REPO / "policies" / "examples" / "strict.yaml")
+    for case, pod, _ in CEL_CASES:
+        view = build_view("Pod", "", pod, "ml", strict)
+        if reach(view, strict).reachable:
+            variables = {"object": pod, "oldObject": None, "request": {"operation": "CREATE"}}
+            assert all(cel_eval(c["expression"], variables) for c in conditions), case
 
 
 def test_cel_evaluator_rejects_unguarded_access():

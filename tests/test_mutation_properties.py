@@ -38,6 +38,7 @@ from tests.patching import (
     apply_jsonpatch,
     apply_kubectl,
     assert_add_only,
+    can_reach_gpu_nodes,
     decide,
     decode_patch,
     policy_from,
@@ -312,11 +313,16 @@ def _gpu_containers(pod: Mapping, policy: Policy) -> set[tuple[str, int]]:
     out = set()
     for list_name in ("initContainers", "containers"):
         for index, container in enumerate(pod["spec"].get(list_name) or []):
-            limits = (container.get("resources") or {}).get("limits") or {}
+            # "Requests a GPU": a declared (or retired) GPU resource, in requests or limits, in
+            # any quantity but a clean zero.
+            resources = container.get("resources") or {}
+            asked = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
             quantities = [
-                parse_quantity(q) for n, q in limits.items() if policy.is_vendor_resource(n)
+                parse_quantity(q)
+                for n, q in asked.items()
+                if n in policy.declared_names or n in policy.retired
             ]
-            if any(q is None or q > 0 for q in quantities):
+            if any(q is None or q != 0 for q in quantities):
                 out.add((list_name, index))
     return out
 
@@ -340,7 +346,8 @@ def check(pod: dict, policy: Policy, namespace: str, *, kubectl: bool) -> list[d
         return ops
 
     selection = pool_selection(pod, policy, namespace)
-    if selection.violations or not selection.requested:
+    voiding = policy.inject_void and can_reach_gpu_nodes(pod, policy, namespace)
+    if selection.violations or not (selection.requested or voiding):
         assert ops == [], "nothing to do, or the validate path denies: no patch"
         return ops
 
@@ -380,7 +387,7 @@ def check(pod: dict, policy: Policy, namespace: str, *, kubectl: bool) -> list[d
             assert wanted in preferred_terms(patched)
     else:
         assert required_terms(patched) == required_terms(pod)
-    if policy.inject_void:
+    if voiding:
         gpu = _gpu_containers(pod, policy)
         for list_name in ("initContainers", "containers"):
             for index, container in enumerate(patched["spec"].get(list_name) or []):

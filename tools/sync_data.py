@@ -55,6 +55,7 @@ AUDIT_ROLLOUT = Override(
     values={
         ("spec", "mutation", "mode"): "Record",
         ("spec", "rules", "default", "gpuPods"): "Audit",
+        ("spec", "rules", "default", "reachablePods"): "Audit",
     },
 )
 

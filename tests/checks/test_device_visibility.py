@@ -14,6 +14,7 @@ from .conftest import (
     by_mode,
     container,
     denied,
+    host_path,
     mutate,
     place,
     pod,
@@ -34,8 +35,9 @@ def test_non_gpu_container_setting_visible_devices_is_denied(value):
     assert not decision.allowed
     assert denied(decision) == [("device-visibility", f"{ENV0}.value")]
     assert status_message(decision).startswith(
-        f'{ENV0}.value: Invalid value: "{value}": container "side" requests no GPU but sets '
-        "NVIDIA_VISIBLE_DEVICES"
+        f'{ENV0}.value: Invalid value: "{value}": container "side" must not set '
+        "NVIDIA_VISIBLE_DEVICES: NVIDIA_VISIBLE_DEVICES can expose GPUs the scheduler never "
+        "allocated, and the Pod can reach GPU nodes (it sets NVIDIA_VISIBLE_DEVICES)"
     )
 
 
@@ -49,7 +51,7 @@ def test_driver_capabilities_are_denied_whatever_the_value():
     obj = pod(container("side", env={"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}))
     decision = validate(obj)
     assert denied(decision) == [("device-visibility", f"{ENV0}.value")]
-    assert "sets NVIDIA_DRIVER_CAPABILITIES" in status_message(decision)
+    assert "must not set NVIDIA_DRIVER_CAPABILITIES" in status_message(decision)
 
 
 def test_value_from_is_denied_because_it_cannot_be_checked():
@@ -64,13 +66,94 @@ def test_value_from_is_denied_because_it_cannot_be_checked():
     path = "spec.containers[0].env[1].valueFrom"
     assert denied(decision) == [("device-visibility", path)]
     assert status_message(decision).startswith(
-        f"{path}: Forbidden: NVIDIA_VISIBLE_DEVICES from valueFrom cannot be checked"
+        f'{path}: Forbidden: container "side" sets NVIDIA_VISIBLE_DEVICES from valueFrom, '
+        "which cannot be checked"
     )
 
 
-def test_gpu_container_may_set_the_variables():
-    env = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+def test_gpu_container_may_tune_its_gpu():
+    env = {
+        "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+        "NVIDIA_REQUIRE_CUDA": "cuda>=12.0",
+        "NVIDIA_DISABLE_REQUIRE": "true",
+        "NVIDIA_GDRCOPY": "enabled",
+        "NVIDIA_GDS": "enabled",
+        "NVIDIA_MOFED": "enabled",
+        "NVIDIA_NVSWITCH": "enabled",
+        "NVIDIA_VISIBLE_DEVICES": "void",
+    }
     assert_allowed_clean(validate(pod(container("train", gpu=1, env=env))))
+
+
+@pytest.mark.parametrize("value", ["all", "0,1,2,3", "GPU-6f1c2b3a", "nvidia.com/gpu=all"])
+def test_gpu_container_may_not_widen_its_own_view(value):
+    decision = validate(pod(container("train", gpu=1, env={"NVIDIA_VISIBLE_DEVICES": value})))
+    assert denied(decision) == [("device-visibility", f"{ENV0}.value")]
+    message = status_message(decision)
+    assert "the kubelet puts the container's variables after the plugin's" in message
+    assert "exempt its namespace" not in message
+
+
+@pytest.mark.parametrize(
+    "name", ["NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES", "NVIDIA_IMEX_CHANNELS"]
+)
+@pytest.mark.parametrize("gpu", [None, 1])
+def test_widening_variables_are_denied_in_every_container(name, gpu):
+    decision = validate(pod(container("x", gpu=gpu, env={name: "all"})))
+    assert denied(decision) == [("device-visibility", f"{ENV0}.value")]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NVIDIA_REQUIRE_CUDA",
+        "NVIDIA_DISABLE_REQUIRE",
+        "NVIDIA_GDRCOPY",
+        "NVIDIA_GDS",
+        "NVIDIA_MOFED",
+        "NVIDIA_NVSWITCH",
+    ],
+)
+def test_tuning_variables_are_denied_where_no_gpu_is_requested(name):
+    decision = validate(pod(container("train", gpu=1), container("side", env={name: "x"})))
+    assert denied(decision) == [("device-visibility", "spec.containers[1].env[0].value")]
+
+
+def test_names_the_toolkit_does_not_read_are_not_judged():
+    env = {"NVIDIA_DRIVER_VERSION": "550", "NVIDIA_VISIBLE": "all", "nvidia_visible_devices": "all"}
+    assert_allowed_clean(validate(pod(container("installer", env=env))))
+
+
+@pytest.mark.parametrize(
+    "mount_path",
+    [
+        "/var/run/nvidia-container-devices",
+        "/var/run/nvidia-container-devices/all",
+        "/run/nvidia-container-devices/GPU-0",
+        "//var/run/./nvidia-container-devices/0/",
+    ],
+)
+def test_device_list_mounts_are_denied(mount_path):
+    mounts = [{"name": "forged", "mountPath": mount_path}]
+    obj = pod(
+        container("train", gpu=1),
+        container("side", volumeMounts=mounts),
+        volumes=[host_path("/data", name="forged")],
+    )
+    decision = validate(obj)
+    assert denied(decision) == [
+        ("device-visibility", "spec.containers[1].volumeMounts[0].mountPath")
+    ]
+    assert "reads as a list of devices" in status_message(decision)
+
+
+def test_a_device_list_mount_alone_makes_the_pod_reach_gpu_nodes():
+    mounts = [{"name": "forged", "mountPath": "/var/run/nvidia-container-devices/all"}]
+    obj = pod(container("side", volumeMounts=mounts), volumes=[{"name": "forged", "emptyDir": {}}])
+    decision = validate(obj)
+    assert denied(decision) == [
+        ("device-visibility", "spec.containers[0].volumeMounts[0].mountPath")
+    ]
 
 
 def test_non_gpu_sidecar_of_a_gpu_pod_is_still_denied():
@@ -98,11 +181,18 @@ def test_env_from_in_a_gpu_pod_is_warned():
     assert decision.allowed
     assert by_mode(decision, "Warn") == [("device-visibility", "spec.containers[1].envFrom")]
     (warning,) = warnings(decision)
-    assert warning.startswith('spec.containers[1].envFrom: container "side" requests no GPU')
+    assert warning.startswith(
+        'spec.containers[1].envFrom: container "side" takes variables from envFrom'
+    )
+    assert "set NVIDIA_VISIBLE_DEVICES=void in env" in warning
 
 
-def test_env_from_in_a_gpu_container_is_fine():
-    assert_allowed_clean(validate(pod(container("train", gpu=1, envFrom=ENV_FROM))))
+def test_env_from_in_a_gpu_container_is_warned_too():
+    decision = validate(pod(container("train", gpu=1, envFrom=ENV_FROM)))
+    assert decision.allowed
+    assert by_mode(decision, "Warn") == [("device-visibility", "spec.containers[0].envFrom")]
+    (warning,) = warnings(decision)
+    assert "set the variables it needs in env" in warning
 
 
 def test_env_from_in_a_non_gpu_pod_is_only_audited_by_default():
@@ -115,6 +205,71 @@ def test_env_from_in_a_non_gpu_pod_is_only_audited_by_default():
 def test_env_from_with_void_in_env_is_fine():
     side = container("side", env={"NVIDIA_VISIBLE_DEVICES": "void"}, envFrom=ENV_FROM)
     assert_allowed_clean(validate(pod(container("train", gpu=1), side)))
+
+
+INJECT = policy(BASE_SPEC + "deviceVisibility: {injectVoid: true}")
+VOID = {"NVIDIA_VISIBLE_DEVICES": "void"}
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+WILDCARD = {"operator": "Exists"}
+
+
+def test_inject_void_is_required_in_pods_that_request_a_gpu():
+    decision = validate(pod(container("train", gpu=1), container("side")), INJECT)
+    path = "spec.containers[1].env"
+    assert denied(decision) == [("device-visibility", path)]
+    assert status_message(decision).startswith(
+        f'{path}: Required value: container "side" requests no GPU and lacks '
+        "NVIDIA_VISIBLE_DEVICES=void"
+    )
+
+
+def test_inject_void_is_required_in_pods_that_tolerate_a_gpu_taint_by_key():
+    obj = pod(container("side"), tolerations=[GPU_TOLERATION])
+    assert denied(validate(obj, INJECT)) == [("device-visibility", "spec.containers[0].env")]
+    assert_allowed_clean(
+        validate(pod(container("side", env=VOID), tolerations=[GPU_TOLERATION]), INJECT)
+    )
+
+
+def test_inject_void_is_only_warned_for_wildcard_tolerations():
+    decision = validate(pod(container("agent"), tolerations=[WILDCARD]), INJECT)
+    assert decision.allowed
+    assert by_mode(decision, "Warn") == [("device-visibility", "spec.containers[0].env")]
+
+
+def test_inject_void_is_never_required_in_templates_or_exempt_namespaces():
+    deployment = KINDS[KIND_IDS.index("Deployment")]
+    assert_allowed_clean(
+        validate(deployment.wrap(template(container("train", gpu=1), container("side"))), INJECT)
+    )
+    exempt = policy(
+        BASE_SPEC
+        + "deviceVisibility: {injectVoid: true}\n"
+        + "exemptions: [{namespaces: [ml], rules: [device-visibility]}]"
+    )
+    assert_allowed_clean(validate(pod(container("train", gpu=1), container("side")), exempt))
+
+
+def test_the_mutated_pod_meets_the_void_requirement():
+    for obj in (
+        pod(container("train", gpu=1), container("side"), init=[container("init")]),
+        pod(container("side"), tolerations=[GPU_TOLERATION]),
+    ):
+        patched = jsonpatch.apply_patch(obj, list(mutate(obj, INJECT).patch))
+        assert_allowed_clean(validate(patched, INJECT))
+
+
+def test_inject_void_reaches_every_reachable_pod():
+    for obj in (
+        {**pod(container("side")), "spec": {**pod(container("side"))["spec"], "nodeName": "n1"}},
+        pod(container("agent"), tolerations=[WILDCARD]),
+    ):
+        patched = jsonpatch.apply_patch(obj, list(mutate(obj, INJECT).patch))
+        assert patched["spec"]["containers"][0]["env"] == [
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+        ]
+    unreachable = pod(container("web"))
+    assert not mutate(unreachable, INJECT).patch
 
 
 def test_inject_void_adds_env_to_the_existing_container():

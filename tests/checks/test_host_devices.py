@@ -1,4 +1,4 @@
-"""host-devices: no hostPath volumes that expose GPU device nodes."""
+"""host-devices: no hostPath volumes that expose the node's devices or control paths."""
 
 from __future__ import annotations
 
@@ -44,9 +44,41 @@ def gpu_pod_with(*paths: str, **kwargs) -> dict:
         ("/dev/nvidia-uvm", None),
         ("/dev/nvidia-caps/x", None),
         ("/dev/nvidia-caps", None),
+        ("/dev/null", None),
+        ("/dev/char", None),
+        ("/dev/char/195:0", None),
+        ("/dev/block", None),
+        ("/dev/shm", None),
+        ("/proc", None),
+        ("/proc/1/root", None),
+        ("/proc/self/root/dev", None),
+        ("/sys", None),
+        ("/sys/bus/pci/devices", None),
+        ("/etc", None),
+        ("/etc/kubernetes/pki", None),
+        ("/boot", None),
+        ("/root/.ssh", None),
+        ("/run/containerd/containerd.sock", None),
+        ("/var/run/containerd/containerd.sock", "/run/containerd/containerd.sock"),
+        ("/var/lib/containerd", None),
+        ("/run/crio/crio.sock", None),
+        ("/var/run/crio", "/run/crio"),
+        ("/var/run/docker.sock", "/run/docker.sock"),
+        ("/var/lib/docker", None),
+        ("/var/run/cri-dockerd.sock", "/run/cri-dockerd.sock"),
+        ("/var/lib/kubelet", None),
+        ("/var/lib/kubelet/device-plugins", None),
+        ("/var/lib/kubelet/pod-resources/kubelet.sock", None),
+        ("/run/nvidia/driver", None),
+        ("/var/run", "/run"),
+        ("/var", None),
+        ("/var/lib", None),
+        ("/run", None),
+        ("dev/nvidia0", None),
+        ("tmp", None),
     ],
 )
-def test_gpu_device_paths_are_denied(raw, normalised):
+def test_host_device_and_control_paths_are_denied(raw, normalised):
     decision = validate(gpu_pod_with(raw))
     assert not decision.allowed
     assert denied(decision) == [("host-devices", PATH)]
@@ -54,23 +86,19 @@ def test_gpu_device_paths_are_denied(raw, normalised):
     assert message.startswith(f'{PATH}: Invalid value: "{raw}": hostPath volume "v0" mounts ')
     if normalised:
         assert f'(that is "{normalised}")' in message
-    assert "bypasses the device plugin" in message
+    assert "request GPUs in resources.limits" in message
+
+
+def test_a_parent_path_names_what_it_exposes():
+    message = status_message(validate(gpu_pod_with("/var/run")))
+    assert "/run/containerd: containerd's socket" in message
 
 
 @pytest.mark.parametrize(
     "raw",
-    [
-        "/dev/null",
-        "/dev/sda",
-        "/dev/shm",
-        "/devices",
-        "/device",
-        "/var/lib/kubelet/device-plugins",
-        "/run/nvidia/driver",
-        "/tmp",
-    ],
+    ["/data", "/mnt/datasets", "/scratch", "/devices", "/device", "/tmp", "/var/log", "/opt/x"],
 )
-def test_other_host_paths_are_allowed(raw):
+def test_data_directories_are_allowed(raw):
     assert_allowed_clean(validate(gpu_pod_with(raw)))
 
 
@@ -84,33 +112,47 @@ def test_non_host_path_volumes_are_ignored():
 
 
 def test_every_bad_volume_is_reported_at_its_index():
-    decision = validate(gpu_pod_with("/tmp", "/dev", "/dev/null", "/dev/nvidia0"))
+    decision = validate(gpu_pod_with("/tmp", "/dev", "/data", "/dev/nvidia0"))
     assert denied(decision) == [
         ("host-devices", "spec.volumes[1].hostPath.path"),
         ("host-devices", "spec.volumes[3].hostPath.path"),
     ]
 
 
-DRI = policy(BASE_SPEC + "hostDevices: {paths: [/dev/dri]}")
+OPT = policy(BASE_SPEC + "hostDevices: {paths: [/opt/nvidia]}")
 
 
-@pytest.mark.parametrize("raw", ["/dev/dri", "/dev/dri/card0", "/dev/dri/", "//dev/dri/renderD128"])
-def test_policy_paths_and_everything_below_them_are_denied(raw):
-    decision = validate(gpu_pod_with(raw), DRI)
+@pytest.mark.parametrize("raw", ["/opt/nvidia", "/opt/nvidia/lib", "/opt/nvidia/", "/opt"])
+def test_policy_paths_below_and_above_them_are_denied(raw):
+    decision = validate(gpu_pod_with(raw), OPT)
     assert denied(decision) == [("host-devices", PATH)]
 
 
-@pytest.mark.parametrize("raw", ["/dev/drivers", "/dev/dr"])
+@pytest.mark.parametrize("raw", ["/opt/nvidiax", "/opt/nvid"])
 def test_policy_paths_do_not_match_mere_prefixes(raw):
-    assert_allowed_clean(validate(gpu_pod_with(raw), DRI))
+    assert_allowed_clean(validate(gpu_pod_with(raw), OPT))
 
 
 def test_policy_paths_only_apply_under_that_policy():
-    assert_allowed_clean(validate(gpu_pod_with("/dev/dri/card0")))
+    assert_allowed_clean(validate(gpu_pod_with("/opt/nvidia/lib")))
 
 
-def test_non_gpu_pod_is_audited_by_default_and_denied_when_enforced():
-    obj = pod(container(), volumes=[host_path("/dev")])
+ALLOW_LIST = policy(BASE_SPEC + "hostDevices: {allowedPaths: [/data, /scratch]}")
+
+
+@pytest.mark.parametrize("raw", ["/data", "/data/sets", "/scratch/", "//data/./x"])
+def test_allow_list_mode_admits_only_the_listed_paths(raw):
+    assert_allowed_clean(validate(gpu_pod_with(raw), ALLOW_LIST))
+
+
+@pytest.mark.parametrize("raw", ["/tmp", "/var/log", "/datasets", "/mnt", "/dev/null"])
+def test_allow_list_mode_refuses_the_rest(raw):
+    decision = validate(gpu_pod_with(raw), ALLOW_LIST)
+    assert denied(decision) == [("host-devices", PATH)]
+
+
+def test_pod_that_reaches_no_gpu_node_is_audited_by_default_and_denied_when_enforced():
+    obj = pod(container(), volumes=[host_path("/etc")])
     audited = validate(obj)
     assert audited.allowed
     assert by_mode(audited, "Audit") == [("host-devices", PATH)]
@@ -119,9 +161,28 @@ def test_non_gpu_pod_is_audited_by_default_and_denied_when_enforced():
     assert denied(validate(obj, strict)) == [("host-devices", PATH)]
 
 
+@pytest.mark.parametrize(
+    "device", ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-caps", "/dev/char", "/dev/dri"]
+)
+def test_mounting_a_gpu_device_makes_the_pod_reach_gpu_nodes(device):
+    decision = validate(pod(container(), volumes=[host_path(device)]))
+    assert denied(decision) == [("host-devices", PATH)]
+    message = status_message(decision)
+    assert f"the Pod can reach GPU nodes (it mounts the host's {device})" in message
+    assert "request GPUs" not in message
+    assert "exempt its namespace" in message
+
+
+@pytest.mark.parametrize("raw", ["/dev", "/proc", "/sys", "/"])
+def test_mounting_the_host_alone_does_not_bring_a_pod_onto_gpu_nodes(raw):
+    decision = validate(pod(container(), volumes=[host_path(raw)]))
+    assert decision.allowed
+    assert by_mode(decision, "Audit") == [("host-devices", PATH)]
+
+
 @pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
 def test_every_kind(kind):
-    good = validate(kind.wrap(template(container(gpu=1), volumes=[host_path("/dev/null")])))
+    good = validate(kind.wrap(template(container(gpu=1), volumes=[host_path("/data")])))
     assert good.allowed
     assert "host-devices" not in {f.rule for f in good.findings}
 

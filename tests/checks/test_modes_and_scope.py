@@ -196,7 +196,7 @@ def test_one_problem_is_not_bracketed():
 # --- Scopes: GPU-relevant Pods and the rest -----------------------------------------------
 
 
-def test_privileged_cni_daemonset_is_audited_under_the_default_policy():
+def test_privileged_cni_daemonset_with_a_wildcard_toleration_is_warned_by_default():
     cni = DAEMONSET.wrap(
         template(
             container("kube-flannel", privileged=True),
@@ -207,12 +207,33 @@ def test_privileged_cni_daemonset_is_audited_under_the_default_policy():
     )
     decision = validate(cni, namespace="kube-flannel")
     assert decision.allowed
+    assert by_mode(decision, "Warn") == [
+        ("privileged", "spec.template.spec.containers[0].securityContext.privileged"),
+        ("host-devices", "spec.template.spec.volumes[1].hostPath.path"),
+    ]
+    message = decision.findings[0].message
+    assert "the Pod can reach GPU nodes (a wildcard toleration tolerates nvidia.com/gpu)" in message
+    assert warnings(decision)[0].endswith(
+        "or, for a node agent, exempt its namespace (spec.exemptions)"
+    )
+
+
+def test_privileged_daemonset_that_cannot_reach_gpu_nodes_is_audited_by_default():
+    agent = DAEMONSET.wrap(
+        template(
+            container("agent", privileged=True),
+            volumes=[host_path("/dev", name="dev")],
+            tolerations=[{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}],
+        )
+    )
+    decision = validate(agent, namespace="agents")
+    assert decision.allowed
     assert "warnings" not in decision.response["response"]
     annotations = check_audit_annotations(decision)
     assert annotations["rules"] == "host-devices,privileged"
     assert [(r["rule"], r["path"]) for r in json.loads(annotations["violations"])] == [
         ("privileged", "spec.template.spec.containers[0].securityContext.privileged"),
-        ("host-devices", "spec.template.spec.volumes[1].hostPath.path"),
+        ("host-devices", "spec.template.spec.volumes[0].hostPath.path"),
     ]
 
 
@@ -221,14 +242,22 @@ def test_privileged_cni_daemonset_is_audited_under_the_default_policy():
     [
         {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
         {"tolerations": [{"key": "nvidia.com/gpu", "value": "present"}]},
-        {"node_selector": {"nvidia.com/gpu.present": "true"}},
         {"annotations": {"cdi.k8s.io/gpu": "nvidia.com/gpu=0"}},
     ],
-    ids=["toleration-exists", "toleration-equal", "vendor-node-label", "cdi-annotation"],
+    ids=["toleration-exists", "toleration-equal", "cdi-annotation"],
 )
 def test_gpu_relevance_without_a_gpu_request(relevance):
     decision = validate(pod(container("x", privileged=True), **relevance))
     assert ("privileged", PRIVILEGED) in denied(decision)
+
+
+def test_node_selection_alone_does_not_reach_gpu_nodes():
+    # A label narrows where a Pod may go; without a toleration it still cannot land there.
+    decision = validate(
+        pod(container("x", privileged=True), node_selector={"nvidia.com/gpu.present": "true"})
+    )
+    assert decision.allowed
+    assert by_mode(decision, "Audit") == [("privileged", PRIVILEGED)]
 
 
 @pytest.mark.parametrize("value", ["all", "void"])
@@ -258,7 +287,11 @@ def test_gpu_relevance_via_visible_devices_env(value):
 )
 def test_gpu_relevance_via_a_pool(relevance):
     obj = pod(container("x", privileged=True), **relevance)
-    assert denied(validate(obj, pools_policy())) == [("privileged", PRIVILEGED)]
+    decision = validate(obj, pools_policy())
+    if "tolerations" in relevance:
+        assert denied(decision) == [("privileged", PRIVILEGED)]
+    else:  # selecting the pool's nodes does not get the Pod past their taint
+        assert by_mode(decision, "Audit") == [("privileged", PRIVILEGED)]
     # Under the default policy the pool label means nothing.
     if "node_selector" in relevance or "affinity" in relevance:
         assert validate(obj).allowed
@@ -412,7 +445,7 @@ def test_exemption_does_not_leak_to_other_namespaces():
         "gpu-operator",
         "nvidia-gpu-operator",
         "nvidia-device-plugin",
-        "network-operator",
+        "nvidia-network-operator",
     ],
 )
 def test_default_policy_exempts_the_operators(namespace):

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 import webhook
+from webhook.admission.objects import decide_object
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT.parent / "shared" / "conformance" / "manifests"
@@ -60,13 +61,12 @@ def admission_review(obj: dict, namespace: str, uid: str = "conformance") -> dic
 
 
 def judge(file_name: str, namespace: str, policy_name: str) -> dict:
-    """The verdict on a file: denied if any document is, with the rule ids by mode."""
+    """The verdict on a file: denied if any document is, with the rule ids by mode. A Pod is
+    judged as the API server would pass it to the validating webhook: mutated."""
     outcome: dict[str, set[str]] = {"denied": set(), "warned": set(), "audited": set()}
     allowed = True
     for obj in documents(file_name):
-        decision = webhook.decide(
-            admission_review(obj, namespace), policy(policy_name), mutate=False
-        )
+        decision = decide_object(obj, policy(policy_name), namespace, override=True)
         allowed = allowed and decision.allowed
         for finding in decision.findings:
             bucket = {"Enforce": "denied", "Warn": "warned", "Audit": "audited"}[finding.mode]

@@ -10,7 +10,21 @@ import sys
 
 import yaml
 
-from tests.conformance.corpus import POLICIES, judge, load_table
+from tests.conformance.corpus import POLICIES, TABLE, judge, load_table
+
+
+def render(table: dict, header: str) -> str:
+    """The table in the committed file's layout: one line per field, outcomes in flow style."""
+    lines = [header.rstrip("\n"), "files:"]
+    for name, row in table["files"].items():
+        lines.append(f"  {name}:")
+        for key in ("namespace", "why"):
+            text = yaml.safe_dump({key: row[key]}, width=10_000, allow_unicode=True)
+            lines.append("    " + text.rstrip("\n"))
+        for policy in POLICIES:
+            outcome = yaml.safe_dump(row[policy], default_flow_style=True, width=10_000)
+            lines.append(f"    {policy}: {outcome.rstrip()}")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
@@ -18,7 +32,8 @@ def main() -> int:
     for name, row in table["files"].items():
         for policy in POLICIES:
             row[policy] = judge(name, row["namespace"], policy)
-    yaml.safe_dump(table, sys.stdout, sort_keys=False, width=100)
+    header = TABLE.read_text("utf-8").split("\nfiles:\n", 1)[0]
+    sys.stdout.write(render(table, header))
     return 0
 
 

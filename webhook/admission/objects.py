@@ -57,7 +57,7 @@ class Outcome:
 
 
 def enforce_everything(policy: Policy) -> Policy:
-    """The policy with every rule that is on turned to Enforce, in both scopes and in every
+    """The policy with every rule that is on turned to Enforce, in every scope and in every
     namespace override: the question "what would this policy block?". Exemptions stay."""
 
     def promote(rules: MappingProxyType) -> MappingProxyType:
@@ -66,6 +66,7 @@ def enforce_everything(policy: Policy) -> Policy:
                 rule: RuleModes(
                     "Off" if modes.gpu_pods == "Off" else "Enforce",
                     "Off" if modes.other_pods == "Off" else "Enforce",
+                    "Off" if modes.for_scope("reachablePods") == "Off" else "Enforce",
                 )
                 for rule, modes in rules.items()
             }
@@ -116,7 +117,15 @@ def decide_object(
     workload = policy.workloads.get((group, obj.get("kind")))
     if workload is None:
         return Outcome(obj, namespace, judged=False, allowed=True)
-    decision = decide(admission_review(obj, namespace), policy, mutate=False)
+    # The API server validates what the mutating webhook returned: a Pod is judged patched.
+    judged = obj
+    if workload.kind == "Pod" and policy.mutation_applies:
+        mutated = decide(admission_review(obj, namespace), policy, mutate=True)
+        if mutated.allowed and mutated.patch:
+            judged = copy.deepcopy(obj)
+            for operation in mutated.patch:
+                patch.apply_add(judged, operation)
+    decision = decide(admission_review(judged, namespace), policy, mutate=False)
     mutations: tuple[Mutation, ...] = ()
     if mutate:
         mutations = tuple(_mutations(obj, workload, namespace, policy))

@@ -19,6 +19,8 @@ MAX_WARNINGS = 16
 MAX_WARNING_CHARS = 256
 MAX_WARNINGS_TOTAL = 4096
 MAX_AUDIT_VALUE = 8192
+# The least of a warning's message worth keeping when it is shortened to fit its fix.
+MIN_WARNING_MESSAGE = 60
 # A denial lists every violation, but a Pod with thousands of containers must not produce a
 # megabyte status: past this many, the message says how many more there are.
 MAX_DENIAL_ERRORS = 50
@@ -28,11 +30,24 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _warning(finding: Finding) -> str:
+    """One warning line. Past the limit the message is shortened, not the fix: what to write
+    instead is what the reader needs most."""
+    text = f"{finding.path}: {finding.message}"
+    hint = finding.violation.hint
+    if len(text) <= MAX_WARNING_CHARS or not hint:
+        return _clip(text, MAX_WARNING_CHARS)
+    room = MAX_WARNING_CHARS - len(finding.path) - len(hint) - 4
+    if room < MIN_WARNING_MESSAGE:
+        return _clip(text, MAX_WARNING_CHARS)
+    return f"{finding.path}: {_clip(finding.violation.message, room)}; {hint}"
+
+
 def warnings_for(findings: Sequence[Finding]) -> list[str]:
     out: list[str] = []
     total = 0
     for index, finding in enumerate(findings):
-        text = _clip(f"{finding.path}: {finding.message}", MAX_WARNING_CHARS)
+        text = _warning(finding)
         remaining = len(findings) - index
         if (
             len(out) == MAX_WARNINGS - 1

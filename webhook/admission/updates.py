@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from webhook.core.findings import Finding, render_value
-from webhook.core.pods import CDI_PREFIX
+from webhook.core.pods import is_cdi_annotation
 from webhook.policy.model import WorkloadKind
 
 SCHEDULING_FIELDS = ("tolerations", "schedulingGates", "nodeSelector", "affinity")
@@ -70,7 +70,7 @@ def _cdi(obj: Mapping) -> dict:
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     if not isinstance(annotations, dict):
         return {}
-    return {k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(CDI_PREFIX)}
+    return {k: v for k, v in annotations.items() if is_cdi_annotation(k)}
 
 
 def _moves_pod(pod: Mapping, old: Mapping) -> bool:

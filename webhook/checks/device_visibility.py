@@ -13,7 +13,8 @@ Restricted, in every container of a Pod that can reach a GPU node:
 - the toolkit's other variables (``NVIDIA_DRIVER_CAPABILITIES``, ``NVIDIA_REQUIRE_*``,
   ``NVIDIA_DISABLE_REQUIRE``, ``NVIDIA_GDRCOPY``, ``NVIDIA_GDS``, ``NVIDIA_MOFED``,
   ``NVIDIA_NVSWITCH``) in a container that requests no GPU;
-- ``cdi.k8s.io/*`` annotations, which ask the runtime for devices directly;
+- CDI annotations (``cdi.k8s.io/*``, ``nvidia.cdi.k8s.io/*``), which ask the runtime for devices
+  directly;
 - with ``deviceVisibility.injectVoid``, a Pod (not a template) that requests a GPU or tolerates
   a GPU taint by key, whose containers that request no GPU lack ``NVIDIA_VISIBLE_DEVICES=void``
   (a Pod that reaches GPU nodes only through a wildcard toleration is warned).
@@ -30,7 +31,7 @@ from collections.abc import Iterator
 from webhook.core import advice
 from webhook.core.findings import Violation, quote
 from webhook.core.hostpaths import in_device_list_dir
-from webhook.core.pods import CDI_PREFIX, ContainerView, PodView
+from webhook.core.pods import ContainerView, PodView, is_cdi_annotation
 from webhook.core.scope import (
     NO_DEVICES,
     VISIBLE_DEVICES,
@@ -122,7 +123,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 advisory=require_void,
             )
     for key in view.annotations:
-        if isinstance(key, str) and key.startswith(CDI_PREFIX):
+        if is_cdi_annotation(key):
             yield Violation(
                 rule=RULE,
                 path=f"{view.metadata_path}.annotations[{key}]",

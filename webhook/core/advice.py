@@ -9,10 +9,7 @@ from webhook.core.pods import PodView
 from webhook.core.scope import reach
 from webhook.policy.model import Policy
 
-EXEMPTION_HINT = (
-    "if this is a node agent that needs it, exempt its namespace in the policy's "
-    "spec.exemptions, which trusts everyone who may create Pods there"
-)
+EXEMPTION_HINT = "or, for a node agent, exempt its namespace (spec.exemptions)"
 
 
 def why(view: PodView, policy: Policy, danger: str) -> str:
@@ -20,7 +17,7 @@ def why(view: PodView, policy: Policy, danger: str) -> str:
     found = reach(view, policy)
     if found.requests_gpu or not found.reason:
         return danger
-    return f"{danger}, and the Pod can reach GPU nodes: {found.reason}"
+    return f"{danger}, and the Pod can reach GPU nodes ({found.reason})"
 
 
 def fix(view: PodView, policy: Policy, remedy: str, *, gpu: str = "") -> str:
@@ -28,4 +25,4 @@ def fix(view: PodView, policy: Policy, remedy: str, *, gpu: str = "") -> str:
     found = reach(view, policy)
     if found.requests_gpu:
         return f"{remedy}; {gpu}" if gpu else remedy
-    return f"{remedy}; {EXEMPTION_HINT}"
+    return f"{remedy}, {EXEMPTION_HINT}"

@@ -29,11 +29,30 @@ REFUSED_ROOTS: dict[str, str] = {
     "/var/lib/kubelet": "the kubelet's state: device-plugin and pod-resources sockets and "
     "other Pods' volumes",
     "/run/nvidia": "the GPU driver root, the container toolkit and MPS control pipes",
+    "/run/k3s": "k3s's containerd socket (start any container on the node)",
+    "/var/lib/rancher": "k3s and RKE2 state, their containerd and every container's filesystem",
+    "/run/containers": "CRI-O and Podman container storage",
+    "/var/lib/containers": "CRI-O and Podman container storage",
+    "/run/podman": "the Podman socket (start any container on the node)",
+    "/run/runc": "runc's state of every container on the node",
+    "/var/snap": "MicroK8s' containerd socket and state",
+    "/run/dbus": "the system D-Bus (start systemd units on the host)",
+    "/run/systemd": "systemd's private socket (start units on the host)",
+    "/usr": "the host's programs, run by the host as root",
+    "/bin": "the host's programs, run by the host as root",
+    "/sbin": "the host's programs, run by the host as root",
+    "/lib": "the host's libraries and kernel modules",
+    "/lib64": "the host's libraries",
+    "/opt/cni": "the CNI plugins, run by the kubelet as root",
+    "/home/kubernetes": "the node's Kubernetes binaries and credentials (GKE)",
 }
 # Mounts the container toolkit reads as device requests (volume-mounts device-list strategy).
 DEVICE_LIST_DIRS = ("/run/nvidia-container-devices",)
-# What a hostPath must touch to expose GPU devices (a reachability signal, not only a finding).
-DEVICE_ROOTS = ("/dev", "/proc", "/sys")
+# GPU device nodes and the driver's view of them: mounting one is aiming at a GPU (a reachability
+# signal). Mounting /dev, /proc or / is refused on GPU nodes too, but node agents do it on every
+# node, so it is a finding, not a signal: it does not bring a Pod onto a GPU node.
+GPU_DEVICE_ROOTS = ("/dev/char", "/dev/dri", "/proc/driver/nvidia")
+GPU_DEVICE_PREFIX = "/dev/nvidia"
 
 
 def canonical(path: str) -> str:
@@ -73,13 +92,13 @@ def refusal(raw: str, policy: Policy) -> str | None:
     return None
 
 
-def exposes_devices(raw: str, policy: Policy) -> bool:
-    """A hostPath that hands the container GPU devices: ``/``, ``/dev``, ``/proc``, ``/sys``,
-    what the policy lists, or a parent of one of them."""
+def is_gpu_device_path(raw: str, policy: Policy) -> bool:
+    """A hostPath at or under a GPU device node (``/dev/nvidia*``, ``/dev/char``, ``/dev/dri``,
+    ``/proc/driver/nvidia``) or a path the policy lists."""
     path = canonical(raw)
-    if not path.startswith("/") or path == "/":
-        return True
-    return any(touches(path, root) for root in (*DEVICE_ROOTS, *policy.host_device_paths))
+    return path.startswith(GPU_DEVICE_PREFIX) or any(
+        _at_or_under(path, root) for root in (*GPU_DEVICE_ROOTS, *policy.host_device_paths)
+    )
 
 
 def in_device_list_dir(mount_path: str) -> bool:

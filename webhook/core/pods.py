@@ -23,7 +23,7 @@ from webhook.policy.quantity import Quantity, parse_quantity
 
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 VISIBILITY_ENV = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
-CDI_PREFIX = "cdi.k8s.io/"
+CDI_DOMAIN = "cdi.k8s.io"
 Memoized = TypeVar("Memoized")
 
 
@@ -128,6 +128,15 @@ class PodView:
         )
 
 
+def is_cdi_annotation(key: object) -> bool:
+    """An annotation that asks the runtime for CDI devices: ``cdi.k8s.io/<name>``, and any
+    subdomain of it (the GPU Operator's NRI plugin reads ``nvidia.cdi.k8s.io/<name>``)."""
+    if not isinstance(key, str):
+        return False
+    prefix, slash, _ = key.partition("/")
+    return bool(slash) and (prefix == CDI_DOMAIN or prefix.endswith("." + CDI_DOMAIN))
+
+
 def _dig(obj: Any, *keys: str) -> Any:
     for key in keys:
         if not isinstance(obj, dict):
@@ -211,7 +220,7 @@ def _gpu_relevant(view: PodView, policy: Policy) -> bool:
             for var in env:
                 if isinstance(var, dict) and var.get("name") in VISIBILITY_ENV:
                     return True
-    if any(isinstance(k, str) and k.startswith(CDI_PREFIX) for k in view.annotations):
+    if any(is_cdi_annotation(k) for k in view.annotations):
         return True
     gpu_label_keys = policy.gpu_label_keys
     for key in view.node_selector():

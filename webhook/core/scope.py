@@ -4,7 +4,7 @@ GPU-relevance read from what a Pod asks for is the tenant's to choose, so the se
 (privileged, host-devices, device-visibility, host-access) are scoped by *reachability*:
 
 - ``gpuPods``: the Pod asks for a GPU resource (typos and zero quantities included), sets a
-  container-toolkit variable, mounts a device path or the toolkit's device-list directory,
+  container-toolkit variable, mounts a GPU device node or the toolkit's device-list directory,
   carries a DRA claim or a CDI annotation; or it sets ``spec.nodeName`` (the scheduler, and
   with it every NoSchedule taint, is skipped); or its keyed tolerations tolerate every
   NoSchedule and NoExecute taint of one class of GPU node; or the policy says GPU nodes are
@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from webhook.core.hostpaths import exposes_devices, in_device_list_dir
-from webhook.core.pods import CDI_PREFIX, ContainerView, PodView
+from webhook.core.hostpaths import in_device_list_dir, is_gpu_device_path
+from webhook.core.pods import ContainerView, PodView, is_cdi_annotation
 from webhook.core.scheduling import tolerates
 from webhook.policy.model import Policy, Scope
 
@@ -95,16 +95,16 @@ def _reach(view: PodView, policy: Policy) -> Reach:
     by_key = _tolerated_class(keyed, policy)
     reason = _own_signal(view, policy)
     if reason is None and isinstance(view.spec.get("nodeName"), str) and view.spec["nodeName"]:
-        reason = "it sets spec.nodeName, which skips the scheduler and every taint"
+        reason = "spec.nodeName skips the scheduler's taint checks"
     if reason is None and by_key is not None:
-        reason = f"it tolerates the taints of GPU nodes ({by_key})"
+        reason = f"it tolerates {by_key}"
     if reason is None and policy.every_pod_reaches_gpu_nodes:
-        reason = "the policy declares GPU nodes that any Pod can be scheduled on"
+        reason = "the policy's GPU nodes are not tainted"
     if reason is not None:
         return Reach("gpuPods", reason, asks, by_key is not None)
     wildcard = _tolerated_class(view.tolerations(), policy)
     if wildcard is not None:
-        reason = f"its wildcard toleration tolerates the taints of GPU nodes ({wildcard})"
+        reason = f"a wildcard toleration tolerates {wildcard}"
         return Reach("reachablePods", reason, asks, False)
     return Reach("otherPods", "", asks, False)
 
@@ -116,7 +116,7 @@ def _own_signal(view: PodView, policy: Policy) -> str | None:
             return f"it asks for {next(iter(container.gpu))}"
         resources = container.spec.get("resources")
         if isinstance(resources, dict) and resources.get("claims"):
-            return "it carries a DRA resource claim"
+            return "it has a DRA resource claim"
         for _, var in env_entries(container):
             if is_toolkit_variable(var.get("name")):
                 return f"it sets {var['name']}"
@@ -124,17 +124,17 @@ def _own_signal(view: PodView, policy: Policy) -> str | None:
         for mount in mounts if isinstance(mounts, list) else ():
             path = mount.get("mountPath") if isinstance(mount, dict) else None
             if isinstance(path, str) and in_device_list_dir(path):
-                return f"it mounts {path}, which the container toolkit reads as device requests"
+                return f"it mounts {path}"
     if view.spec.get("resourceClaims"):
-        return "it carries a DRA resource claim"
-    if any(isinstance(k, str) and k.startswith(CDI_PREFIX) for k in view.annotations):
-        return "it carries a CDI annotation"
+        return "it has a DRA resource claim"
+    if any(is_cdi_annotation(k) for k in view.annotations):
+        return "it has a CDI annotation"
     volumes = view.spec.get("volumes")
     for volume in volumes if isinstance(volumes, list) else ():
         host = volume.get("hostPath") if isinstance(volume, dict) else None
         path = host.get("path") if isinstance(host, dict) else None
-        if isinstance(path, str) and exposes_devices(path, policy):
-            return f"it mounts the host path {path}"
+        if isinstance(path, str) and is_gpu_device_path(path, policy):
+            return f"it mounts the host's {path}"
     return None
 
 
