@@ -558,9 +558,9 @@ def test_mutating_webhook(name):
 
 # A tiny evaluator for the CEL subset the matchConditions use (member access, has(),
 # .exists(), .startsWith(), .contains(), &&, ||, !, !=, string literals), with CEL's
-# strictness about absent fields: reading a missing field is an error, which the API server would count
-# as a webhook failure. Short-circuiting is stricter than CEL's error absorption, so an
-# expression that passes here also evaluates cleanly in the API server.
+# strictness about absent fields: reading a missing field is an error, which the API server
+# would count as a webhook failure. Short-circuiting is stricter than CEL's error absorption,
+# so an expression that passes here also evaluates cleanly in the API server.
 
 _TOKEN = re.compile(r"\s*(?:(&&|\|\||!=|[().,!])|'([^'\\]*)'|([A-Za-z_][A-Za-z0-9_]*))")
 
