@@ -296,3 +296,13 @@ def test_layers_of_one_rank_and_the_root_are_out_of_bounds(tmp_path: Path) -> No
     assert import_cycles(modules) == [
         "webhook.cli.common -> webhook.cli.main -> webhook.cli.common"
     ]
+
+
+def test_the_readme_lists_every_rule_and_every_policy_scope() -> None:
+    from webhook.checks.registry import CHECKS
+
+    readme = (PACKAGE.parent / "README.md").read_text("utf-8")
+    for check in CHECKS:
+        assert f"| `{check.rule}` |" in readme, check.rule
+    for scope in ("gpuPods", "reachablePods", "otherPods", "gpuNodesTainted", "allowedPaths"):
+        assert f"`{scope}" in readme, scope

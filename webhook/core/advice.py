@@ -15,14 +15,13 @@ EXEMPTION_HINT = "or, for a node agent, exempt its namespace (spec.exemptions)"
 def why(view: PodView, policy: Policy, danger: str) -> str:
     """``danger``, and how the Pod reaches a GPU node when it asks for no GPU."""
     found = reach(view, policy)
-    if found.requests_gpu or not found.reason:
+    if found.asks_for_gpu or not found.reason:
         return danger
     return f"{danger}, and the Pod can reach GPU nodes ({found.reason})"
 
 
 def fix(view: PodView, policy: Policy, remedy: str, *, gpu: str = "") -> str:
     """``remedy`` with the advice for this Pod's audience."""
-    found = reach(view, policy)
-    if found.requests_gpu:
+    if reach(view, policy).asks_for_gpu:
         return f"{remedy}; {gpu}" if gpu else remedy
     return f"{remedy}, {EXEMPTION_HINT}"

@@ -78,6 +78,7 @@ class Reach:
     reason: str  # "it sets spec.nodeName"; empty for otherPods
     requests_gpu: bool  # some container requests a declared GPU
     tolerates_by_key: bool  # its keyed tolerations tolerate a GPU node class
+    asks_for_gpu: bool  # some container asks for a vendor resource, misspelt ones included
 
     @property
     def reachable(self) -> bool:
@@ -91,6 +92,7 @@ def reach(view: PodView, policy: Policy) -> Reach:
 
 def _reach(view: PodView, policy: Policy) -> Reach:
     asks = any(requests_gpu(c, policy) for c in view.containers)
+    any_ask = asks or bool(view.requested_gpu_names())
     keyed = [t for t in view.tolerations() if t.get("key")]
     by_key = _tolerated_class(keyed, policy)
     reason = _own_signal(view, policy)
@@ -101,12 +103,12 @@ def _reach(view: PodView, policy: Policy) -> Reach:
     if reason is None and policy.every_pod_reaches_gpu_nodes:
         reason = "the policy's GPU nodes are not tainted"
     if reason is not None:
-        return Reach("gpuPods", reason, asks, by_key is not None)
+        return Reach("gpuPods", reason, asks, by_key is not None, any_ask)
     wildcard = _tolerated_class(view.tolerations(), policy)
     if wildcard is not None:
         reason = f"a wildcard toleration tolerates {wildcard}"
-        return Reach("reachablePods", reason, asks, False)
-    return Reach("otherPods", "", asks, False)
+        return Reach("reachablePods", reason, asks, False, any_ask)
+    return Reach("otherPods", "", asks, False, any_ask)
 
 
 def _own_signal(view: PodView, policy: Policy) -> str | None:
