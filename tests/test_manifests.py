@@ -544,7 +544,14 @@ def test_mutating_webhook(name):
             "operations": ["CREATE"],
             "resources": ["pods"],
             "scope": "Namespaced",
-        }
+        },
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["UPDATE"],
+            "resources": ["pods/ephemeralcontainers"],
+            "scope": "Namespaced",
+        },
     ]
     conditions = hook["matchConditions"]
     assert 1 <= len(conditions) <= 3

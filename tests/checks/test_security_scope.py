@@ -356,6 +356,37 @@ def test_the_void_requirement_does_not_need_the_mutating_webhook():
     assert_allowed_clean(validate(patched, STRICT))
 
 
+def test_kubectl_debug_gets_void_from_the_mutating_webhook():
+    gpu_pod = with_spec(pod(container("train", gpu=1)), nodeName="gpu-node-1")
+    gpu_pod = jsonpatch.apply_patch(gpu_pod, list(mutate(gpu_pod, STRICT).patch))
+    first = {"name": "debugger-1", "image": "busybox"}
+    debugged = with_spec(gpu_pod, ephemeralContainers=[first])
+    ephemeral = {"operation": "UPDATE", "old": gpu_pod, "sub_resource": "ephemeralcontainers"}
+    assert denied_rules(validate(debugged, STRICT, **ephemeral)) == {"device-visibility"}
+    operations = list(mutate(debugged, STRICT, **ephemeral).patch)
+    assert operations == [
+        {
+            "op": "add",
+            "path": "/spec/ephemeralContainers/0/env",
+            "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+        }
+    ]
+    patched = jsonpatch.apply_patch(debugged, operations)
+    assert_allowed_clean(validate(patched, STRICT, **ephemeral))
+    # A second debug container: only the new one is patched.
+    second = with_spec(
+        patched,
+        ephemeralContainers=[
+            *patched["spec"]["ephemeralContainers"],
+            {"name": "debugger-2", "image": "busybox"},
+        ],
+    )
+    again = {"operation": "UPDATE", "old": patched, "sub_resource": "ephemeralcontainers"}
+    assert [op["path"] for op in mutate(second, STRICT, **again).patch] == [
+        "/spec/ephemeralContainers/1/env"
+    ]
+
+
 def test_mutation_and_validation_agree_on_what_requests_a_gpu():
     # An undeclared vendor resource is no GPU: the container gets void, and must have it.
     obj = pod(container("train", gpu=1), container("rdma", limits={"nvidia.com/hostdev": 1}))

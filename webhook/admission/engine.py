@@ -147,26 +147,32 @@ def _mutate(
         ]
         if denials:
             return Decision(response.build(uid, denials=denials), findings=tuple(denials))
-    annotations = _annotations(obj)
     if (
         workload.kind != "Pod"
-        or request["operation"] != "CREATE"
-        or request.get("subResource")
         or not policy.mutation_enabled
-        or MIRROR_ANNOTATION in annotations
+        or MIRROR_ANNOTATION in _annotations(obj)
         or not views
     ):
         return Decision(response.build(uid))
     view = views[0]
-    selection = select_pool(view, policy)
-    if selection.violations:
-        return Decision(response.build(uid))  # the validate path denies it with the reasons
     inject_void = (
         policy.inject_void
         and reach(view, policy).reachable
         and "device-visibility" not in _exempt_rules(policy, view)
     )
-    operations = mutation.plan(obj, view, selection, policy, inject_void=inject_void)
+    if request["operation"] == "UPDATE" and request.get("subResource") == updates.EPHEMERAL:
+        # kubectl debug: the ephemeral containers it adds get what the Pod's others got.
+        old = request.get("oldObject")
+        if not inject_void or not isinstance(old, dict):
+            return Decision(response.build(uid))
+        operations = mutation.void_added_ephemeral(obj, view, old, policy)
+    elif request["operation"] != "CREATE" or request.get("subResource"):
+        return Decision(response.build(uid))
+    else:
+        selection = select_pool(view, policy)
+        if selection.violations:
+            return Decision(response.build(uid))  # the validate path denies it with the reasons
+        operations = mutation.plan(obj, view, selection, policy, inject_void=inject_void)
     if not operations:
         return Decision(response.build(uid))
     if policy.mutation_mode == "Record":

@@ -71,23 +71,7 @@ def plan(
             injected.append(f"preferred-affinity={added}")
 
     if inject_void:
-        voided = 0
-        for container in view.containers:
-            if requests_gpu(container, policy) or container.list_name == "ephemeralContainers":
-                continue
-            env = container.spec.get("env")
-            names = (
-                [v.get("name") for v in env if isinstance(v, dict)] if isinstance(env, list) else []
-            )
-            if "NVIDIA_VISIBLE_DEVICES" not in names:
-                ops = patch.append(
-                    planned.working,
-                    ("spec", container.list_name, container.index, "env"),
-                    [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
-                )
-                if ops:
-                    planned.add(ops)
-                    voided += 1
+        voided = _add_void(planned, view, policy, ("initContainers", "containers"), set())
         if voided:
             injected.append(f"visible-devices-void={voided}")
 
@@ -97,6 +81,50 @@ def plan(
             patch.add(planned.working, ("metadata", "annotations", INJECTED_ANNOTATION), note)
         )
     return tuple(planned.operations)
+
+
+def void_added_ephemeral(
+    pod: Mapping, view: PodView, old: Mapping, policy: Policy
+) -> tuple[dict, ...]:
+    """``NVIDIA_VISIBLE_DEVICES=void`` for the ephemeral containers an update adds (kubectl
+    debug), by name: the API server keeps only ephemeral container changes from such a request,
+    so nothing else is patched."""
+    spec = old.get("spec")
+    existing = spec.get("ephemeralContainers") if isinstance(spec, dict) else None
+    old_names = (
+        {c.get("name") for c in existing if isinstance(c, dict)}
+        if isinstance(existing, list)
+        else set()
+    )
+    planned = _Planned(pod)
+    _add_void(planned, view, policy, ("ephemeralContainers",), old_names)
+    return tuple(planned.operations)
+
+
+def _add_void(
+    planned: _Planned, view: PodView, policy: Policy, lists: tuple[str, ...], skip: set
+) -> int:
+    """Append the void entry to each container of ``lists`` (but ``skip``'s names) that requests
+    no GPU and sets no NVIDIA_VISIBLE_DEVICES; how many were voided."""
+    voided = 0
+    for container in view.containers:
+        if container.list_name not in lists or container.name in skip:
+            continue
+        if requests_gpu(container, policy):
+            continue
+        env = container.spec.get("env")
+        names = [v.get("name") for v in env if isinstance(v, dict)] if isinstance(env, list) else []
+        if "NVIDIA_VISIBLE_DEVICES" in names:
+            continue
+        ops = patch.append(
+            planned.working,
+            ("spec", container.list_name, container.index, "env"),
+            [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+        )
+        if ops:
+            planned.add(ops)
+            voided += 1
+    return voided
 
 
 def _selector_pins(view: PodView, labels: Mapping[str, str]) -> bool:
