@@ -110,7 +110,7 @@ def _add_void(
     for container in view.containers:
         if container.list_name not in lists or container.name in skip:
             continue
-        if requests_gpu(container, policy):
+        if requests_gpu(container):
             continue
         env = container.spec.get("env")
         names = [v.get("name") for v in env if isinstance(v, dict)] if isinstance(env, list) else []

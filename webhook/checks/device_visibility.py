@@ -50,7 +50,7 @@ VOID_ENTRY = f"{VISIBLE_DEVICES}=void"
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     require_void = _void_requirement(view, policy)
     for container in view.containers:
-        gpu = requests_gpu(container, policy)
+        gpu = requests_gpu(container)
         voided = False
         for index, var in env_entries(container):
             name = var.get("name")

@@ -39,19 +39,15 @@ class ContainerView:
     gpu: dict[str, tuple[Any, str]]
     # Parsed quantities of ``gpu``; None where the quantity is not one the API server accepts.
     gpu_quantity: dict[str, Quantity | None]
+    # Asks for a GPU the policy knows (not e.g. the network operator's nvidia.com/hostdev), in
+    # any quantity but a clean zero: read through ``webhook.core.scope.requests_gpu``.
+    requests_declared_gpu: bool = False
 
     @property
     def requests_gpu(self) -> bool:
         """Asks for some vendor resource: any quantity but a clean zero (a negative or
         unparsable one is an attempt, and is judged as one)."""
         return any(q is None or q != 0 for q in self.gpu_quantity.values())
-
-    def requests_declared_gpu(self, policy: Policy) -> bool:
-        """Asks for a GPU the policy knows (not e.g. the network operator's nvidia.com/hostdev)."""
-        return any(
-            (q is None or q != 0) and (n in policy.declared_names or n in policy.retired)
-            for n, q in self.gpu_quantity.items()
-        )
 
     @property
     def is_sidecar(self) -> bool:
@@ -175,6 +171,7 @@ def build_view(
     metadata = template.get("metadata")
     spec_path = f"{prefix}spec"
     containers: list[ContainerView] = []
+    declared = policy.declared_names
     for list_name in CONTAINER_LISTS:
         items = spec.get(list_name)
         if not isinstance(items, list):
@@ -183,6 +180,7 @@ def build_view(
             if not isinstance(container, dict):
                 continue
             gpu = _container_gpu(container, policy)
+            quantities = {n: parse_quantity(v) for n, (v, _) in gpu.items()} if gpu else {}
             containers.append(
                 ContainerView(
                     list_name=list_name,
@@ -191,7 +189,11 @@ def build_view(
                     name=str(container.get("name", f"#{index}")),
                     path=f"{spec_path}.{list_name}[{index}]",
                     gpu=gpu,
-                    gpu_quantity={n: parse_quantity(v) for n, (v, _) in gpu.items()},
+                    gpu_quantity=quantities,
+                    requests_declared_gpu=any(
+                        (q is None or q != 0) and (n in declared or n in policy.retired)
+                        for n, q in quantities.items()
+                    ),
                 )
             )
     service_account = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"

@@ -58,10 +58,11 @@ def is_toolkit_variable(name: object) -> bool:
     )
 
 
-def requests_gpu(container: ContainerView, policy: Policy) -> bool:
+def requests_gpu(container: ContainerView) -> bool:
     """Whether a container requests a GPU: a declared (or retired) GPU resource in any quantity
-    but a clean zero. Not an undeclared vendor resource such as ``nvidia.com/hostdev``."""
-    return container.requests_declared_gpu(policy)
+    but a clean zero (decided when the view was built, against its policy). Not an undeclared
+    vendor resource such as ``nvidia.com/hostdev``."""
+    return container.requests_declared_gpu
 
 
 def env_entries(container: ContainerView) -> list[tuple[int, Mapping]]:
@@ -91,7 +92,7 @@ def reach(view: PodView, policy: Policy) -> Reach:
 
 
 def _reach(view: PodView, policy: Policy) -> Reach:
-    asks = any(requests_gpu(c, policy) for c in view.containers)
+    asks = any(c.requests_declared_gpu for c in view.containers)
     any_ask = asks or bool(view.requested_gpu_names())
     keyed = [t for t in view.tolerations() if t.get("key")]
     by_key = _tolerated_class(keyed, policy)
