@@ -894,3 +894,36 @@ def test_a_closed_pipe_ends_the_output_quietly(tmp_path: Path) -> None:
     finally:
         os.close(write_end)
     assert (result.returncode, result.stderr) == (141, "")
+
+
+def test_the_shipped_match_conditions_cover_the_strict_policy(capsys) -> None:
+    strict = ROOT / "policies" / "examples" / "strict.yaml"
+    code, out, _ = run(
+        capsys, "policy", "validate", str(strict), "--manifests", str(ROOT / "manifests")
+    )
+    assert code == 0, out
+    assert out.splitlines()[-1].startswith(f"{strict}: valid")
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        ("gpuNodesTainted: false", "every Pod can reach a GPU node under this policy"),
+        (
+            "vendorDomains: [nvidia.com, amd.com]\n"
+            "gpuNodeTaints: [{key: nvidia.com/gpu, effect: NoSchedule}]",
+            "they never look at resources under amd.com",
+        ),
+    ],
+)
+def test_match_conditions_that_miss_pods_needing_void_fail(
+    tmp_path: Path, capsys, spec: str, reason: str
+) -> None:
+    path = policy_file(tmp_path, f"{spec}\ndeviceVisibility: {{injectVoid: true}}\n")
+    code, out, _ = run(
+        capsys, "policy", "validate", str(path), "--manifests", str(ROOT / "manifests")
+    )
+    assert code == 1, out
+    line = next(line for line in out.splitlines() if "matchConditions" in line)
+    assert ": spec.deviceVisibility.injectVoid: the matchConditions of the" in line
+    assert reason in line and "delete the matchConditions" in line

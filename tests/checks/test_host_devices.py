@@ -70,6 +70,13 @@ def gpu_pod_with(*paths: str, **kwargs) -> dict:
         ("/var/lib/kubelet/device-plugins", None),
         ("/var/lib/kubelet/pod-resources/kubelet.sock", None),
         ("/run/nvidia/driver", None),
+        ("/var/log", None),
+        ("/var/log/pods", None),
+        ("/var/run/nri/nri.sock", "/run/nri/nri.sock"),
+        ("/opt/nri/plugins", None),
+        ("/var/run/cdi", "/run/cdi"),
+        ("/etc/cdi", None),
+        ("/run/k0s/containerd.sock", None),
         ("/var/run", "/run"),
         ("/var", None),
         ("/var/lib", None),
@@ -96,7 +103,7 @@ def test_a_parent_path_names_what_it_exposes():
 
 @pytest.mark.parametrize(
     "raw",
-    ["/data", "/mnt/datasets", "/scratch", "/devices", "/device", "/tmp", "/var/log", "/opt/x"],
+    ["/data", "/mnt/datasets", "/scratch", "/devices", "/device", "/tmp", "/var/logs", "/opt/x"],
 )
 def test_data_directories_are_allowed(raw):
     assert_allowed_clean(validate(gpu_pod_with(raw)))

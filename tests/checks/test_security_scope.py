@@ -73,8 +73,8 @@ WAYS_ONTO_GPU_NODES = {
     "misspelt-resource": lambda o: _add_container(
         o, container("asks", limits={"nvidia.com/gpus": 1})
     ),
-    "undeclared-resource": lambda o: _add_container(
-        o, container("asks", limits={"nvidia.com/hostdev": 1})
+    "undeclared-gpu-resource": lambda o: _add_container(
+        o, container("asks", limits={"nvidia.com/gpu-h100": 1})
     ),
     "retired-resource": lambda o: _add_container(
         o, container("asks", limits={"alpha.kubernetes.io/nvidia-gpu": 1})
@@ -126,6 +126,19 @@ def test_the_same_pod_without_a_way_onto_gpu_nodes_is_only_audited():
     decision = validate(pod(PRIVILEGED, volumes=[host_path("/")]))
     assert decision.allowed
     assert {f.mode for f in decision.findings} == {"Audit"}
+
+
+def test_a_network_device_under_the_gpu_vendor_domain_is_no_way_onto_gpu_nodes():
+    # The network operator's SR-IOV and RDMA resources are nvidia.com/* too; a DPDK Pod that
+    # asks for one and tolerates no GPU taint cannot land on a GPU node.
+    nic = container(
+        "dpdk",
+        limits={"nvidia.com/cx6_sriov_netdevice": 1},
+        securityContext={"capabilities": {"add": ["SYS_ADMIN"]}},
+    )
+    decision = validate(pod(nic, volumes=[host_path("/sys", "sys")]))
+    assert decision.allowed
+    assert {f.mode for f in decision.findings if f.rule != "resource-name"} == {"Audit"}
 
 
 def test_node_selection_is_no_way_onto_tainted_gpu_nodes():
@@ -221,6 +234,21 @@ def test_an_update_that_makes_a_template_gpu_relevant_is_denied():
     new = DEPLOYMENT.wrap(template(container("app", gpu=1, privileged=True)))
     decision = validate(new, operation="UPDATE", old=old)
     assert denied_rules(decision) == {"privileged"}
+
+
+def test_an_enforced_finding_is_not_forgiven_when_the_template_comes_to_reach_gpu_nodes():
+    old = DEPLOYMENT.wrap(template(PRIVILEGED))
+    assert denied_rules(validate(old, STRICT)) == {"privileged"}  # admitted before the policy
+    for new in (
+        DEPLOYMENT.wrap(template(container("app", gpu=1, privileged=True))),
+        DEPLOYMENT.wrap(template(PRIVILEGED, tolerations=[GPU_TOLERATION])),
+        DEPLOYMENT.wrap(template(PRIVILEGED, tolerations=[{"operator": "Exists"}])),
+    ):
+        assert "privileged" in denied_rules(validate(new, STRICT, operation="UPDATE", old=old))
+    relabelled = copy.deepcopy(old)
+    relabelled["metadata"]["labels"] = {"team": "b"}
+    decision = validate(relabelled, STRICT, operation="UPDATE", old=old)
+    assert decision.allowed and by_mode(decision, "Warn")
 
 
 def test_a_host_path_changed_under_the_same_name_is_judged_anew():
@@ -347,6 +375,25 @@ def test_host_ipc_and_ptrace_are_warned():
 
 
 # --- 6. injectVoid does not rest on the fail-open mutating webhook ------------------------
+
+
+def test_the_void_requirement_binds_every_pod_that_can_reach_gpu_nodes():
+    pinned = with_spec(
+        pod(container("cuda", image="nvidia/cuda:12.4.0-base-ubuntu22.04")), nodeName="gpu-1"
+    )
+    assert denied_rules(validate(pinned, STRICT)) == {"device-visibility"}
+    patched = jsonpatch.apply_patch(pinned, list(mutate(pinned, STRICT).patch))
+    assert_allowed_clean(validate(patched, STRICT))
+
+
+def test_a_dra_claim_is_given_its_devices_not_void():
+    claimed = container("sim", resources={"claims": [{"name": "gpu"}]})
+    obj = with_spec(
+        pod(claimed, tolerations=[GPU_TOLERATION]),
+        resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+    )
+    assert_allowed_clean(validate(obj, STRICT))
+    assert not mutate(obj, STRICT).patch
 
 
 def test_the_void_requirement_does_not_need_the_mutating_webhook():

@@ -83,7 +83,7 @@ def decide(admission_review: Any, policy: Policy, *, mutate: bool) -> Decision:
     if workload.kind == "Pod" and MIRROR_ANNOTATION in _annotations(obj):
         # The kubelet never runs a Pod it receives with this annotation (it runs static Pods
         # from its own files and only mirrors them here): denying the mirror changes nothing.
-        findings = [Finding(f.violation, "Audit", f.template) for f in findings]
+        findings = [Finding(f.violation, "Audit", f.template, f.scope) for f in findings]
     return Decision(
         response.build(
             uid,
@@ -112,7 +112,9 @@ def run_checks(
             if mode == "Off" or check.rule in exempt:
                 continue
             for violation in check.run(view, policy):
-                findings.append(Finding(violation, _effective(mode, violation), view.identity))
+                findings.append(
+                    Finding(violation, _effective(mode, violation), view.identity, reach_scope)
+                )
     return findings
 
 

@@ -9,10 +9,10 @@
   a CDI annotation: the Pod is then judged anew, with its new reachability.
 - A workload: a finding is forgiven only if the old object had the same finding, with the same
   value, in Enforce mode under the policy in force (it was admitted some other way: before the
-  policy, or under an exemption since withdrawn); an update that changes only metadata forgives
-  whatever the old object had. A finding that was only warned or audited before is enforced
-  once the update makes it enforceable: turning a template into a GPU template is the update's
-  doing.
+  policy, or under an exemption since withdrawn), and, for the security rules, its template
+  reached GPU nodes as directly before; an update that changes only metadata forgives whatever
+  the old object had. A finding that was only warned or audited before is enforced once the
+  update makes it enforceable: turning a template into a GPU template is the update's doing.
 
 Forgiven findings stay visible as warnings.
 """
@@ -23,9 +23,11 @@ from collections.abc import Mapping
 
 from webhook.core.findings import Finding, render_value
 from webhook.core.pods import is_cdi_annotation
-from webhook.policy.model import WorkloadKind
+from webhook.policy.model import SECURITY_RULES, WorkloadKind
 
 SCHEDULING_FIELDS = ("tolerations", "schedulingGates", "nodeSelector", "affinity")
+# A template that comes to reach GPU nodes more directly is judged anew by the security rules.
+REACH_RANK = {"otherPods": 0, "reachablePods": 1, "gpuPods": 2}
 EPHEMERAL = "ephemeralcontainers"
 
 
@@ -38,22 +40,35 @@ def judge_update(
     workload: WorkloadKind,
 ) -> list[Finding]:
     """The findings of an UPDATE, with what it did not bring forgiven (Enforce to Warn)."""
+    old_by_print = {_fingerprint(f): f for f in old_findings}
     if workload.kind == "Pod":
         if request.get("subResource") == EPHEMERAL:
             return _added_ephemeral(findings, obj, old)
         if _moves_pod(obj, old):
             return findings
-        forgiven = {_fingerprint(f) for f in old_findings}
-    elif _without_metadata(obj) == _without_metadata(old):
-        forgiven = {_fingerprint(f) for f in old_findings}
+        only_metadata = True  # the rest of a Pod's spec is frozen
     else:
-        forgiven = {_fingerprint(f) for f in old_findings if f.mode == "Enforce"}
+        only_metadata = _without_metadata(obj) == _without_metadata(old)
+
+    def forgiven(finding: Finding) -> bool:
+        before = old_by_print.get(_fingerprint(finding))
+        if before is None:
+            return False
+        return only_metadata or (before.mode == "Enforce" and not _reaches_further(finding, before))
+
     return [
-        Finding(f.violation, "Warn", f.template)
-        if f.mode == "Enforce" and _fingerprint(f) in forgiven
+        Finding(f.violation, "Warn", f.template, f.scope)
+        if f.mode == "Enforce" and forgiven(f)
         else f
         for f in findings
     ]
+
+
+def _reaches_further(finding: Finding, before: Finding) -> bool:
+    """A security finding whose template now reaches GPU nodes more directly than before."""
+    return finding.rule in SECURITY_RULES and REACH_RANK.get(finding.scope, 0) > REACH_RANK.get(
+        before.scope, 0
+    )
 
 
 def _fingerprint(finding: Finding) -> tuple:

@@ -15,9 +15,9 @@ Restricted, in every container of a Pod that can reach a GPU node:
   ``NVIDIA_NVSWITCH``) in a container that requests no GPU;
 - CDI annotations (``cdi.k8s.io/*``, ``nvidia.cdi.k8s.io/*``), which ask the runtime for devices
   directly;
-- with ``deviceVisibility.injectVoid``, a Pod (not a template) that requests a GPU or tolerates
-  a GPU taint by key, whose containers that request no GPU lack ``NVIDIA_VISIBLE_DEVICES=void``
-  (a Pod that reaches GPU nodes only through a wildcard toleration is warned).
+- with ``deviceVisibility.injectVoid``, a Pod (not a template) that can reach a GPU node, whose
+  containers that request no GPU lack ``NVIDIA_VISIBLE_DEVICES=void`` (a Pod that reaches GPU
+  nodes only through a wildcard toleration is warned).
 
 Warned: ``envFrom``, which may set a variable unseen, in a container without an explicit
 ``NVIDIA_VISIBLE_DEVICES=void``. Allowed: the tuning variables in containers that request a
@@ -198,7 +198,7 @@ def _void_requirement(view: PodView, policy: Policy) -> bool | None:
     """None: not required; False: required (denied when missing); True: advisory (warned)."""
     if not policy.inject_void or view.kind != "Pod" or view.spec_path != "spec":
         return None
-    found = reach(view, policy)
-    if found.requests_gpu or found.tolerates_by_key:
+    scope = reach(view, policy).scope
+    if scope == "gpuPods":
         return False
-    return True if found.scope == "reachablePods" else None
+    return True if scope == "reachablePods" else None

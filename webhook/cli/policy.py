@@ -15,6 +15,7 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -187,10 +188,10 @@ def run_schema(args: argparse.Namespace) -> int:
 
 def run_validate(args: argparse.Namespace) -> int:
     colour = output.use_colour(sys.stdout)
-    rules: list[dict] | None = None
+    hooks: WebhookManifests | None = None
     if args.manifests:
         try:
-            rules = webhook_rules(Path(args.manifests))
+            hooks = webhook_manifests(Path(args.manifests))
         except ManifestsError as exc:
             error(str(exc))
             return 2
@@ -225,10 +226,11 @@ def run_validate(args: argparse.Namespace) -> int:
             if w.level == "info"
         ]
         errors = []
-        if rules is not None:
+        if hooks is not None:
             # Read again for the lines of spec.workloads, which the compiled policy forgets.
             document = parse(read_text(source), source)[0]
-            errors = coverage_errors(policy, document, rules, args.manifests)
+            errors = coverage_errors(policy, document, hooks.rules, args.manifests)
+            errors += match_condition_errors(policy, document, hooks, args.manifests)
         for line in errors:
             print(line)
         for line in warnings + notes:
@@ -242,7 +244,7 @@ def run_validate(args: argparse.Namespace) -> int:
         counts += [_count(len(warnings), "warning")] if warnings else []
         strict = " (--strict)" if not errors and warnings and args.strict else ""
         detail = f", {', '.join(counts)}" if counts else ""
-        if rules is not None and not errors:
+        if hooks is not None and not errors:
             detail += f" (the webhook rules in {args.manifests} cover every kind it judges)"
         print(f"{source}: {verdict}{strict}{detail}")
     return status
@@ -255,8 +257,17 @@ def _count(number: int, noun: str) -> str:
 # --- policy validate --manifests --------------------------------------------------------
 
 
-def webhook_rules(directory: Path) -> list[dict]:
-    """The rules of every ValidatingWebhookConfiguration in the manifests under ``directory``."""
+@dataclass(frozen=True)
+class WebhookManifests:
+    """What ``--manifests`` checks the policy against: the validating webhooks' rules and the
+    mutating webhooks' matchConditions (CEL expressions, ANDed per webhook)."""
+
+    rules: list[dict]
+    mutating_conditions: list[str]
+
+
+def webhook_manifests(directory: Path) -> WebhookManifests:
+    """The webhook configurations in the manifests under ``directory``."""
     if not directory.is_dir():
         raise ManifestsError(f"{directory}: not a directory")
     if any((directory / name).is_file() for name in KUSTOMIZATIONS):
@@ -266,18 +277,53 @@ def webhook_rules(directory: Path) -> list[dict]:
             documents = [d for f in discover([str(directory)]) for d in parse(read_text(f), f)]
         except DocumentError as exc:
             raise ManifestsError(str(exc)) from None
-    configs = [
-        d.obj
-        for d in documents
-        if d.is_kubernetes_object and d.obj["kind"] == "ValidatingWebhookConfiguration"
-    ]
+    kinds: dict[str, list[dict]] = {}
+    for d in documents:
+        if d.is_kubernetes_object:
+            kinds.setdefault(d.obj["kind"], []).append(d.obj)
+    configs = kinds.get("ValidatingWebhookConfiguration", [])
     if not configs:
         raise ManifestsError(f"{directory}: no ValidatingWebhookConfiguration found")
+    return WebhookManifests(
+        rules=[
+            rule
+            for config in configs
+            for hook in _dicts(config.get("webhooks"))
+            for rule in _dicts(hook.get("rules"))
+        ],
+        mutating_conditions=[
+            str(condition.get("expression", ""))
+            for config in kinds.get("MutatingWebhookConfiguration", [])
+            for hook in _dicts(config.get("webhooks"))
+            for condition in _dicts(hook.get("matchConditions"))
+        ],
+    )
+
+
+def match_condition_errors(
+    policy: Policy, document: Document, hooks: WebhookManifests, manifests: str
+) -> list[str]:
+    """An error when the mutating webhook's matchConditions cannot send every Pod the policy
+    requires NVIDIA_VISIBLE_DEVICES=void in: the shipped ones assume tainted GPU nodes and the
+    nvidia.com domain."""
+    if not policy.inject_void or not hooks.mutating_conditions:
+        return []
+    reasons = []
+    if policy.every_pod_reaches_gpu_nodes:
+        reasons.append("every Pod can reach a GPU node under this policy")
+    expressions = " ".join(hooks.mutating_conditions)
+    missing = [d for d in policy.vendor_domains if f"'{d}/" not in expressions]
+    if missing:
+        reasons.append(f"they never look at resources under {', '.join(missing)}")
+    if not reasons:
+        return []
+    path = "spec.deviceVisibility.injectVoid"
     return [
-        rule
-        for config in configs
-        for hook in _dicts(config.get("webhooks"))
-        for rule in _dicts(hook.get("rules"))
+        f"{document.source}:{document.line_of(path)}: {path}: the matchConditions of the "
+        f"MutatingWebhookConfiguration in {manifests} do not send every Pod this policy requires "
+        f"NVIDIA_VISIBLE_DEVICES=void in ({'; '.join(reasons)}), so the validating webhook "
+        "would deny Pods the mutating webhook never saw; delete the matchConditions (every Pod "
+        "is then sent) or widen them"
     ]
 
 

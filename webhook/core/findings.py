@@ -72,6 +72,7 @@ class Finding:
     violation: Violation
     mode: Mode
     template: str = ""  # the pod template's identity (list items by name): part of the key
+    scope: str = ""  # how its template reaches GPU nodes: gpuPods, reachablePods or otherPods
 
     @property
     def key(self) -> tuple[str, ...]:

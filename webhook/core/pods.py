@@ -40,7 +40,8 @@ class ContainerView:
     # Parsed quantities of ``gpu``; None where the quantity is not one the API server accepts.
     gpu_quantity: dict[str, Quantity | None]
     # Asks for a GPU the policy knows (not e.g. the network operator's nvidia.com/hostdev), in
-    # any quantity but a clean zero: read through ``webhook.core.scope.requests_gpu``.
+    # any quantity but a clean zero, or holds a DRA claim: read through
+    # ``webhook.core.scope.requests_gpu``.
     requests_declared_gpu: bool = False
 
     @property
@@ -141,6 +142,11 @@ def _dig(obj: Any, *keys: str) -> Any:
     return obj
 
 
+def _has_claims(container: Mapping) -> bool:
+    resources = container.get("resources")
+    return isinstance(resources, dict) and bool(resources.get("claims"))
+
+
 def _container_gpu(container: Mapping, policy: Policy) -> dict[str, tuple[Any, str]]:
     resources = container.get("resources")
     if not isinstance(resources, dict):
@@ -190,7 +196,8 @@ def build_view(
                     path=f"{spec_path}.{list_name}[{index}]",
                     gpu=gpu,
                     gpu_quantity=quantities,
-                    requests_declared_gpu=any(
+                    requests_declared_gpu=_has_claims(container)
+                    or any(
                         (q is None or q != 0) and (n in declared or n in policy.retired)
                         for n, q in quantities.items()
                     ),

@@ -3,7 +3,8 @@
 GPU-relevance read from what a Pod asks for is the tenant's to choose, so the security rules
 (privileged, host-devices, device-visibility, host-access) are scoped by *reachability*:
 
-- ``gpuPods``: the Pod asks for a GPU resource (typos and zero quantities included), sets a
+- ``gpuPods``: the Pod asks for a GPU resource (typos and zero quantities included; not a
+  network device under the same vendor domain), sets a
   container-toolkit variable, mounts a GPU device node or the toolkit's device-list directory,
   carries a DRA claim or a CDI annotation; or it sets ``spec.nodeName`` (the scheduler, and
   with it every NoSchedule taint, is skipped); or its keyed tolerations tolerate every
@@ -29,6 +30,7 @@ from webhook.core.hostpaths import in_device_list_dir, is_gpu_device_path
 from webhook.core.pods import ContainerView, PodView, is_cdi_annotation
 from webhook.core.scheduling import tolerates
 from webhook.policy.model import Policy, Scope
+from webhook.policy.names import near_miss_key
 
 # The container toolkit's variables: a closed list. These four widen what a container sees
 # whatever it requested; the others only tune a GPU the container was given.
@@ -60,8 +62,9 @@ def is_toolkit_variable(name: object) -> bool:
 
 def requests_gpu(container: ContainerView) -> bool:
     """Whether a container requests a GPU: a declared (or retired) GPU resource in any quantity
-    but a clean zero (decided when the view was built, against its policy). Not an undeclared
-    vendor resource such as ``nvidia.com/hostdev``."""
+    but a clean zero, or a DRA claim (its devices come from the claim), decided when the view
+    was built against its policy. Not an undeclared vendor resource such as
+    ``nvidia.com/hostdev``."""
     return container.requests_declared_gpu
 
 
@@ -115,8 +118,9 @@ def _reach(view: PodView, policy: Policy) -> Reach:
 def _own_signal(view: PodView, policy: Policy) -> str | None:
     """A signal in the Pod's own resources, environment, volumes or annotations."""
     for container in view.containers:
-        if container.gpu:
-            return f"it asks for {next(iter(container.gpu))}"
+        for name in container.gpu:
+            if _is_gpu_ask(name, policy):
+                return f"it asks for {name}"
         resources = container.spec.get("resources")
         if isinstance(resources, dict) and resources.get("claims"):
             return "it has a DRA resource claim"
@@ -139,6 +143,16 @@ def _own_signal(view: PodView, policy: Policy) -> str | None:
         if isinstance(path, str) and is_gpu_device_path(path, policy):
             return f"it mounts the host's {path}"
     return None
+
+
+def _is_gpu_ask(name: str, policy: Policy) -> bool:
+    """A vendor resource that means a GPU: declared, retired, a near miss of a declared name
+    or GPU-like (``gpu``, ``mig-``); not a NIC the network operator advertises under the same
+    domain (``nvidia.com/hostdev``, ``nvidia.com/cx6_sriov_netdevice``)."""
+    if name in policy.declared_names or name in policy.retired:
+        return True
+    short = name.partition("/")[2].lower()
+    return "gpu" in short or short.startswith("mig") or near_miss_key(name) in policy.near_misses
 
 
 def _tolerated_class(tolerations: list, policy: Policy) -> str | None:
