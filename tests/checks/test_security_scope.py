@@ -91,6 +91,7 @@ WAYS_ONTO_GPU_NODES = {
     "dra-container-claim": lambda o: _add_container(
         o, container("asks", resources={"claims": [{"name": "gpu"}]})
     ),
+    "dra-claim-on-the-first-container": lambda o: _claim_first(o),
     "cdi-annotation": lambda o: _annotate(o, "cdi.k8s.io/gpu", "nvidia.com/gpu=all"),
     "nvidia-cdi-annotation": lambda o: _annotate(
         o, "nvidia.cdi.k8s.io/container.app", "nvidia.com/gpu=all"
@@ -101,6 +102,13 @@ WAYS_ONTO_GPU_NODES = {
 def _add_container(obj: dict, extra: dict) -> dict:
     obj = copy.deepcopy(obj)
     obj["spec"]["containers"].append(extra)
+    return obj
+
+
+def _claim_first(obj: dict) -> dict:
+    obj = copy.deepcopy(obj)
+    first = obj["spec"]["containers"][0]
+    first.setdefault("resources", {})["claims"] = [{"name": "gpu"}]
     return obj
 
 
@@ -386,14 +394,20 @@ def test_the_void_requirement_binds_every_pod_that_can_reach_gpu_nodes():
     assert_allowed_clean(validate(patched, STRICT))
 
 
-def test_a_dra_claim_is_given_its_devices_not_void():
+def test_a_dra_claim_is_no_gpu_request_for_the_void_requirement():
+    # DRA is out of scope: a claim brings the Pod under the rules, but gives no exemption.
     claimed = container("sim", resources={"claims": [{"name": "gpu"}]})
     obj = with_spec(
-        pod(claimed, tolerations=[GPU_TOLERATION]),
-        resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+        pod(claimed), resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
     )
-    assert_allowed_clean(validate(obj, STRICT))
-    assert not mutate(obj, STRICT).patch
+    assert denied_rules(validate(obj, STRICT)) == {"device-visibility"}
+    tuned = with_spec(
+        pod(
+            container("sim", resources={"claims": [{"name": "gpu"}]}, env={"NVIDIA_GDS": "enabled"})
+        ),
+        nodeName="gpu-1",
+    )
+    assert denied_rules(validate(tuned)) == {"device-visibility"}
 
 
 def test_the_void_requirement_does_not_need_the_mutating_webhook():

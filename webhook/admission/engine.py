@@ -24,7 +24,7 @@ from webhook.core.findings import Finding, Violation
 from webhook.core.pods import PodView, build_view, walk_templates
 from webhook.core.pools import select_pool
 from webhook.core.scope import reach
-from webhook.policy.model import RULE_IDS, SECURITY_RULES, Policy, WorkloadKind
+from webhook.policy.model import RULE_IDS, SECURITY_RULES, Policy, Scope, WorkloadKind
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 JUDGED_SUBRESOURCES = ("", "ephemeralcontainers")
@@ -77,9 +77,20 @@ def decide(admission_review: Any, policy: Policy, *, mutate: bool) -> Decision:
 
     findings = run_checks(views, policy)
     old = request.get("oldObject")
-    if operation == "UPDATE" and isinstance(old, dict) and findings:
-        old_findings = run_checks(_views(old, workload, namespace, policy), policy)
-        findings = updates.judge_update(findings, old_findings, request, obj, old, workload)
+    if (
+        operation == "UPDATE"
+        and isinstance(old, dict)
+        and any(f.mode == "Enforce" for f in findings)
+    ):
+        # Only a denial can be forgiven, and the old object is judged only when one might be.
+        findings = updates.judge_update(
+            findings,
+            lambda: run_checks(_views(old, workload, namespace, policy), policy),
+            request,
+            obj,
+            old,
+            workload,
+        )
     if workload.kind == "Pod" and MIRROR_ANNOTATION in _annotations(obj):
         # The kubelet never runs a Pod it receives with this annotation (it runs static Pods
         # from its own files and only mirrors them here): denying the mirror changes nothing.
@@ -104,16 +115,29 @@ def run_checks(
     for view in views:
         modes = policy.rule_modes(view.namespace)
         exempt = _exempt_rules(policy, view)
-        reach_scope = reach(view, policy).scope
-        relevance = "gpuPods" if view.gpu_relevant else "otherPods"
+        if exempt is EVERY_RULE:
+            continue
+        relevance: Scope = "gpuPods" if view.gpu_relevant else "otherPods"
+        reach_scope: Scope | None = None  # decided for the first security rule that runs
         for check in checks:
-            scope = reach_scope if check.rule in SECURITY_RULES else relevance
+            if check.rule in exempt:
+                continue
+            if check.rule in SECURITY_RULES:
+                reach_scope = reach_scope or reach(view, policy).scope
+                scope = reach_scope
+            else:
+                scope = relevance
             mode = modes[check.rule].for_scope(scope)
-            if mode == "Off" or check.rule in exempt:
+            if mode == "Off":
                 continue
             for violation in check.run(view, policy):
                 findings.append(
-                    Finding(violation, _effective(mode, violation), view.identity, reach_scope)
+                    Finding(
+                        violation,
+                        _effective(mode, violation),
+                        view.identity,
+                        scope if check.rule in SECURITY_RULES else None,
+                    )
                 )
     return findings
 
@@ -167,7 +191,7 @@ def _mutate(
         old = request.get("oldObject")
         if not inject_void or not isinstance(old, dict):
             return Decision(response.build(uid))
-        operations = mutation.void_added_ephemeral(obj, view, old, policy)
+        operations = mutation.void_added_ephemeral(obj, view, old)
     elif request["operation"] != "CREATE" or request.get("subResource"):
         return Decision(response.build(uid))
     else:

@@ -71,7 +71,7 @@ def plan(
             injected.append(f"preferred-affinity={added}")
 
     if inject_void:
-        voided = _add_void(planned, view, policy, ("initContainers", "containers"), set())
+        voided = _add_void(planned, view, ("initContainers", "containers"), set())
         if voided:
             injected.append(f"visible-devices-void={voided}")
 
@@ -83,9 +83,7 @@ def plan(
     return tuple(planned.operations)
 
 
-def void_added_ephemeral(
-    pod: Mapping, view: PodView, old: Mapping, policy: Policy
-) -> tuple[dict, ...]:
+def void_added_ephemeral(pod: Mapping, view: PodView, old: Mapping) -> tuple[dict, ...]:
     """``NVIDIA_VISIBLE_DEVICES=void`` for the ephemeral containers an update adds (kubectl
     debug), by name: the API server keeps only ephemeral container changes from such a request,
     so nothing else is patched."""
@@ -97,13 +95,11 @@ def void_added_ephemeral(
         else set()
     )
     planned = _Planned(pod)
-    _add_void(planned, view, policy, ("ephemeralContainers",), old_names)
+    _add_void(planned, view, ("ephemeralContainers",), old_names)
     return tuple(planned.operations)
 
 
-def _add_void(
-    planned: _Planned, view: PodView, policy: Policy, lists: tuple[str, ...], skip: set
-) -> int:
+def _add_void(planned: _Planned, view: PodView, lists: tuple[str, ...], skip: set) -> int:
     """Append the void entry to each container of ``lists`` (but ``skip``'s names) that requests
     no GPU and sets no NVIDIA_VISIBLE_DEVICES; how many were voided."""
     voided = 0

@@ -19,28 +19,28 @@ Forgiven findings stay visible as warnings.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from webhook.core.findings import Finding, render_value
 from webhook.core.pods import is_cdi_annotation
-from webhook.policy.model import SECURITY_RULES, WorkloadKind
+from webhook.policy.model import SECURITY_RULES, Scope, WorkloadKind
 
 SCHEDULING_FIELDS = ("tolerations", "schedulingGates", "nodeSelector", "affinity")
 # A template that comes to reach GPU nodes more directly is judged anew by the security rules.
-REACH_RANK = {"otherPods": 0, "reachablePods": 1, "gpuPods": 2}
+REACH_RANK: dict[Scope, int] = {"otherPods": 0, "reachablePods": 1, "gpuPods": 2}
 EPHEMERAL = "ephemeralcontainers"
 
 
 def judge_update(
     findings: list[Finding],
-    old_findings: list[Finding],
+    old_findings: Callable[[], list[Finding]],
     request: Mapping,
     obj: Mapping,
     old: Mapping,
     workload: WorkloadKind,
 ) -> list[Finding]:
-    """The findings of an UPDATE, with what it did not bring forgiven (Enforce to Warn)."""
-    old_by_print = {_fingerprint(f): f for f in old_findings}
+    """The findings of an UPDATE, with what it did not bring forgiven (Enforce to Warn).
+    ``old_findings`` judges the old object, called only when something may be forgiven."""
     if workload.kind == "Pod":
         if request.get("subResource") == EPHEMERAL:
             return _added_ephemeral(findings, obj, old)
@@ -49,6 +49,7 @@ def judge_update(
         only_metadata = True  # the rest of a Pod's spec is frozen
     else:
         only_metadata = _without_metadata(obj) == _without_metadata(old)
+    old_by_print = {_fingerprint(f): f for f in old_findings()}
 
     def forgiven(finding: Finding) -> bool:
         before = old_by_print.get(_fingerprint(finding))
@@ -66,9 +67,9 @@ def judge_update(
 
 def _reaches_further(finding: Finding, before: Finding) -> bool:
     """A security finding whose template now reaches GPU nodes more directly than before."""
-    return finding.rule in SECURITY_RULES and REACH_RANK.get(finding.scope, 0) > REACH_RANK.get(
-        before.scope, 0
-    )
+    if finding.rule not in SECURITY_RULES or finding.scope is None or before.scope is None:
+        return False
+    return REACH_RANK[finding.scope] > REACH_RANK[before.scope]
 
 
 def _fingerprint(finding: Finding) -> tuple:

@@ -57,10 +57,10 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             if not is_toolkit_variable(name):
                 continue
             value = var.get("value", "")
-            if name == VISIBLE_DEVICES and "valueFrom" not in var:
-                if str(value).strip().lower() in NO_DEVICES:
-                    voided = True
-                    continue
+            # Exactly as the toolkit compares it: " VOID " is a device list it cannot resolve.
+            if name == VISIBLE_DEVICES and "valueFrom" not in var and value in NO_DEVICES:
+                voided = True
+                continue
             if name not in WIDENING_VARIABLES and gpu:
                 continue  # tunes the GPU the container was given
             yield _variable(view, policy, container, index, var, gpu)

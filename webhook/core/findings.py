@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
+from webhook.policy.model import Scope
+
 Mode = Literal["Enforce", "Warn", "Audit"]
 ErrorType = Literal["Invalid value", "Forbidden", "Required value", "Unsupported value"]
 
@@ -72,7 +74,8 @@ class Finding:
     violation: Violation
     mode: Mode
     template: str = ""  # the pod template's identity (list items by name): part of the key
-    scope: str = ""  # how its template reaches GPU nodes: gpuPods, reachablePods or otherPods
+    # How its template reaches GPU nodes (security rules; None for the others).
+    scope: Scope | None = None
 
     @property
     def key(self) -> tuple[str, ...]:

@@ -40,14 +40,14 @@ class ContainerView:
     # Parsed quantities of ``gpu``; None where the quantity is not one the API server accepts.
     gpu_quantity: dict[str, Quantity | None]
     # Asks for a GPU the policy knows (not e.g. the network operator's nvidia.com/hostdev), in
-    # any quantity but a clean zero, or holds a DRA claim: read through
-    # ``webhook.core.scope.requests_gpu``.
+    # any quantity but a clean zero: read through ``webhook.core.scope.requests_gpu``.
     requests_declared_gpu: bool = False
 
     @property
-    def requests_gpu(self) -> bool:
-        """Asks for some vendor resource: any quantity but a clean zero (a negative or
-        unparsable one is an attempt, and is judged as one)."""
+    def asks_for_vendor_resource(self) -> bool:
+        """Asks for some vendor resource, GPU or not: any quantity but a clean zero (a negative
+        or unparsable one is an attempt, and is judged as one). GPU-relevance for the GPU
+        rules; the security rules use ``webhook.core.scope`` instead."""
         return any(q is None or q != 0 for q in self.gpu_quantity.values())
 
     @property
@@ -142,11 +142,6 @@ def _dig(obj: Any, *keys: str) -> Any:
     return obj
 
 
-def _has_claims(container: Mapping) -> bool:
-    resources = container.get("resources")
-    return isinstance(resources, dict) and bool(resources.get("claims"))
-
-
 def _container_gpu(container: Mapping, policy: Policy) -> dict[str, tuple[Any, str]]:
     resources = container.get("resources")
     if not isinstance(resources, dict):
@@ -196,8 +191,7 @@ def build_view(
                     path=f"{spec_path}.{list_name}[{index}]",
                     gpu=gpu,
                     gpu_quantity=quantities,
-                    requests_declared_gpu=_has_claims(container)
-                    or any(
+                    requests_declared_gpu=any(
                         (q is None or q != 0) and (n in declared or n in policy.retired)
                         for n, q in quantities.items()
                     ),
@@ -222,7 +216,7 @@ def build_view(
 def _gpu_relevant(view: PodView, policy: Policy) -> bool:
     """GPU-relevant: asks for a GPU, fiddles with GPU visibility, or aims at GPU nodes."""
     for container in view.containers:
-        if container.requests_gpu:
+        if container.asks_for_vendor_resource:
             return True
         env = container.spec.get("env")
         if isinstance(env, list):

@@ -18,7 +18,7 @@ Node selection by label, hostname or ``matchFields`` only narrows where a Pod ma
 is no reachability signal (it stays a GPU-relevance signal for the scheduling rules).
 
 This module also owns the one answer to "does this container request a GPU", which the
-device-visibility rule, the ``injectVoid`` mutation and the pool selection share.
+device-visibility rule and the ``injectVoid`` mutation share.
 """
 
 from __future__ import annotations
@@ -61,10 +61,10 @@ def is_toolkit_variable(name: object) -> bool:
 
 
 def requests_gpu(container: ContainerView) -> bool:
-    """Whether a container requests a GPU: a declared (or retired) GPU resource in any quantity
-    but a clean zero, or a DRA claim (its devices come from the claim), decided when the view
-    was built against its policy. Not an undeclared vendor resource such as
-    ``nvidia.com/hostdev``."""
+    """The one answer to "does this container request a GPU", for the device-visibility rule
+    and the ``injectVoid`` mutation alike: a declared (or retired) GPU resource in any quantity
+    but a clean zero, decided when the view was built against its policy. Not an undeclared
+    vendor resource such as ``nvidia.com/hostdev``, and not a DRA claim (out of scope)."""
     return container.requests_declared_gpu
 
 
@@ -79,10 +79,8 @@ class Reach:
     """How a Pod can reach GPU nodes, and why (for messages)."""
 
     scope: Scope
-    reason: str  # "it sets spec.nodeName"; empty for otherPods
-    requests_gpu: bool  # some container requests a declared GPU
-    tolerates_by_key: bool  # its keyed tolerations tolerate a GPU node class
-    asks_for_gpu: bool  # some container asks for a vendor resource, misspelt ones included
+    reason: str  # "spec.nodeName skips ..."; empty for otherPods
+    asks_for_gpu: bool  # a container asks for a GPU resource, misspelt ones included
 
     @property
     def reachable(self) -> bool:
@@ -95,24 +93,27 @@ def reach(view: PodView, policy: Policy) -> Reach:
 
 
 def _reach(view: PodView, policy: Policy) -> Reach:
-    asks = any(c.requests_declared_gpu for c in view.containers)
-    any_ask = asks or bool(view.requested_gpu_names())
-    keyed = [t for t in view.tolerations() if t.get("key")]
-    by_key = _tolerated_class(keyed, policy)
+    asks = any(
+        _is_gpu_ask(name, policy) and (quantity is None or quantity != 0)
+        for container in view.containers
+        for name, quantity in container.gpu_quantity.items()
+    )
+    tolerations = view.tolerations()
     reason = _own_signal(view, policy)
     if reason is None and isinstance(view.spec.get("nodeName"), str) and view.spec["nodeName"]:
         reason = "spec.nodeName skips the scheduler's taint checks"
-    if reason is None and by_key is not None:
-        reason = f"it tolerates {by_key}"
+    if reason is None and tolerations:
+        by_key = _tolerated_class([t for t in tolerations if t.get("key")], policy)
+        if by_key is not None:
+            reason = f"it tolerates {by_key}"
     if reason is None and policy.every_pod_reaches_gpu_nodes:
         reason = "the policy's GPU nodes are not tainted"
     if reason is not None:
-        return Reach("gpuPods", reason, asks, by_key is not None, any_ask)
-    wildcard = _tolerated_class(view.tolerations(), policy)
+        return Reach("gpuPods", reason, asks)
+    wildcard = _tolerated_class(tolerations, policy)
     if wildcard is not None:
-        reason = f"a wildcard toleration tolerates {wildcard}"
-        return Reach("reachablePods", reason, asks, False, any_ask)
-    return Reach("otherPods", "", asks, False, any_ask)
+        return Reach("reachablePods", f"a wildcard toleration tolerates {wildcard}", asks)
+    return Reach("otherPods", "", asks)
 
 
 def _own_signal(view: PodView, policy: Policy) -> str | None:

@@ -19,6 +19,7 @@ from webhook.policy.model import (
     Policy,
     Pool,
     ResourceSpec,
+    RuleMode,
     RuleModes,
     TemplatePath,
     TemplateStep,
@@ -112,7 +113,6 @@ def _rule_modes(base: dict[str, RuleModes], ruleset: dict) -> MappingProxyType:
         if entry.get("enabled") is False:
             out[rule] = RuleModes("Off", "Off", "Off")
             continue
-
         out[rule] = RuleModes(
             _scope_mode(entry, named, "gpuPods", current.gpu_pods),
             _scope_mode(entry, named, "otherPods", current.other_pods),
@@ -121,7 +121,7 @@ def _rule_modes(base: dict[str, RuleModes], ruleset: dict) -> MappingProxyType:
     return MappingProxyType(out)
 
 
-def _scope_mode(entry: dict, named: dict, key: str, current: str | None) -> str | None:
+def _scope_mode(entry: dict, named: dict, key: str, current: RuleMode | None) -> RuleMode | None:
     """One scope's mode: ``entry``'s over ``current``, but Off stays Off unless named."""
     if current == "Off" and key not in named:
         return "Off"
