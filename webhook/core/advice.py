@@ -6,7 +6,7 @@ nodes or, when it must run there, that its namespace needs an exemption."""
 from __future__ import annotations
 
 from webhook.core.pods import PodView
-from webhook.core.scope import reach
+from webhook.core.scope import asks_for_gpu, reach
 from webhook.policy.model import Policy
 
 EXEMPTION_HINT = "or, for a node agent, exempt its namespace (spec.exemptions)"
@@ -15,13 +15,13 @@ EXEMPTION_HINT = "or, for a node agent, exempt its namespace (spec.exemptions)"
 def why(view: PodView, policy: Policy, danger: str) -> str:
     """``danger``, and how the Pod reaches a GPU node when it asks for no GPU."""
     found = reach(view, policy)
-    if found.asks_for_gpu or not found.reason:
+    if not found.reason or asks_for_gpu(view, policy):
         return danger
     return f"{danger}, and the Pod can reach GPU nodes ({found.reason})"
 
 
 def fix(view: PodView, policy: Policy, remedy: str, *, gpu: str = "") -> str:
     """``remedy`` with the advice for this Pod's audience."""
-    if reach(view, policy).asks_for_gpu:
+    if asks_for_gpu(view, policy):
         return f"{remedy}; {gpu}" if gpu else remedy
     return f"{remedy}, {EXEMPTION_HINT}"

@@ -24,7 +24,7 @@ device-visibility rule and the ``injectVoid`` mutation share.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from webhook.core.hostpaths import in_device_list_dir, is_gpu_device_path
 from webhook.core.pods import ContainerView, PodView, is_cdi_annotation
@@ -74,13 +74,11 @@ def env_entries(container: ContainerView) -> list[tuple[int, Mapping]]:
     return [(i, var) for i, var in enumerate(items) if isinstance(var, dict)]
 
 
-@dataclass(frozen=True, slots=True)
-class Reach:
+class Reach(NamedTuple):
     """How a Pod can reach GPU nodes, and why (for messages)."""
 
     scope: Scope
     reason: str  # "spec.nodeName skips ..."; empty for otherPods
-    asks_for_gpu: bool  # a container asks for a GPU resource, misspelt ones included
 
     @property
     def reachable(self) -> bool:
@@ -92,28 +90,32 @@ def reach(view: PodView, policy: Policy) -> Reach:
     return view.memo(_reach, policy)
 
 
-def _reach(view: PodView, policy: Policy) -> Reach:
-    asks = any(
+def asks_for_gpu(view: PodView, policy: Policy) -> bool:
+    """Whether a container asks for a GPU resource, misspelt ones included (for advice)."""
+    return any(
         _is_gpu_ask(name, policy) and (quantity is None or quantity != 0)
         for container in view.containers
         for name, quantity in container.gpu_quantity.items()
     )
-    tolerations = view.tolerations()
+
+
+def _reach(view: PodView, policy: Policy) -> Reach:
     reason = _own_signal(view, policy)
-    if reason is None and isinstance(view.spec.get("nodeName"), str) and view.spec["nodeName"]:
-        reason = "spec.nodeName skips the scheduler's taint checks"
-    if reason is None and tolerations:
+    if reason is not None:
+        return Reach("gpuPods", reason)
+    if isinstance(view.spec.get("nodeName"), str) and view.spec["nodeName"]:
+        return Reach("gpuPods", "spec.nodeName skips the scheduler's taint checks")
+    tolerations = view.tolerations()
+    if tolerations:
         by_key = _tolerated_class([t for t in tolerations if t.get("key")], policy)
         if by_key is not None:
-            reason = f"it tolerates {by_key}"
-    if reason is None and policy.every_pod_reaches_gpu_nodes:
-        reason = "the policy's GPU nodes are not tainted"
-    if reason is not None:
-        return Reach("gpuPods", reason, asks)
+            return Reach("gpuPods", f"it tolerates {by_key}")
+    if policy.every_pod_reaches_gpu_nodes:
+        return Reach("gpuPods", "the policy's GPU nodes are not tainted")
     wildcard = _tolerated_class(tolerations, policy)
     if wildcard is not None:
-        return Reach("reachablePods", f"a wildcard toleration tolerates {wildcard}", asks)
-    return Reach("otherPods", "", asks)
+        return Reach("reachablePods", f"a wildcard toleration tolerates {wildcard}")
+    return Reach("otherPods", "")
 
 
 def _own_signal(view: PodView, policy: Policy) -> str | None:
