@@ -209,6 +209,7 @@ def test_privileged_cni_daemonset_with_a_wildcard_toleration_is_warned_by_defaul
     assert decision.allowed
     assert by_mode(decision, "Warn") == [
         ("privileged", "spec.template.spec.containers[0].securityContext.privileged"),
+        ("host-devices", "spec.template.spec.volumes[0].hostPath.path"),
         ("host-devices", "spec.template.spec.volumes[1].hostPath.path"),
     ]
     message = decision.findings[0].message

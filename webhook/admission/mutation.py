@@ -14,7 +14,7 @@ import copy
 from collections.abc import Iterable, Mapping
 
 from webhook.admission import patch
-from webhook.core.pods import PodView
+from webhook.core.pods import PodView, ephemeral_container_names
 from webhook.core.pools import Selection
 from webhook.core.scheduling import tolerates, toleration_for
 from webhook.core.scope import requests_gpu
@@ -87,15 +87,8 @@ def void_added_ephemeral(pod: Mapping, view: PodView, old: Mapping) -> tuple[dic
     """``NVIDIA_VISIBLE_DEVICES=void`` for the ephemeral containers an update adds (kubectl
     debug), by name: the API server keeps only ephemeral container changes from such a request,
     so nothing else is patched."""
-    spec = old.get("spec")
-    existing = spec.get("ephemeralContainers") if isinstance(spec, dict) else None
-    old_names = (
-        {c.get("name") for c in existing if isinstance(c, dict)}
-        if isinstance(existing, list)
-        else set()
-    )
     planned = _Planned(pod)
-    _add_void(planned, view, ("ephemeralContainers",), old_names)
+    _add_void(planned, view, ("ephemeralContainers",), ephemeral_container_names(old))
     return tuple(planned.operations)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from webhook.core.findings import Finding, render_value
-from webhook.core.pods import is_cdi_annotation
+from webhook.core.pods import ephemeral_container_names, is_cdi_annotation
 from webhook.policy.model import SECURITY_RULES, Scope, WorkloadKind
 
 SCHEDULING_FIELDS = ("tolerations", "schedulingGates", "nodeSelector", "affinity")
@@ -100,19 +100,23 @@ def _moves_pod(pod: Mapping, old: Mapping) -> bool:
     return any(spec.get(name) != old_spec.get(name) for name in SCHEDULING_FIELDS)
 
 
+def _name(container: Mapping) -> str | None:
+    name = container.get("name")
+    return name if isinstance(name, str) else None
+
+
 def _without_metadata(obj: Mapping) -> dict:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
 
 def _added_ephemeral(findings: list[Finding], pod: Mapping, old: Mapping) -> list[Finding]:
     """Only the findings in ephemeral containers this request adds (by name)."""
-    old_names = {
-        c.get("name") for c in _spec(old).get("ephemeralContainers") or () if isinstance(c, dict)
-    }
+    old_names = ephemeral_container_names(old)
+    containers = _spec(pod).get("ephemeralContainers")
     prefixes = tuple(
         f"spec.ephemeralContainers[{index}]"
-        for index, container in enumerate(_spec(pod).get("ephemeralContainers") or ())
-        if isinstance(container, dict) and container.get("name") not in old_names
+        for index, container in enumerate(containers if isinstance(containers, list) else ())
+        if isinstance(container, dict) and _name(container) not in old_names
     )
     return [
         f

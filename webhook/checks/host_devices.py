@@ -3,16 +3,17 @@
 Restricted, after normalisation (``//``, ``/./``, ``..``, a trailing ``/``; ``/var/run`` read
 as ``/run``): ``/`` itself; ``/dev``, ``/proc`` and ``/sys`` and everything under them (device
 nodes also live under ``/dev/char``, and ``/proc/1/root`` is the host's ``/``); ``/etc``,
-``/boot``, ``/root``; the container runtimes' and the kubelet's state and sockets
-(containerd, CRI-O, Docker, cri-dockerd, k3s, k0s, Podman, MicroK8s, ``/var/lib/kubelet``);
-NRI and CDI (``/run/nri``, ``/opt/nri``, ``/run/cdi``); the node's logs (``/var/log``, which
-the kubelet reads as root); the system D-Bus and systemd sockets; the host's programs and
-libraries (``/usr``, ``/bin``, ``/sbin``, ``/lib``, ``/opt/cni``); the GPU driver root
-``/run/nvidia``; the paths the policy adds; a parent of any of them (``/var/run`` exposes the
-runtime sockets); relative paths. With ``hostDevices.allowedPaths``, only the listed paths
-and what is below them may be mounted. Allowed: data directories such as ``/data``,
-``/mnt/...`` or ``/scratch``. The kubelet follows symlinks on the node, which no admission
-webhook sees: a Pod that may write to an allowed host directory can plant one there.
+``/boot``, ``/root``, ``/home``; ``/run`` (every service's socket: container runtimes,
+systemd, D-Bus, udev, NRI, CDI, the GPU driver root ``/run/nvidia``); ``/var/lib`` (the
+kubelet's and the runtimes' state), ``/var/log`` (which the kubelet reads as root),
+``/var/spool``, ``/var/snap``; the host's programs and libraries (``/usr``, ``/bin``,
+``/sbin``, ``/lib``, ``/opt/bin``, ``/opt/cni``, ``/opt/nri``); GKE's
+``/mnt/stateful_partition``; the paths the policy adds; a parent of any of them (``/var``
+exposes ``/var/lib``); relative paths. The list names what is known to hand over a node; with
+``hostDevices.allowedPaths``, only the listed paths and what is below them may be mounted.
+Allowed: data directories such as ``/data``, ``/mnt/...`` or ``/scratch``. The kubelet follows
+symlinks on the node, which no admission webhook sees: a Pod that may write to an allowed host
+directory can plant one there.
 """
 
 from __future__ import annotations

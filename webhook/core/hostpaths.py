@@ -12,7 +12,8 @@ from webhook.policy.model import Policy
 from webhook.policy.names import normalise_host_path
 
 # Root -> what mounting it (or anything below it) hands the container. Ordered so that the
-# most specific explanation of a parent path comes first.
+# most specific explanation comes first (``/run/containerd`` before ``/run``). The list names
+# what is known to hand over the node; ``hostDevices.allowedPaths`` is the complete answer.
 REFUSED_ROOTS: dict[str, str] = {
     "/dev": "the node's device nodes (every GPU, also under /dev/char)",
     "/proc": "the host's processes and, through /proc/<pid>/root, their filesystems",
@@ -20,37 +21,36 @@ REFUSED_ROOTS: dict[str, str] = {
     "/etc": "the node's configuration and credentials",
     "/boot": "the node's kernel and boot files",
     "/root": "the host root user's home",
+    "/home": "users' homes and SSH keys (and GKE's Kubernetes binaries)",
     "/run/containerd": "containerd's socket and state (start any container on the node)",
-    "/var/lib/containerd": "containerd's state and every container's filesystem",
     "/run/crio": "CRI-O's socket and state (start any container on the node)",
     "/run/docker.sock": "the Docker socket (start any container on the node)",
-    "/var/lib/docker": "Docker's state and every container's filesystem",
     "/run/cri-dockerd.sock": "cri-dockerd's socket (start any container on the node)",
+    "/run/nvidia": "the GPU driver root, the container toolkit and MPS control pipes",
+    "/run/nri": "the NRI socket (a plugin there edits every container's devices and mounts)",
+    "/run/cdi": "CDI specs, whose device edits and hooks the runtime applies on the host",
+    "/run/systemd": "systemd's private socket (start units on the host)",
+    "/run/dbus": "the system D-Bus (start systemd units on the host)",
+    "/run": "the sockets and runtime state of the node's services (container runtimes, "
+    "systemd, udev)",
     "/var/lib/kubelet": "the kubelet's state: device-plugin and pod-resources sockets and "
     "other Pods' volumes",
-    "/run/nvidia": "the GPU driver root, the container toolkit and MPS control pipes",
-    "/run/k3s": "k3s's containerd socket (start any container on the node)",
-    "/run/k0s": "k0s's containerd socket (start any container on the node)",
-    "/var/lib/k0s": "k0s state, its containerd and every container's filesystem",
-    "/run/nri": "the NRI socket (a plugin there edits every container's devices and mounts)",
-    "/opt/nri": "NRI plugins, run by the container runtime",
-    "/run/cdi": "CDI specs, whose device edits and hooks the runtime applies on the host",
+    "/var/lib/containerd": "containerd's state and every container's filesystem",
+    "/var/lib/docker": "Docker's state and every container's filesystem",
+    "/var/lib": "the state of the node's services (kubelet, container runtimes, cloud-init)",
     "/var/log": "the node's logs, which the kubelet reads as root, symlinks and all",
-    "/var/lib/rancher": "k3s and RKE2 state, their containerd and every container's filesystem",
-    "/run/containers": "CRI-O and Podman container storage",
-    "/var/lib/containers": "CRI-O and Podman container storage",
-    "/run/podman": "the Podman socket (start any container on the node)",
-    "/run/runc": "runc's state of every container on the node",
-    "/var/snap": "MicroK8s' containerd socket and state",
-    "/run/dbus": "the system D-Bus (start systemd units on the host)",
-    "/run/systemd": "systemd's private socket (start units on the host)",
+    "/var/spool": "the node's cron and mail spools, run as root",
+    "/var/snap": "snaps' state, MicroK8s' containerd included",
     "/usr": "the host's programs, run by the host as root",
     "/bin": "the host's programs, run by the host as root",
     "/sbin": "the host's programs, run by the host as root",
     "/lib": "the host's libraries and kernel modules",
     "/lib64": "the host's libraries",
+    "/opt/bin": "the node's Kubernetes binaries (Flatcar)",
     "/opt/cni": "the CNI plugins, run by the kubelet as root",
-    "/home/kubernetes": "the node's Kubernetes binaries and credentials (GKE)",
+    "/opt/nri": "NRI plugins, run by the container runtime",
+    "/mnt/stateful_partition": "the node's /home and /var under another name (GKE's "
+    "Container-Optimized OS)",
 }
 # Mounts the container toolkit reads as device requests (volume-mounts device-list strategy).
 DEVICE_LIST_DIRS = ("/run/nvidia-container-devices",)

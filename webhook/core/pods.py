@@ -125,6 +125,15 @@ class PodView:
         )
 
 
+def ephemeral_container_names(pod: Mapping) -> set[str]:
+    """The names of a Pod's ephemeral containers (an UPDATE adds them by name)."""
+    spec = pod.get("spec")
+    items = spec.get("ephemeralContainers") if isinstance(spec, dict) else None
+    if not isinstance(items, list):
+        return set()
+    return {c["name"] for c in items if isinstance(c, dict) and isinstance(c.get("name"), str)}
+
+
 def is_cdi_annotation(key: object) -> bool:
     """An annotation that asks the runtime for CDI devices: ``cdi.k8s.io/<name>``, and any
     subdomain of it (the GPU Operator's NRI plugin reads ``nvidia.cdi.k8s.io/<name>``)."""
