@@ -90,6 +90,34 @@ def test_malformed_mig_profile_is_refused() -> None:
     )
 
 
+def test_a_custom_product_left_out_of_the_products_is_refused() -> None:
+    error = refused(
+        """
+        migCatalogue:
+          products: [A100-80GB]
+          customProducts:
+            - name: X100
+              profiles: [1g.12gb]
+        """
+    )
+    assert (
+        "test.yaml:9: spec.migCatalogue.customProducts[0].name: custom product 'X100' is not in "
+        "migCatalogue.products" in str(error)
+    )
+
+
+def test_a_custom_product_is_in_force_when_listed_or_with_every_product() -> None:
+    for products in ("[A100-80GB, X100]", '["*"]'):
+        policy = webhook.parse_policy(
+            "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
+            "metadata: {name: custom}\nspec:\n"
+            f"  migCatalogue:\n    products: {products}\n"
+            "    customProducts: [{name: X100, profiles: [1g.12gb]}]\n",
+            source="<custom>",
+        )
+        assert "1g.12gb" in policy.mig_profiles
+
+
 def test_malformed_mig_resource_in_a_pool_is_refused() -> None:
     error = refused(
         """

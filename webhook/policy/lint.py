@@ -82,6 +82,14 @@ def semantic_errors(doc: dict, lines: LineFinder) -> list[str]:
                 f"unknown GPU product {product!r}{hint}; catalogued: {', '.join(catalogue)}; "
                 "add others under migCatalogue.customProducts",
             )
+    if "*" not in products:
+        for i, product in enumerate(custom_products):
+            if product["name"] not in products:
+                err(
+                    ["spec", "migCatalogue", "customProducts", i, "name"],
+                    f"custom product {product['name']!r} is not in migCatalogue.products, so "
+                    "none of its profiles would be accepted; add it to products (or list \"*\")",
+                )
     profiles = mig.catalogued_profiles(catalogue, products)
     domains = spec.get("vendorDomains", ["nvidia.com"])
 
