@@ -88,7 +88,7 @@ def semantic_errors(doc: dict, lines: LineFinder) -> list[str]:
                 err(
                     ["spec", "migCatalogue", "customProducts", i, "name"],
                     f"custom product {product['name']!r} is not in migCatalogue.products, so "
-                    "none of its profiles would be accepted; add it to products (or list \"*\")",
+                    'none of its profiles would be accepted; add it to products (or list "*")',
                 )
     profiles = mig.catalogued_profiles(catalogue, products)
     domains = spec.get("vendorDomains", ["nvidia.com"])
