@@ -406,3 +406,47 @@ def confined_to(pod: Mapping, labels: Mapping[str, str]) -> bool:
         return True
     terms = required_terms(pod)
     return bool(terms) and all(term_requires(t, labels) for t in terms)
+
+
+def admits_node(pod: Mapping, labels: Mapping[str, str]) -> bool:
+    """Whether the scheduler's node selection lets the Pod onto a node with exactly these
+    labels: ``nodeSelector`` ANDed with the required nodeSelectorTerms, which are ORed; an
+    empty term matches no node (``k8s.io/component-helpers/scheduling/corev1/nodeaffinity``).
+    Written here, apart from ``webhook.core.scheduling``, as the tests' oracle."""
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    if any(labels.get(k) != v for k, v in selector.items()):
+        return False
+    terms = required_terms(pod)
+    if terms is None:
+        return True
+    return any(_term_matches(term, labels) for term in terms)
+
+
+def _term_matches(term: Mapping, labels: Mapping[str, str]) -> bool:
+    expressions = term.get("matchExpressions") or []
+    if not expressions and not term.get("matchFields"):
+        return False
+    if term.get("matchFields"):
+        return False  # metadata.name: no node of a pool is named in advance
+    return all(_requirement(e, labels) for e in expressions)
+
+
+def _requirement(expression: Mapping, labels: Mapping[str, str]) -> bool:
+    key, operator = expression["key"], expression["operator"]
+    values = expression.get("values") or []
+    present = key in labels
+    if operator == "In":
+        return present and labels[key] in values
+    if operator == "NotIn":
+        return not present or labels[key] not in values
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt") and present:
+        try:
+            left, right = int(labels[key]), int(values[0])
+        except (ValueError, IndexError):
+            return False
+        return left > right if operator == "Gt" else left < right
+    return False

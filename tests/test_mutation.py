@@ -238,12 +238,16 @@ def test_default_policy_a_toleration_that_does_not_match_is_kept_and_ours_append
         "nvidia.com/gpu.shared",
         "nvidia.com/mig-1g.10gb",
         "nvidia.com/mig-2g.20gb.shared",
-        "nvidia.com/undeclared",
     ],
 )
 def test_default_policy_tolerates_for_every_gpu_family(resource):
     ops, patched = mutate(pod({resource: "1"}), DEFAULT)
     assert patched["spec"]["tolerations"] == [GPU_TOLERATION]
+
+
+def test_an_undeclared_vendor_resource_chooses_no_gpu_nodes():
+    # Only declared GPU resources take part in selection; nvidia.com/hostdev is a NIC.
+    no_patch(pod({"nvidia.com/hostdev": "1"}), DEFAULT)
 
 
 @pytest.mark.parametrize(
@@ -770,19 +774,36 @@ def test_pool_chosen_by_annotation():
     assert patched["metadata"]["annotations"][POOL_ANNOTATION] == "mig"
 
 
-def test_several_pools_get_every_toleration_and_no_required_affinity():
+def test_several_pools_get_every_toleration_and_are_confined_to_them():
     # nvidia.com/mig-1g.10gb is MIG in both "mig" and "restricted"; research may use both.
     _, patched = mutate(pod({"nvidia.com/mig-1g.10gb": "1"}), POOLS, namespace="research")
     assert patched["spec"]["tolerations"] == [
         {"key": POOL_KEY, "operator": "Equal", "value": name, "effect": "NoSchedule"}
         for name in ("mig", "restricted")
     ]
-    assert "affinity" not in patched["spec"]
+    assert required_terms(patched) == [
+        {"matchExpressions": [{"key": POOL_KEY, "operator": "In", "values": ["mig", "restricted"]}]}
+    ]
 
 
-def test_ambiguous_pool_is_not_patched_and_the_validate_path_denies():
+def test_a_pool_reserved_for_others_is_excluded_when_several_offer_the_resource():
+    # ml may use "mig" but not "restricted", which offers the same profile.
+    _, patched = mutate(pod({"nvidia.com/mig-1g.10gb": "1"}), POOLS, namespace="ml")
+    assert patched["spec"]["tolerations"] == [
+        {"key": POOL_KEY, "operator": "Equal", "value": "mig", "effect": "NoSchedule"}
+    ]
+    assert required_terms(patched) == [
+        {"matchExpressions": [{"key": POOL_KEY, "operator": "In", "values": ["mig"]}]}
+    ]
+    assert decide(patched, POOLS, mutate=False, namespace="ml").allowed
+
+
+def test_ambiguous_pool_is_confined_to_its_candidates_and_the_validate_path_denies():
     obj = pod({"nvidia.com/gpu.shared": "1"})  # TimeSlicing in "shared", MPS in "mps"
-    no_patch(obj, POOLS)
+    _, patched = mutate(obj, POOLS)
+    assert required_terms(patched) == [
+        {"matchExpressions": [{"key": POOL_KEY, "operator": "In", "values": ["mps", "shared"]}]}
+    ]
     validated = decide(obj, POOLS, mutate=False)
     assert not validated.allowed
     assert "ambiguous pool" in validated.response["response"]["status"]["message"]
@@ -806,9 +827,14 @@ def test_ambiguous_pool_pinned_is_patched(pin):
     assert decide(patched, POOLS, mutate=False).allowed
 
 
-def test_forbidden_pool_is_not_patched_and_the_validate_path_denies():
+def test_forbidden_pool_is_still_confined_and_the_validate_path_denies():
+    # Selection does not depend on modes: were pool-access only warned, the Pod would still
+    # need its pool's toleration and affinity.
     obj = pod({"nvidia.com/mig-7g.80gb": "1"})
-    no_patch(obj, POOLS, namespace="ml")
+    _, patched = mutate(obj, POOLS, namespace="ml")
+    assert required_terms(patched) == [
+        {"matchExpressions": [{"key": POOL_KEY, "operator": "In", "values": ["restricted"]}]}
+    ]
     validated = decide(obj, POOLS, mutate=False, namespace="ml")
     assert not validated.allowed
     assert {f.rule for f in validated.findings if f.mode == "Enforce"} == {"pool-access"}

@@ -35,6 +35,7 @@ from tests.patching import (
     GENERATION_KEY,
     POOL_KEY,
     POOLS_DOC,
+    admits_node,
     apply_jsonpatch,
     apply_kubectl,
     assert_add_only,
@@ -347,8 +348,8 @@ def check(pod: dict, policy: Policy, namespace: str, *, kubectl: bool) -> list[d
 
     selection = pool_selection(pod, policy, namespace)
     voiding = policy.inject_void and can_reach_gpu_nodes(pod, policy, namespace)
-    if selection.violations or not (selection.requested or voiding):
-        assert ops == [], "nothing to do, or the validate path denies: no patch"
+    if not (selection.pools or selection.taints or voiding):
+        assert ops == [], "nothing to do, or nowhere to go: no patch"
         return ops
 
     # The patch: add-only, the same with jsonpatch and with Go's JSON-Patch.
@@ -385,8 +386,11 @@ def check(pod: dict, policy: Policy, namespace: str, *, kubectl: bool) -> list[d
                 "preference": {"matchExpressions": expressions},
             }
             assert wanted in preferred_terms(patched)
-    else:
-        assert required_terms(patched) == required_terms(pod)
+    # Confined: no pool closed to the namespace, still some chosen pool if there was one.
+    for pool in selection.closed:
+        assert not admits_node(patched, pool.node_selector), f"pool {pool.name} is reachable"
+    if any(admits_node(pod, p.node_selector) for p in selection.pools):
+        assert any(admits_node(patched, p.node_selector) for p in selection.pools)
     if voiding:
         gpu = _gpu_containers(pod, policy)
         for list_name in ("initContainers", "containers"):

@@ -319,3 +319,22 @@ def test_hostile_yaml_is_a_policy_error(text: str, fragment: str) -> None:
     with pytest.raises(webhook.PolicyError) as info:
         webhook.parse_policy(text, source="x.yaml")
     assert fragment in str(info.value)
+
+
+def test_a_reserved_pool_without_a_label_of_its_own_is_refused() -> None:
+    error = refused(
+        """
+        pools:
+          - name: shared-a100
+            nodeSelector: {gpu: a100, zone: west}
+            resources: [{name: nvidia.com/gpu, sharing: Exclusive}]
+          - name: reserved
+            nodeSelector: {gpu: a100}
+            namespaces: [team-a]
+            resources: [{name: nvidia.com/gpu, sharing: Exclusive}]
+        """
+    )
+    assert "spec.pools[1].nodeSelector: pool 'reserved' is reserved for some namespaces" in str(
+        error
+    )
+    assert "give it a label of its own" in str(error)

@@ -132,7 +132,10 @@ def test_node_selector_pinned_to_a_pool_without_the_resource_is_denied():
     assert message.startswith(
         'spec.nodeSelector: Invalid value: {"accelerator.example.com/pool": "t4-shared"}: '
     )
-    assert 'admits only pool "t4-shared", which does not offer nvidia.com/gpu' in message
+    assert (
+        'admits only pool "t4-shared" (it offers nvidia.com/gpu.shared), which does not offer '
+        "all of nvidia.com/gpu" in message
+    )
     assert "pend forever" in message
     assert "nvidia.com/gpu offered by: a100" in message
 
@@ -165,7 +168,7 @@ def test_pool_annotation_naming_a_pool_without_the_resource_is_denied():
     assert status_message(decision) == (
         f'{path}: Invalid value: "t4-shared": pool "t4-shared" does not offer nvidia.com/gpu '
         f"(it offers {SHARED}): the Pod would pend forever; request a resource the pool "
-        "offers, or choose another pool"
+        "offers, or choose another pool; nvidia.com/gpu is offered by pool(s) a100"
     )
 
 

@@ -195,9 +195,9 @@ def _mutate(
     elif request["operation"] != "CREATE" or request.get("subResource"):
         return Decision(response.build(uid))
     else:
+        # Planned whatever the selection's findings: the validate path decides whether they
+        # deny, and a Pod admitted despite them is still confined to its pools.
         selection = select_pool(view, policy)
-        if selection.violations:
-            return Decision(response.build(uid))  # the validate path denies it with the reasons
         operations = mutation.plan(obj, view, selection, policy, inject_void=inject_void)
     if not operations:
         return Decision(response.build(uid))

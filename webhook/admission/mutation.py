@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from webhook.admission import patch
 from webhook.core.pods import PodView, ephemeral_container_names
-from webhook.core.pools import Selection
+from webhook.core.pools import Selection, confining_expressions
 from webhook.core.scheduling import tolerates, toleration_for
 from webhook.core.scope import requests_gpu
 from webhook.policy.model import INJECTED_ANNOTATION, Policy
@@ -58,17 +58,19 @@ def plan(
         planned.add(patch.append(planned.working, ("spec", "tolerations"), missing))
         injected.append(f"tolerations={len(missing)}")
 
-    if len(selection.pools) == 1:
-        pool = selection.pools[0]
-        if pool.require_node_affinity and not _selector_pins(view, pool.node_selector):
-            required = _required_operations(planned.working, pool.node_selector)
-            if required:
-                planned.add(required)
-                injected.append(f"required-affinity={pool.name}")
-        preferred, added = _preferred_operations(planned.working, pool.preferred_affinity)
-        if preferred:
-            planned.add(preferred)
-            injected.append(f"preferred-affinity={added}")
+    confining = confining_expressions(view, selection)
+    if confining:
+        required = _required_operations(planned.working, confining)
+        if required:
+            planned.add(required)
+            injected.append(f"required-affinity={'+'.join(p.name for p in selection.pools)}")
+    preferences: list = []
+    for pool in selection.pools:
+        preferences += [t for t in pool.preferred_affinity if t not in preferences]
+    preferred, added = _preferred_operations(planned.working, tuple(preferences))
+    if preferred:
+        planned.add(preferred)
+        injected.append(f"preferred-affinity={added}")
 
     if inject_void:
         voided = _add_void(planned, view, ("initContainers", "containers"), set())
@@ -116,21 +118,12 @@ def _add_void(planned: _Planned, view: PodView, lists: tuple[str, ...], skip: se
     return voided
 
 
-def _selector_pins(view: PodView, labels: Mapping[str, str]) -> bool:
-    selector = view.node_selector()
-    return all(selector.get(k) == v for k, v in labels.items())
-
-
-def _expressions(labels: Mapping[str, str]) -> list[dict]:
-    return [{"key": k, "operator": "In", "values": [labels[k]]} for k in sorted(labels)]
-
-
 def _has(term: Mapping, expr: Mapping) -> bool:
     existing = term.get("matchExpressions")
     return isinstance(existing, list) and any(
         isinstance(e, dict)
         and e.get("key") == expr["key"]
-        and e.get("operator") == "In"
+        and e.get("operator") == expr["operator"]
         and e.get("values") == expr["values"]
         for e in existing
     )
@@ -142,12 +135,11 @@ def _lookup(obj: object, segments: tuple) -> object:
     return obj
 
 
-def _required_operations(pod: Mapping, labels: Mapping[str, str]) -> list[dict]:
-    wanted = _expressions(labels)
+def _required_operations(pod: Mapping, wanted: tuple[dict, ...]) -> list[dict]:
     terms_path = (*REQUIRED, "nodeSelectorTerms")
     terms = _lookup(pod, terms_path)
     if not isinstance(terms, list) or not terms:
-        return patch.append(pod, terms_path, [{"matchExpressions": wanted}]) or []
+        return patch.append(pod, terms_path, [{"matchExpressions": list(wanted)}]) or []
     operations: list[dict] = []
     for index, term in enumerate(terms):
         if not isinstance(term, dict):

@@ -13,21 +13,24 @@ from dataclasses import dataclass
 
 from webhook.core.findings import Violation, quote
 from webhook.core.pods import PodView
-from webhook.core.scheduling import term_allows_labels
+from webhook.core.scheduling import expression_matches, term_allows_labels, tolerates
 from webhook.policy.model import POOL_ANNOTATION, Policy, Pool, ResourceSpec
 
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """``pools``: where the Pod may land (empty when no declared pool applies).
-
-    ``taints``: what it must tolerate there; ``violations``: why the choice is impossible.
+    """``pools``: where the Pod may land, the candidates its namespace may use (or, when it may
+    use none, every candidate: a Pod admitted anyway still gets a place); empty when no
+    declared pool applies. ``taints``: what it must tolerate there; ``violations``: why the
+    choice is impossible, forbidden or ambiguous; ``requested``: the declared GPU resources it
+    asks for; ``closed``: candidates its namespace may not use, which it must be kept off.
     """
 
     pools: tuple[Pool, ...]
     taints: tuple[Mapping, ...]
     violations: tuple[Violation, ...]
     requested: tuple[str, ...]
+    closed: tuple[Pool, ...] = ()
 
 
 NO_GPU = Selection((), (), (), ())
@@ -39,64 +42,72 @@ def select_pool(view: PodView, policy: Policy) -> Selection:
 
 
 def _select(view: PodView, policy: Policy) -> Selection:
-    requested = tuple(view.requested_gpu_names())
+    # Only declared GPU resources choose a pool; undeclared vendor resources are the
+    # resource-name rule's (unknownResources), companion resources go with any pool.
+    requested = tuple(n for n in view.requested_gpu_names() if n in policy.declared_names)
     if not requested:
         return NO_GPU
     annotation = view.annotations.get(POOL_ANNOTATION)
     if annotation is not None and policy.pools:
-        declared = [name for name in requested if name in policy.declared_names]
-        return _explicit(view, policy, str(annotation), declared, requested)
+        return _explicit(view, policy, str(annotation), requested)
     pool_names = {name for pool in policy.pools for name in pool.resources}
-    known = [name for name in requested if name in pool_names]
-    if not known:
+    if not any(name in pool_names for name in requested):
+        # Offered outside every declared pool only: the GPU nodes of gpuNodeTaints.
         return Selection((), policy.gpu_node_taints, (), requested)
 
-    offering = [p for p in policy.pools if all(n in p.resources for n in known)]
+    offering = [p for p in policy.pools if all(n in p.resources for n in requested)]
     compatible = [p for p in policy.pools if _compatible(view, p)]
     pinned = len(compatible) < len(policy.pools)
     candidates = [p for p in offering if p in compatible]
     if not candidates:
         return Selection(
-            (), (), (_pend_forever(view, known, compatible, offering, pinned),), requested
+            (), (), (_pend_forever(view, requested, compatible, offering, pinned),), requested
         )
-
-    allowed = [p for p in candidates if p.allows_namespace(view.namespace)]
+    allowed = tuple(p for p in candidates if policy.may_use(p, view.namespace))
+    closed = tuple(p for p in candidates if not policy.may_use(p, view.namespace))
+    violations: list[Violation] = []
     if not allowed:
         names = ", ".join(p.name for p in candidates)
-        violation = Violation(
-            rule="pool-access",
-            path=view.first_request_path(known[0]),
-            value=known[0],
-            message=f"namespace {quote(view.namespace)} may not use the pool(s) that offer "
-            f"{', '.join(known)} ({names})",
-            hint="ask the platform team to grant the namespace access in the policy's pool "
-            "namespaces, or request a GPU resource of a pool the namespace may use",
-            subject=known[0],
-            field="pool",
+        violations.append(
+            Violation(
+                rule="pool-access",
+                path=view.first_request_path(requested[0]),
+                value=requested[0],
+                message=f"namespace {quote(view.namespace)} may not use the pool(s) that offer "
+                f"{', '.join(requested)} ({names})",
+                hint="ask the platform team to grant the namespace access in the policy's pool "
+                "namespaces, or request a GPU resource of a pool the namespace may use",
+                subject=requested[0],
+                field="pool",
+            )
         )
-        return Selection((), (), (violation,), requested)
-
-    conflict = _mode_conflict(allowed, known)
+    # Selection does not depend on how its findings are reported: a Pod admitted despite them
+    # (Warn, Audit, an exemption) still gets a place, the candidates, and is confined to them.
+    chosen = allowed or tuple(candidates)
+    conflict = _mode_conflict(chosen, requested)
     if conflict is not None:
         name, modes = conflict
         described = ", ".join(f"{mode} in pool {pool}" for pool, mode in modes)
-        violation = Violation(
-            rule="pool-access",
-            path=view.first_request_path(name),
-            value=name,
-            message=f"ambiguous pool: {name} is {described}, and the Pod does not say which",
-            hint=f'set the annotation {POOL_ANNOTATION}: "<pool>" or a nodeSelector on the '
-            "pool's labels",
-            subject=name,
-            field="pool",
+        violations.append(
+            Violation(
+                rule="pool-access",
+                path=view.first_request_path(name),
+                value=name,
+                message=f"ambiguous pool: {name} is {described}, and the Pod does not say "
+                "which",
+                hint=f'set the annotation {POOL_ANNOTATION}: "<pool>" or a nodeSelector on the '
+                "pool's labels",
+                subject=name,
+                field="pool",
+            )
         )
-        return Selection((), (), (violation,), requested)
-    taints = _union_taints(allowed)
-    return Selection(tuple(allowed), taints, (), requested)
+    return Selection(
+        chosen, _union_taints(chosen), tuple(violations), requested, closed if allowed else ()
+    )
 
 
 def _explicit(
-    view: PodView, policy: Policy, name: str, known: list[str], requested: tuple[str, ...]
+    view: PodView, policy: Policy, name: str, requested: tuple[str, ...]
 ) -> Selection:
     path = f"{view.metadata_path}.annotations[{POOL_ANNOTATION}]"
     pool = next((p for p in policy.pools if p.name == name), None)
@@ -111,11 +122,11 @@ def _explicit(
             subject="pool-annotation",
         )
         return Selection((), (), (violation,), requested)
-    missing = [n for n in known if n not in pool.resources]
+    missing = [n for n in requested if n not in pool.resources]
     if missing or not _compatible(view, pool):
-        offered = ", ".join(pool.resources)
         reason = (
-            f"pool {quote(name)} does not offer {', '.join(missing)} (it offers {offered})"
+            f"pool {quote(name)} does not offer {', '.join(missing)} "
+            f"(it offers {', '.join(pool.resources)})"
             if missing
             else f"the Pod's nodeSelector or node affinity excludes the nodes of pool {quote(name)}"
         )
@@ -124,22 +135,33 @@ def _explicit(
             path=path,
             value=name,
             message=f"{reason}: the Pod would pend forever",
-            hint="request a resource the pool offers, or choose another pool",
+            hint="request a resource the pool offers, or choose another pool"
+            + _offered_by(policy, requested),
             subject="pool-annotation",
         )
         return Selection((), (), (violation,), requested)
-    if not pool.allows_namespace(view.namespace):
-        violation = Violation(
-            rule="pool-access",
-            path=path,
-            value=name,
-            message=f"namespace {quote(view.namespace)} may not use pool {quote(name)}",
-            hint="choose a pool the namespace may use, or ask the platform team for access",
-            error_type="Forbidden",
-            subject="pool-annotation",
-        )
-        return Selection((), (), (violation,), requested)
-    return Selection((pool,), pool.taints, (), requested)
+    if policy.may_use(pool, view.namespace):
+        return Selection((pool,), pool.taints, (), requested)
+    violation = Violation(
+        rule="pool-access",
+        path=path,
+        value=name,
+        message=f"namespace {quote(view.namespace)} may not use pool {quote(name)}",
+        hint="choose a pool the namespace may use, or ask the platform team for access",
+        error_type="Forbidden",
+        subject="pool-annotation",
+    )
+    return Selection((pool,), pool.taints, (violation,), requested)
+
+
+def _offered_by(policy: Policy, requested: tuple[str, ...]) -> str:
+    """``; nvidia.com/x is offered by pools a, b`` for each requested resource some pool has."""
+    parts = []
+    for name in requested:
+        pools = [p.name for p in policy.pools if name in p.resources]
+        if pools:
+            parts.append(f"{name} is offered by pool(s) {', '.join(pools)}")
+    return "; " + "; ".join(parts) if parts else ""
 
 
 def _compatible(view: PodView, pool: Pool) -> bool:
@@ -153,16 +175,22 @@ def _compatible(view: PodView, pool: Pool) -> bool:
 
 
 def _pend_forever(
-    view: PodView, known: list[str], compatible: list[Pool], offering: list[Pool], pinned: bool
+    view: PodView,
+    known: tuple[str, ...],
+    compatible: list[Pool],
+    offering: list[Pool],
+    pinned: bool,
 ) -> Violation:
     wanted = ", ".join(known)
     where = ", ".join(p.name for p in offering) or "no single pool"
     if pinned:
         if compatible:
-            reachable = ", ".join(f"pool {quote(p.name)}" for p in compatible)
+            reachable = ", ".join(
+                f"pool {quote(p.name)} (it offers {', '.join(p.resources)})" for p in compatible
+            )
             message = (
                 f"the Pod's node selection admits only {reachable}, which does not offer "
-                f"{wanted}: it would pend forever"
+                f"all of {wanted}: it would pend forever"
             )
         else:
             message = (
@@ -192,7 +220,9 @@ def _pend_forever(
     )
 
 
-def _mode_conflict(pools: list[Pool], names: list[str]) -> tuple[str, list] | None:
+def _mode_conflict(pools: tuple[Pool, ...], names: tuple[str, ...]) -> tuple[str, list] | None:
+    """Ambiguity: the pools the Pod may land in give one of its resources different sharing
+    modes, so where it lands decides what it gets. Otherwise it is confined to all of them."""
     for name in names:
         modes = [(p.name, p.resources[name].sharing) for p in pools]
         if len({mode for _, mode in modes}) > 1:
@@ -200,13 +230,97 @@ def _mode_conflict(pools: list[Pool], names: list[str]) -> tuple[str, list] | No
     return None
 
 
-def _union_taints(pools: list[Pool]) -> tuple[Mapping, ...]:
+def _union_taints(pools: tuple[Pool, ...]) -> tuple[Mapping, ...]:
     taints: list[Mapping] = []
     for pool in pools:
         for taint in pool.taints:
             if taint not in taints:
                 taints.append(taint)
     return tuple(taints)
+
+
+# --- Confinement ------------------------------------------------------------------------
+
+
+def confining_expressions(view: PodView, selection: Selection) -> tuple[dict, ...]:
+    """The matchExpressions to add to every required nodeSelectorTerm of the Pod so that it can
+    land only in ``selection.pools``: the chosen pool's labels (``key In [value]``), or for
+    several pools their shared label key (``key In [values]``); then ``key NotIn [value]`` for
+    each closed pool those do not already exclude. Add-only: the Pod's own terms stay."""
+    chosen = selection.pools
+    if not chosen:
+        return ()
+    expressions: list[dict] = []
+    if all(p.require_node_affinity for p in chosen) and not _pinned(view, chosen):
+        if len(chosen) == 1:
+            labels = chosen[0].node_selector
+            expressions = [
+                {"key": k, "operator": "In", "values": [labels[k]]} for k in sorted(labels)
+            ]
+        else:
+            key = _shared_key(chosen, selection.closed)
+            if key is not None:
+                values = sorted({p.node_selector[key] for p in chosen})
+                expressions = [{"key": key, "operator": "In", "values": values}]
+    for pool in selection.closed:
+        if any(_excludes(e, pool) for e in expressions) or not _compatible(view, pool):
+            continue
+        label = _identifying_label(pool, chosen)
+        if label is not None:
+            expressions.append({"key": label[0], "operator": "NotIn", "values": [label[1]]})
+    return tuple(expressions)
+
+
+def _pinned(view: PodView, pools: tuple[Pool, ...]) -> bool:
+    """The Pod's nodeSelector already names every label of one of the pools."""
+    selector = view.node_selector()
+    return any(all(selector.get(k) == v for k, v in p.node_selector.items()) for p in pools)
+
+
+def _shared_key(chosen: tuple[Pool, ...], closed: tuple[Pool, ...]) -> str | None:
+    """A label key every chosen and closed pool sets, whose values tell them apart."""
+    keys = set.intersection(*(set(p.node_selector) for p in (*chosen, *closed)))
+    for key in sorted(keys):
+        if not {p.node_selector[key] for p in chosen} & {p.node_selector[key] for p in closed}:
+            return key
+    return None
+
+
+def _excludes(expression: Mapping, pool: Pool) -> bool:
+    return not expression_matches(expression, pool.node_selector.get(expression["key"]))
+
+
+def _identifying_label(pool: Pool, others: tuple[Pool, ...]) -> tuple[str, str] | None:
+    """A label of ``pool`` that none of ``others`` carries with the same value."""
+    for key in sorted(pool.node_selector):
+        value = pool.node_selector[key]
+        if all(other.node_selector.get(key) != value for other in others):
+            return key, value
+    return None
+
+
+def reachable_closed_pools(view: PodView, policy: Policy) -> list[Pool]:
+    """Pools closed to the Pod's namespace that offer what it asks for and that its final spec
+    does not keep it off: neither its required node selection excludes them, nor a NoSchedule
+    or NoExecute taint of theirs that it does not tolerate."""
+    requested = select_pool(view, policy).requested
+    if not requested:
+        return []
+    tolerations = view.tolerations()
+    found = []
+    for pool in policy.pools:
+        if policy.may_use(pool, view.namespace) or not all(n in pool.resources for n in requested):
+            continue
+        if not _compatible(view, pool):
+            continue
+        if any(
+            t["effect"] in ("NoSchedule", "NoExecute")
+            and not any(tolerates(tol, t) for tol in tolerations)
+            for t in pool.taints
+        ):
+            continue
+        found.append(pool)
+    return found
 
 
 def resource_spec(view: PodView, policy: Policy, name: str) -> ResourceSpec | None:

@@ -241,6 +241,9 @@ def compile_policy(doc: dict, source: str, digest: str) -> Policy:
         workloads=MappingProxyType(workloads),
         declared_names=frozenset(declared),
         near_misses=MappingProxyType({near_miss_key(n): n for n in sorted(declared)}),
+        binder_namespaces=_namespaces(spec["binderNamespaces"])
+        if "binderNamespaces" in spec
+        else None,
         gpu_label_keys=frozenset(k for pool in pools for k in pool.node_selector),
         gpu_taint_keys=frozenset(
             [t["key"] for t in spec.get("gpuNodeTaints", [])]

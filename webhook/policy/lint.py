@@ -169,6 +169,8 @@ def semantic_errors(doc: dict, lines: LineFinder) -> list[str]:
             for k, expr in enumerate(pref["matchExpressions"]):
                 _lint_expression(expr, [*path, "preferredAffinity", j, "matchExpressions", k], err)
 
+    _lint_reserved_pools(spec.get("pools", []), err)
+
     seen_kinds = {(g, k) for g, k, _, _ in BUILTIN_WORKLOADS}
     for i, workload in enumerate(spec.get("workloads", [])):
         key = (workload["group"], workload["kind"])
@@ -191,6 +193,25 @@ def semantic_errors(doc: dict, lines: LineFinder) -> list[str]:
         for j, pattern in enumerate(exemption["namespaces"]):
             _lint_glob(pattern, ["spec", "exemptions", i, "namespaces", j], err)
     return errors
+
+
+def _lint_reserved_pools(pools: list[dict], err: Report) -> None:
+    """A pool reserved for some namespaces must be one the mutating webhook can keep other Pods
+    off by adding to their node affinity (``key NotIn [value]``): it needs a label that no
+    other pool sets to the same value."""
+    for i, pool in enumerate(pools):
+        if "namespaces" not in pool:
+            continue
+        labels = pool["nodeSelector"].items()
+        others = [p["nodeSelector"] for j, p in enumerate(pools) if j != i]
+        if not any(all(other.get(k) != v for other in others) for k, v in labels):
+            err(
+                ["spec", "pools", i, "nodeSelector"],
+                f"pool {pool['name']!r} is reserved for some namespaces, but each of its labels "
+                "is set the same way by another pool, so no node affinity added to a Pod can "
+                "keep it off this pool alone; give it a label of its own, e.g. "
+                f"accelerator.example.com/pool: {pool['name']}",
+            )
 
 
 def _lint_expression(expr: dict, path: list, err: Report) -> None:

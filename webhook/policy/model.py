@@ -190,6 +190,8 @@ class Policy:
     declared_names: frozenset[str]  # every GPU resource name the policy knows
     near_misses: MappingProxyType  # near_miss_key(name) -> declared name
     retired: MappingProxyType  # retired resource name -> (replacement, reason)
+    # Namespaces open to every pool whose Pods may set nodeName (a gang scheduler's binder).
+    binder_namespaces: NamespaceMatcher | None
     gpu_label_keys: frozenset[str]  # node labels that select a GPU pool
     gpu_taint_keys: frozenset[str]  # taint keys of GPU nodes (pools' and gpuNodeTaints)
     warnings: tuple[PolicyWarning, ...] = ()  # whole-policy lints, in line order
@@ -200,6 +202,17 @@ class Policy:
             if override.namespaces.matches(namespace):
                 return override.rules
         return self.rules
+
+    def may_use(self, pool: Pool, namespace: str) -> bool:
+        """Whether Pods of the namespace may land in the pool."""
+        return pool.allows_namespace(namespace) or self.is_binder(namespace)
+
+    def is_binder(self, namespace: str) -> bool:
+        return self.binder_namespaces is not None and self.binder_namespaces.matches(namespace)
+
+    @property
+    def has_reserved_pools(self) -> bool:
+        return any(pool.namespaces is not None for pool in self.pools)
 
     def is_vendor_resource(self, name: str) -> bool:
         """A GPU resource: under a vendor domain, or a retired GPU resource name."""
