@@ -93,8 +93,7 @@ def _select(view: PodView, policy: Policy) -> Selection:
                 rule="pool-access",
                 path=view.first_request_path(name),
                 value=name,
-                message=f"ambiguous pool: {name} is {described}, and the Pod does not say "
-                "which",
+                message=f"ambiguous pool: {name} is {described}, and the Pod does not say which",
                 hint=f'set the annotation {POOL_ANNOTATION}: "<pool>" or a nodeSelector on the '
                 "pool's labels",
                 subject=name,
@@ -106,9 +105,7 @@ def _select(view: PodView, policy: Policy) -> Selection:
     )
 
 
-def _explicit(
-    view: PodView, policy: Policy, name: str, requested: tuple[str, ...]
-) -> Selection:
+def _explicit(view: PodView, policy: Policy, name: str, requested: tuple[str, ...]) -> Selection:
     path = f"{view.metadata_path}.annotations[{POOL_ANNOTATION}]"
     pool = next((p for p in policy.pools if p.name == name), None)
     if pool is None:
