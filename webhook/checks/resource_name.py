@@ -6,8 +6,9 @@ Restricted: a name under a GPU vendor domain that is a near miss of a name the p
 forever because no node advertises it; a malformed MIG name; a well-formed MIG profile that no
 declared product offers (a warning by default: new hardware must not be blocked by an old
 catalogue); a retired name such as ``alpha.kubernetes.io/nvidia-gpu``. Allowed: declared names
-and catalogued MIG profiles. Other undeclared names under the domain (the network operator's
-``nvidia.com/hostdev``) are warned, unless the policy says Allow or Deny.
+and catalogued MIG profiles; the policy's ``companionResources``. Other undeclared names
+under the domain (the network operator's ``nvidia.com/hostdev``) are warned, unless the policy
+says Allow or Deny.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ RULE = "resource-name"
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     for container in view.gpu_containers():
         for name in container.gpu:
-            if name in policy.declared_names:
+            if name in policy.declared_names or name in policy.companion_names:
                 continue
             found = _diagnose(name, policy)
             if found is not None:

@@ -240,6 +240,7 @@ def compile_policy(doc: dict, source: str, digest: str) -> Policy:
         exemptions=exemptions,
         workloads=MappingProxyType(workloads),
         declared_names=frozenset(declared),
+        companion_names=frozenset(spec.get("companionResources", [])),
         near_misses=MappingProxyType({near_miss_key(n): n for n in sorted(declared)}),
         binder_namespaces=_namespaces(spec["binderNamespaces"])
         if "binderNamespaces" in spec

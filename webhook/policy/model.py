@@ -188,6 +188,9 @@ class Policy:
     exemptions: tuple[Exemption, ...]
     workloads: MappingProxyType  # (group, kind) -> WorkloadKind
     declared_names: frozenset[str]  # every GPU resource name the policy knows
+    # Vendor resources that go beside GPUs in any pool (HAMi's nvidia.com/gpumem, NICs): known
+    # to the resource-name rule, no part of pool selection, no GPU request.
+    companion_names: frozenset[str]
     near_misses: MappingProxyType  # near_miss_key(name) -> declared name
     retired: MappingProxyType  # retired resource name -> (replacement, reason)
     # Namespaces open to every pool whose Pods may set nodeName (a gang scheduler's binder).
