@@ -338,3 +338,18 @@ def test_a_reserved_pool_without_a_label_of_its_own_is_refused() -> None:
         error
     )
     assert "give it a label of its own" in str(error)
+
+
+def test_a_resource_outside_the_vendor_domains_is_refused() -> None:
+    error = refused(
+        """
+        pools:
+          - name: amd
+            nodeSelector: {pool: amd}
+            resources: [{name: amd.com/gpu, sharing: Exclusive}]
+        """
+    )
+    assert "spec.pools[0].resources[0].name: amd.com/gpu is not under spec.vendorDomains" in str(
+        error
+    )
+    assert "add amd.com to vendorDomains" in str(error)

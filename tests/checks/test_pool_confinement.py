@@ -269,3 +269,21 @@ def test_templates_are_not_denied_for_the_confinement_their_pods_get(kind):
         template(container(limits={"nvidia.com/mig-1g.10gb": 1, "nvidia.com/mig-2g.20gb": 1}))
     )
     assert "sharing-mode" in denied_rules(validate(pinned, CONFINED))
+
+
+@pytest.mark.parametrize(
+    "pin",
+    [{"nodeSelector": {POOL_LABEL: "open"}}, {"nodeSelector": {POOL_LABEL: "reserved"}}],
+    ids=["open", "reserved"],
+)
+def test_a_profile_offered_outside_the_pools_pinned_to_a_pool_is_denied(pin):
+    # nvidia.com/mig-2g.20gb is catalogued, offered by no pool: only GPU nodes outside the
+    # pools could have it, and the Pod's nodeSelector keeps it off those.
+    obj = with_spec(pod(container(limits={"nvidia.com/mig-2g.20gb": 1})), **pin)
+    decision = validate(obj, CONFINED)
+    assert denied_rules(decision) == {"sharing-mode"}
+    assert (
+        "GPU nodes outside the declared pools" in decision.response["response"]["status"]["message"]
+    )
+    unpinned = pod(container(limits={"nvidia.com/mig-2g.20gb": 1}))
+    assert "sharing-mode" not in denied_rules(validate(unpinned, CONFINED))

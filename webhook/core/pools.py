@@ -52,7 +52,16 @@ def _select(view: PodView, policy: Policy) -> Selection:
         return _explicit(view, policy, str(annotation), requested)
     pool_names = {name for pool in policy.pools for name in pool.resources}
     if not any(name in pool_names for name in requested):
-        # Offered outside every declared pool only: the GPU nodes of gpuNodeTaints.
+        # Offered outside every declared pool only: the GPU nodes of gpuNodeTaints, which
+        # carry none of the pools' labels.
+        if policy.pools and not _admits_unpooled(view, policy):
+            compatible = [p for p in policy.pools if _compatible(view, p)]
+            return Selection(
+                (),
+                (),
+                (_pend_forever(view, requested, compatible, [], True, unpooled=True),),
+                requested,
+            )
         return Selection((), policy.gpu_node_taints, (), requested)
 
     offering = [p for p in policy.pools if all(n in p.resources for n in requested)]
@@ -171,15 +180,36 @@ def _compatible(view: PodView, pool: Pool) -> bool:
     return not terms or any(term_allows_labels(term, labels) for term in terms)
 
 
+def _admits_unpooled(view: PodView, policy: Policy) -> bool:
+    """Whether the Pod's node selection admits a GPU node outside every pool: one that carries
+    no pool's label keys (absent labels are judged as the scheduler judges them)."""
+    keys = policy.gpu_label_keys
+    if any(key in keys for key in view.node_selector()):
+        return False
+    terms = view.required_terms()
+    return not terms or any(
+        all(
+            expression_matches(e, None)
+            for e in (term.get("matchExpressions") or [])
+            if isinstance(e, dict) and e.get("key") in keys
+        )
+        for term in terms
+    )
+
+
 def _pend_forever(
     view: PodView,
     known: tuple[str, ...],
     compatible: list[Pool],
     offering: list[Pool],
     pinned: bool,
+    *,
+    unpooled: bool = False,
 ) -> Violation:
     wanted = ", ".join(known)
-    where = ", ".join(p.name for p in offering) or "no single pool"
+    where = ", ".join(p.name for p in offering) or (
+        "GPU nodes outside the declared pools" if unpooled else "no single pool"
+    )
     if pinned:
         if compatible:
             reachable = ", ".join(

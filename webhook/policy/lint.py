@@ -96,6 +96,12 @@ def semantic_errors(doc: dict, lines: LineFinder) -> list[str]:
     def lint_resource(path: list, resource: dict) -> None:
         name, sharing = resource["name"], resource["sharing"]
         domain, _, short = name.partition("/")
+        if domain not in domains:
+            err(
+                [*path, "name"],
+                f"{name} is not under spec.vendorDomains ({', '.join(domains)}), so no Pod asking "
+                f"for it would ever be judged; add {domain} to vendorDomains",
+            )
         if domain in domains and short.startswith(mig.MIG_PREFIX):
             profile = short[len(mig.MIG_PREFIX) :]
             if not mig.is_well_formed(profile):
