@@ -894,3 +894,23 @@ def test_every_kind_the_default_policy_declares_is_in_the_validating_rules():
         covered = validating_rule_resources(render(name))
         assert declared - covered == set(), f"{name}: not intercepted: {declared - covered}"
         assert ("", "pods/ephemeralcontainers") in covered
+
+
+# ---------------------------------------------------------------------------- network policy
+
+
+@all_renders
+def test_a_network_policy_keeps_the_webhook_reachable_from_anywhere(name):
+    objs = render(name)
+    policy = one(objs, "NetworkPolicy", "gpu-admission")
+    deployment = one(objs, "Deployment", "gpu-admission")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= labels.items(), "it must select the webhook's Pods"
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert "from" not in rule, "a default-deny namespace must never cut the API server off"
+    ports = {p["containerPort"] for p in container(objs)["ports"] if p["name"] == "https"}
+    service = one(objs, "Service", "gpu-admission")["spec"]["ports"][0]
+    assert ports == {service["targetPort"]} == {p["port"] for p in rule["ports"]}
+    assert {p["protocol"] for p in rule["ports"]} == {"TCP"}
