@@ -17,6 +17,7 @@ from typing import Any
 import jsonpatch
 import pytest
 from flask.testing import FlaskClient
+from gunicorn.http.errors import ChunkMissingTerminator, InvalidChunkSize, NoMoreData
 from werkzeug.test import TestResponse
 
 from tests.serving import (
@@ -506,3 +507,45 @@ def test_decisions_do_not_share_state_between_apps(store: PolicyStore) -> None:
     post(first, "/validate", VALID)
     assert metric_value(metrics_text(first), "gpu_admission_requests_total") == 1
     assert metric_value(metrics_text(second), "gpu_admission_requests_total") == 0
+
+
+class _BrokenBody(io.RawIOBase):
+    """A request body whose reading fails as gunicorn's readers fail."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    ("error", "logged"),
+    [
+        (InvalidChunkSize(b"zz"), False),
+        (ChunkMissingTerminator(b"XX"), False),
+        (NoMoreData(b""), True),
+        (ConnectionResetError(), True),
+    ],
+    ids=["bad-chunk-size", "missing-crlf", "no-more-data", "reset"],
+)
+def test_a_body_that_cannot_be_read_is_the_clients_error(
+    client: FlaskClient, metrics: Metrics, caplog: pytest.LogCaptureFixture, error, logged
+) -> None:
+    with caplog.at_level(logging.INFO, logger="webhook.app"):
+        response = client.post(
+            "/validate",
+            headers={"Content-Type": "application/json", "Content-Length": "100"},
+            environ_overrides={
+                "wsgi.input": io.BufferedReader(_BrokenBody(error)),
+                "CONTENT_LENGTH": "100",
+            },
+        )
+    assert response.status_code == 400
+    assert response.is_json and "error" in response.get_json()
+    levels = {r.levelname for r in caplog.records if r.name == "webhook.app"}
+    assert "ERROR" not in levels
+    assert ("INFO" in levels) is logged

@@ -610,3 +610,50 @@ def test_bad_settings_stop_serve_with_one_clear_line(
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+MALFORMED_BODIES = {
+    "bad-chunk-size": b"zz\r\n{}\r\n0\r\n\r\n",
+    "missing-chunk-crlf": b"2\r\n{}XX0\r\n\r\n",
+    "bad-trailer": b"2\r\n{}\r\n0\r\nno colon here\r\n\r\n",
+    "chunk-longer-than-said": b"1\r\n{}\r\n0\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("shape", MALFORMED_BODIES)
+def test_a_malformed_chunked_body_is_a_4xx_json_refusal(
+    server: Server, pki: GeneratedCertificates, shape: str
+) -> None:
+    head = (
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with client_context(pki.ca_cert).wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            tls.sendall(head + MALFORMED_BODIES[shape])
+            answer = b""
+            while b"\r\n\r\n" not in answer or len(answer) < answer.find(b"\r\n\r\n") + 4:
+                data = tls.recv(65536)
+                if not data:
+                    break
+                answer += data
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.split(b" ")[1].startswith(b"4"), answer[:300]
+    assert b"application/json" in rest.lower().split(b"\r\n\r\n")[0], answer[:300]
+    assert not [r for r in server.log_records() if r.get("level") == "error"]
+
+
+def test_a_body_shorter_than_its_length_is_no_server_error(
+    server: Server, pki: GeneratedCertificates
+) -> None:
+    head = (
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 1000\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with client_context(pki.ca_cert).wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            tls.sendall(head + b'{"kind": "Adm')
+            time.sleep(0.3)  # the server is reading the body when the client goes away
+    time.sleep(0.5)
+    errors = [r for r in server.log_records() if r.get("level") == "error"]
+    assert not errors, errors

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
+from gunicorn.http.errors import ParseException
+from werkzeug.exceptions import ClientDisconnected, HTTPException
 
 from webhook.admission.engine import Decision, decide
 from webhook.admission.request import RequestError
@@ -74,7 +75,7 @@ def _read_review() -> Any:
     length = request.content_length
     if length is not None and length > MAX_BODY_BYTES:
         raise _Refused(413, f"request body of {length} bytes exceeds {MAX_BODY_BYTES} bytes")
-    body = request.get_data(cache=False)
+    body = _read_body()
     if len(body) > MAX_BODY_BYTES:  # a chunked body, cut one byte past the limit
         raise _Refused(413, f"request body exceeds {MAX_BODY_BYTES} bytes")
     try:
@@ -87,6 +88,26 @@ def _read_review() -> Any:
         raise _Refused(400, "request body is not valid JSON: nested too deeply") from None
     except ValueError as exc:
         raise _Refused(400, f"request body is not valid JSON: {exc}") from None
+
+
+def _read_body() -> bytes:
+    """The request body, or :class:`_Refused`: a malformed body (bad chunk sizes, missing
+    CRLFs, bad trailers) is the client's error, and so is a client that goes away before it
+    has sent what it announced. Neither is ours: no 5xx, no error log, no error verdict."""
+    try:
+        body = request.get_data(cache=False)
+    except ParseException as exc:
+        raise _Refused(400, f"malformed request body: {type(exc).__name__}") from None
+    except (ClientDisconnected, OSError):  # werkzeug mostly reads a lost client as EOF
+        body = b""
+    announced = request.content_length
+    if announced is not None and len(body) < announced:
+        log.info(
+            "client went away while sending the body",
+            extra={"fields": {"announced": announced, "received": len(body)}},
+        )
+        raise _Refused(400, f"the request body ended after {len(body)} of {announced} bytes")
+    return body
 
 
 def _log_failure(message: str, exc: Exception, **fields: Any) -> None:
