@@ -333,7 +333,9 @@ def check(pod: dict, policy: Policy, namespace: str, *, kubectl: bool) -> list[d
     (and check that the generated Pod itself is valid)."""
     if kubectl and required_terms(pod) != []:  # nodeSelectorTerms: [] is the invalid one
         validate_pod(pod)
+    untouched = copy.deepcopy(pod)
     decision = decide(pod, policy, namespace=namespace)
+    assert pod == untouched, "planning the patch changed the Pod under review"
     ops = decode_patch(decision)
     if _fractional(pod, policy):
         assert not decision.allowed

@@ -278,8 +278,20 @@ def test_append_with_a_key_that_needs_escaping():
 )
 def test_apply_add_agrees_with_jsonpatch(doc, op):
     expected = jsonpatch.apply_patch(copy.deepcopy(doc), [op])
+    original = copy.deepcopy(doc)
+    assert patch.with_add(doc, op) == expected
+    assert doc == original, "with_add changed its input"
     patch.apply_add(doc, op)
     assert doc == expected
+
+
+def test_with_add_copies_only_the_path_it_changes():
+    doc = {"spec": {"containers": [{"name": "a", "env": []}, {"name": "b"}]}, "metadata": {}}
+    after = patch.with_add(doc, {"op": "add", "path": "/spec/containers/0/env/-", "value": 1})
+    assert doc["spec"]["containers"][0]["env"] == []
+    assert after["spec"]["containers"][0]["env"] == [1]
+    assert after["metadata"] is doc["metadata"]  # off the path: shared
+    assert after["spec"]["containers"][1] is doc["spec"]["containers"][1]
 
 
 # --- Everything the builders emit applies with kubectl too --------------------------------

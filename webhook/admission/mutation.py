@@ -10,7 +10,6 @@ plans nothing.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 
 from webhook.admission import patch
@@ -25,18 +24,18 @@ PREFERRED = ("spec", "affinity", "nodeAffinity", "preferredDuringSchedulingIgnor
 
 
 class _Planned:
-    """Operations planned so far, applied to a working copy as they are added, so that a later
-    operation sees the parents an earlier one created (two ``add``s of a missing
-    ``spec.affinity`` would otherwise overwrite each other)."""
+    """Operations planned so far, and the Pod as they leave it, so that a later operation sees
+    the parents an earlier one created (two ``add``s of a missing ``spec.affinity`` would
+    otherwise overwrite each other). Only the path of each operation is copied: the Pod under
+    review is never changed and never copied whole."""
 
     def __init__(self, pod: Mapping) -> None:
         self.operations: list[dict] = []
-        self.working = copy.deepcopy(pod)
+        self.working: Mapping = pod
 
     def add(self, operations: Iterable[dict] | None) -> None:
         for operation in operations or ():
-            # A copy: later operations change the working copy, never a planned value.
-            patch.apply_add(self.working, {**operation, "value": copy.deepcopy(operation["value"])})
+            self.working = patch.with_add(self.working, operation)
             self.operations.append(operation)
 
 

@@ -7,6 +7,7 @@ operation applies to the object as it is.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -84,12 +85,31 @@ def unescape(segment: str) -> str:
 
 
 def apply_add(obj: Any, operation: Mapping) -> None:
-    """Apply one ``add`` in place (the planner keeps a working copy up to date with it)."""
+    """Apply one ``add`` in place."""
     *parents, last = [unescape(s) for s in operation["path"].split("/")[1:]]
     node = obj
     for segment in parents:
         node = node[int(segment)] if isinstance(node, list) else node[segment]
+    _insert(node, last, operation["value"])
+
+
+def with_add(obj: Any, operation: Mapping) -> Any:
+    """The object with one ``add`` applied, ``obj`` untouched: only the objects and lists on
+    the operation's path are copied (shallowly), the rest is shared. The planner keeps its
+    view of the Pod current this way without copying the whole Pod."""
+    *parents, last = [unescape(s) for s in operation["path"].split("/")[1:]]
+    root = copy.copy(obj)
+    node = root
+    for segment in parents:
+        key: Any = int(segment) if isinstance(node, list) else segment
+        node[key] = copy.copy(node[key])
+        node = node[key]
+    _insert(node, last, copy.deepcopy(operation["value"]))
+    return root
+
+
+def _insert(node: Any, last: str, value: Any) -> None:
     if isinstance(node, list):
-        node.insert(len(node) if last == "-" else int(last), operation["value"])
+        node.insert(len(node) if last == "-" else int(last), value)
     else:
-        node[last] = operation["value"]
+        node[last] = value
