@@ -657,3 +657,50 @@ def test_a_body_shorter_than_its_length_is_no_server_error(
     time.sleep(0.5)
     errors = [r for r in server.log_records() if r.get("level") == "error"]
     assert not errors, errors
+
+
+@pytest.mark.parametrize(
+    "raw_request",
+    [
+        b"GARBAGE\r\n\r\n",
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n",
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nX-Bad Header: 1\r\n\r\n",
+    ],
+    ids=["request-line", "length-and-chunked", "unknown-coding", "bad-header-name"],
+)
+def test_the_http_parsers_refusals_are_json(
+    server: Server, pki: GeneratedCertificates, raw_request: bytes
+) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with client_context(pki.ca_cert).wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            tls.sendall(raw_request)
+            answer = b""
+            while True:
+                data = tls.recv(65536)
+                if not data:
+                    break
+                answer += data
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split(b" ")[1][:1] in (b"4", b"5"), answer[:200]
+    assert b"content-type: application/json" in head.lower(), answer[:300]
+    assert "error" in json.loads(body)
+
+
+def test_gunicorn_still_writes_its_errors_where_the_worker_replaces_them() -> None:
+    # The worker swaps gunicorn.util.write_error; an upgrade that moves the call must fail here.
+    import inspect
+
+    from gunicorn import util
+    from gunicorn.workers import base
+
+    assert "util.write_error(client, status_int, reason, mesg)" in inspect.getsource(
+        base.Worker.handle_error
+    )
+    assert list(inspect.signature(util.write_error).parameters) == [
+        "sock",
+        "status_int",
+        "reason",
+        "mesg",
+    ]

@@ -26,6 +26,7 @@ Drain on SIGTERM
 
 from __future__ import annotations
 
+import json
 import logging
 import mmap
 import os
@@ -39,6 +40,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from flask import Flask
+from gunicorn import util
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.workers.gthread import ThreadWorker
@@ -124,14 +126,33 @@ class DrainingArbiter(Arbiter):
 # --------------------------------------------------------------------------- gunicorn
 
 
+def write_json_error(sock: Any, status: int, reason: str, message: str) -> None:
+    """gunicorn's ``util.write_error`` with a JSON body: every refusal of this server is
+    ``application/json``, the ones gunicorn's HTTP parser makes too (request-smuggling shapes,
+    oversized headers, bad request lines)."""
+    body = json.dumps({"error": f"{status} {reason}: {message}"}).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
 class AdmissionWorker(ThreadWorker):
-    """gunicorn's gthread worker, with its count of open connections kept right.
+    """gunicorn's gthread worker, with its count of open connections kept right and its own
+    error pages in JSON. Overrides ``init_process`` and ``finish_request`` only.
 
     gunicorn 27 counts a connection as closed twice when its TLS handshake failed (the
     socket is closed already, closing it again raises, and the error path decrements
     again): a port scan or a TCP probe drives the count below zero, and a stopping worker
     then exits without waiting for its in-flight requests.
     """
+
+    def init_process(self) -> None:
+        # gunicorn's Worker.handle_error writes the HTTP errors its parser detects through
+        # util.write_error, as HTML; in this worker process they are written as JSON.
+        util.write_error = write_json_error
+        super().init_process()
 
     def finish_request(self, conn: Any, fs: Any) -> None:
         open_before = self.nr_conns
