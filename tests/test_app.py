@@ -549,3 +549,47 @@ def test_a_body_that_cannot_be_read_is_the_clients_error(
     levels = {r.levelname for r in caplog.records if r.name == "webhook.app"}
     assert "ERROR" not in levels
     assert ("INFO" in levels) is logged
+
+
+def test_the_decision_line_is_the_one_the_formatter_writes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from webhook.server.logs import DECISION_LOGGER, configure_logging, log_decision
+
+    request = {
+        "uid": "u1",
+        "kind": {"kind": "Pod"},
+        "namespace": "ml",
+        "name": "p",
+        "operation": "CREATE",
+        "dryRun": True,
+    }
+    arguments = dict(
+        endpoint="validate",
+        request=request,
+        allowed=False,
+        violations=[("privileged", "Enforce")],
+        mutation="none",
+        duration_ms=0.1234,
+    )
+    logger = logging.getLogger(DECISION_LOGGER)
+    root = logging.getLogger("webhook")
+    saved = (list(root.handlers), root.propagate, root.level)
+    stream = io.StringIO()
+    configure_logging(stream=stream)
+    try:
+        log_decision(logger, **arguments)
+    finally:
+        root.handlers[:], root.propagate = saved[0], saved[1]
+        root.setLevel(saved[2])
+    (direct,) = [json.loads(line) for line in stream.getvalue().splitlines()]
+    # Unconfigured (here: pytest's handler on the root logger), it goes through logging.
+    with caplog.at_level(logging.INFO, logger=DECISION_LOGGER):
+        log_decision(logger, **arguments)
+    (record,) = [r for r in caplog.records if r.name == DECISION_LOGGER]
+    formatted = json.loads(JsonFormatter().format(record))
+    assert direct.keys() == formatted.keys()
+    assert {k: v for k, v in direct.items() if k != "time"} == {
+        k: v for k, v in formatted.items() if k != "time"
+    }
+    assert direct["verdict"] == "denied" and direct["dry_run"] is True

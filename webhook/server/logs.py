@@ -8,6 +8,7 @@ specs hold environment variables, and those hold secrets often enough.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -42,9 +43,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=4)
+def _utc_second(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+
+
 def _utc_timestamp(created: float) -> str:
-    seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
-    return f"{seconds}.{int(created % 1 * 1000):03d}Z"
+    # The formatted second is cached: a busy server writes many lines within each one.
+    return f"{_utc_second(int(created))}.{int(created % 1 * 1000):03d}Z"
 
 
 # Logger names are part of the log format that operators filter on: they stay as they were
@@ -104,24 +110,56 @@ def log_decision(
     ``request`` is the AdmissionReview's ``request``: only its identifying fields are read.
     ``violations`` are (rule id, mode) pairs, logged as two lists in the same order.
     """
+    if not logger.isEnabledFor(logging.INFO):
+        return
     kind = request.get("kind")
     pairs = list(violations)
-    logger.info(
-        "admission decision",
-        extra={
-            "fields": {
-                "uid": request.get("uid"),
-                "kind": kind.get("kind") if isinstance(kind, Mapping) else None,
-                "namespace": request.get("namespace"),
-                "name": request.get("name"),
-                "operation": request.get("operation"),
-                "endpoint": endpoint,
-                "verdict": "allowed" if allowed else "denied",
-                "rules": [rule for rule, _ in pairs],
-                "modes": [mode for _, mode in pairs],
-                "mutation": mutation,
-                "duration_ms": round(duration_ms, 3),
-                "dry_run": request.get("dryRun") is True,
-            }
-        },
-    )
+    fields = {
+        "uid": request.get("uid"),
+        "kind": kind.get("kind") if isinstance(kind, Mapping) else None,
+        "namespace": request.get("namespace"),
+        "name": request.get("name"),
+        "operation": request.get("operation"),
+        "endpoint": endpoint,
+        "verdict": "allowed" if allowed else "denied",
+        "rules": [rule for rule, _ in pairs],
+        "modes": [mode for _, mode in pairs],
+        "mutation": mutation,
+        "duration_ms": round(duration_ms, 3),
+        "dry_run": request.get("dryRun") is True,
+    }
+    handler = _json_handler(logger)
+    if (
+        handler is None
+    ):  # not configured by configure_logging (tests, embedding): go through logging
+        logger.info("admission decision", extra={"fields": fields})
+        return
+    # One line per decision, built here: a LogRecord, the caller lookup and the formatter cost
+    # as much as the decision itself. The line is the one JsonFormatter would write.
+    now = time.time()
+    entry = {
+        "time": _utc_timestamp(now),
+        "level": "info",
+        "logger": logger.name,
+        "message": "admission decision",
+        **fields,
+    }
+    line = json.dumps(entry, default=str, separators=(",", ":")) + handler.terminator
+    with handler.lock:
+        handler.stream.write(line)
+        handler.flush()
+
+
+def _json_handler(logger: logging.Logger) -> _JsonStreamHandler | None:
+    """The handler configure_logging installed, when this logger's lines all go to it alone."""
+    node: logging.Logger | None = logger
+    while node is not None:
+        if node.handlers:
+            handlers = node.handlers
+            if len(handlers) == 1 and isinstance(handlers[0], _JsonStreamHandler):
+                return handlers[0]
+            return None
+        if not node.propagate:
+            return None
+        node = node.parent  # type: ignore[assignment]
+    return None
