@@ -612,6 +612,23 @@ def test_bad_settings_stop_serve_with_one_clear_line(
     assert "Traceback" not in result.stderr
 
 
+def exchange(
+    server: Server, pki: GeneratedCertificates, data: bytes, *, linger: float = 0.0
+) -> bytes:
+    """Send raw bytes over a fresh TLS connection and read until the server closes it or
+    ``linger`` seconds are over (then the client goes away without reading)."""
+    answer = b""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with client_context(pki.ca_cert).wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            tls.sendall(data)
+            if linger:
+                time.sleep(linger)
+                return answer
+            while data := tls.recv(65536):
+                answer += data
+    return answer
+
+
 MALFORMED_BODIES = {
     "bad-chunk-size": b"zz\r\n{}\r\n0\r\n\r\n",
     "missing-chunk-crlf": b"2\r\n{}XX0\r\n\r\n",
@@ -628,15 +645,7 @@ def test_a_malformed_chunked_body_is_a_4xx_json_refusal(
         b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n"
     )
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
-        with client_context(pki.ca_cert).wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-            tls.sendall(head + MALFORMED_BODIES[shape])
-            answer = b""
-            while b"\r\n\r\n" not in answer or len(answer) < answer.find(b"\r\n\r\n") + 4:
-                data = tls.recv(65536)
-                if not data:
-                    break
-                answer += data
+    answer = exchange(server, pki, head + MALFORMED_BODIES[shape])
     status_line, _, rest = answer.partition(b"\r\n")
     assert status_line.split(b" ")[1].startswith(b"4"), answer[:300]
     assert b"application/json" in rest.lower().split(b"\r\n\r\n")[0], answer[:300]
@@ -650,10 +659,8 @@ def test_a_body_shorter_than_its_length_is_no_server_error(
         b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Content-Length: 1000\r\n\r\n"
     )
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
-        with client_context(pki.ca_cert).wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-            tls.sendall(head + b'{"kind": "Adm')
-            time.sleep(0.3)  # the server is reading the body when the client goes away
+    # The server is reading the body when the client goes away.
+    exchange(server, pki, head + b'{"kind": "Adm', linger=0.3)
     time.sleep(0.5)
     errors = [r for r in server.log_records() if r.get("level") == "error"]
     assert not errors, errors
@@ -673,15 +680,7 @@ def test_a_body_shorter_than_its_length_is_no_server_error(
 def test_the_http_parsers_refusals_are_json(
     server: Server, pki: GeneratedCertificates, raw_request: bytes
 ) -> None:
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
-        with client_context(pki.ca_cert).wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-            tls.sendall(raw_request)
-            answer = b""
-            while True:
-                data = tls.recv(65536)
-                if not data:
-                    break
-                answer += data
+    answer = exchange(server, pki, raw_request)
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.split(b" ")[1][:1] in (b"4", b"5"), answer[:200]
     assert b"content-type: application/json" in head.lower(), answer[:300]

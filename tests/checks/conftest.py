@@ -175,6 +175,13 @@ def pod(*containers: dict, **kwargs: Any) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", **template(*containers, **kwargs)}
 
 
+def with_spec(obj: dict, **fields: Any) -> dict:
+    """A copy of ``obj`` with these fields set in its spec."""
+    obj = copy.deepcopy(obj)
+    obj["spec"].update(fields)
+    return obj
+
+
 def host_path(path: str, name: str = "host") -> dict:
     return {"name": name, "hostPath": {"path": path}}
 

@@ -9,8 +9,6 @@ CronJob templates, under Enforce, Warn, Audit and an exemption.
 
 from __future__ import annotations
 
-import copy
-
 import jsonpatch
 import pytest
 
@@ -26,6 +24,7 @@ from .conftest import (
     policy,
     template,
     validate,
+    with_spec,
 )
 
 POOLS = f"""
@@ -52,12 +51,6 @@ binderNamespaces: [gang-scheduler]
 CONFINED = policy(POOLS, name="confined")
 WILDCARD = {"operator": "Exists"}
 TEMPLATE_KINDS = [k for k in KINDS if k.name in ("Deployment", "Job", "CronJob")]
-
-
-def with_spec(obj: dict, **fields) -> dict:
-    obj = copy.deepcopy(obj)
-    obj["spec"].update(fields)
-    return obj
 
 
 def mutated(obj: dict, chosen=CONFINED, namespace: str = "ml") -> dict:
@@ -211,9 +204,8 @@ def test_mirror_pods_are_audited_not_denied():
 # --- Selection is independent of modes ----------------------------------------------------
 
 ONLY_RESERVED = {"nvidia.com/mig-3g.40gb": 1}
-
-
-@pytest.mark.parametrize(
+# pool-access in each mode, and exempt: (mode, exempt, whether the Pod is admitted)
+EVERY_MODE = pytest.mark.parametrize(
     ("mode", "exempt", "verdict"),
     [
         ("Enforce", False, False),
@@ -223,6 +215,9 @@ ONLY_RESERVED = {"nvidia.com/mig-3g.40gb": 1}
     ],
     ids=["enforce", "warn", "audit", "exempt"],
 )
+
+
+@EVERY_MODE
 def test_a_refused_pool_is_reported_by_mode_and_still_confines(mode, exempt, verdict):
     chosen = modes(mode, exempt)
     obj = pod(container(limits=ONLY_RESERVED))
@@ -243,16 +238,7 @@ def test_topology_is_checked_against_the_pool_of_a_pod_admitted_despite_pool_acc
 
 
 @pytest.mark.parametrize("kind", TEMPLATE_KINDS, ids=[k.name for k in TEMPLATE_KINDS])
-@pytest.mark.parametrize(
-    ("mode", "exempt", "verdict"),
-    [
-        ("Enforce", False, False),
-        ("Warn", False, True),
-        ("Audit", False, True),
-        ("Enforce", True, True),
-    ],
-    ids=["enforce", "warn", "audit", "exempt"],
-)
+@EVERY_MODE
 def test_templates_follow_the_pool_access_mode(kind, mode, exempt, verdict):
     obj = kind.wrap(template(container(limits=ONLY_RESERVED)))
     decision = validate(obj, modes(mode, exempt))

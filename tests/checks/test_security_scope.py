@@ -33,6 +33,7 @@ from .conftest import (
     status_message,
     template,
     validate,
+    with_spec,
 )
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -47,12 +48,6 @@ rules: {default: {gpuPods: Enforce, reachablePods: Enforce, otherPods: Enforce}}
 )
 PRIVILEGED = container("app", privileged=True)
 DEPLOYMENT = KINDS[KIND_IDS.index("Deployment")]
-
-
-def with_spec(obj: dict, **fields) -> dict:
-    obj = copy.deepcopy(obj)
-    obj["spec"].update(fields)
-    return obj
 
 
 # --- 1. The tenant does not choose whether the rules apply ---------------------------------

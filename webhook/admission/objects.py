@@ -118,18 +118,15 @@ def decide_object(
     if workload is None:
         return Outcome(obj, namespace, judged=False, allowed=True)
     # The API server validates what the mutating webhook returned: a Pod is judged patched.
-    judged = obj
-    if workload.kind == "Pod" and policy.mutation_applies:
-        mutated = decide(admission_review(obj, namespace), policy, mutate=True)
-        if mutated.allowed and mutated.patch:
-            judged = copy.deepcopy(obj)
-            for operation in mutated.patch:
-                patch.apply_add(judged, operation)
-    decision = decide(admission_review(judged, namespace), policy, mutate=False)
+    judges_patched = workload.kind == "Pod" and policy.mutation_applies
     mutations: tuple[Mutation, ...] = ()
-    if mutate:
+    if mutate or judges_patched:
         mutations = tuple(_mutations(obj, workload, namespace, policy))
-    return Outcome(obj, namespace, True, decision.allowed, decision.findings, mutations)
+    judged = mutations[0].mutated if judges_patched and mutations else obj
+    decision = decide(admission_review(judged, namespace), policy, mutate=False)
+    return Outcome(
+        obj, namespace, True, decision.allowed, decision.findings, mutations if mutate else ()
+    )
 
 
 def _mutations(

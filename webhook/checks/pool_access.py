@@ -49,6 +49,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         return
     for pool in reachable_closed_pools(view, policy):
         label = ", ".join(f"{k}={v}" for k, v in sorted(pool.node_selector.items()))
+        key = min(pool.node_selector)
         yield Violation(
             rule=RULE,
             path=f"{view.spec_path}.affinity.nodeAffinity",
@@ -57,14 +58,10 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             f"{quote(view.namespace)} may not use: neither its required node affinity nor its "
             "tolerations keep it off those nodes",
             hint="add to every requiredDuringSchedulingIgnoredDuringExecution nodeSelectorTerm "
-            f"an expression that excludes the pool, e.g. {{key: {_first(pool)}, operator: "
-            f"NotIn, values: [{pool.node_selector[_first(pool)]}]}} (the mutating webhook adds "
+            f"an expression that excludes the pool, e.g. {{key: {key}, operator: "
+            f"NotIn, values: [{pool.node_selector[key]}]}} (the mutating webhook adds "
             "it when it runs)",
             error_type="Forbidden",
             subject=pool.name,
             field="pool-confinement",
         )
-
-
-def _first(pool) -> str:
-    return sorted(pool.node_selector)[0]
