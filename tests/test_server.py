@@ -461,6 +461,8 @@ def test_sigterm_drains_then_finishes_in_flight_requests(
         ca=pki.ca_cert,
         log_path=tmp_path / "server.log",
         drain_seconds=drain,
+        # The slow request below outlasts the drain: its body must not hit its deadline.
+        env={"GPU_ADMISSION_BODY_TIMEOUT": "60"},
     ).start()
     try:
         statuses: list[int | str] = []

@@ -15,13 +15,13 @@ the response is encoded once, straight into the response body.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from typing import Any, NoReturn
+from typing import Any
 
+import orjson
 from flask import Flask, Response, request
 from gunicorn.http.errors import ParseException
 from werkzeug.exceptions import ClientDisconnected, HTTPException
@@ -31,13 +31,12 @@ from webhook.admission.request import RequestError
 from webhook.policy.model import Policy
 from webhook.server.logs import APP_LOGGER, DECISION_LOGGER, log_decision
 from webhook.server.metrics import ENDPOINTS, VERDICTS, Metrics
+from webhook.server.settings import MAX_BODY_BYTES
 from webhook.server.store import PolicyStore
 
-# The API server sends at most 3 MiB objects (etcd's limit is 1.5 MiB by default), an
-# AdmissionReview of an UPDATE carries two of them: 7 MiB leaves room and bounds memory.
-MAX_BODY_BYTES = 7 * 1024 * 1024
-
 JSON = "application/json"
+# A body this large takes milliseconds to a second to decode and decide: see ``run_long``.
+LONG_BODY_BYTES = 64 * 1024
 
 # A readiness check returns None when ready, else the reason it is not.
 ReadinessCheck = Callable[[], str | None]
@@ -55,17 +54,12 @@ class _Refused(Exception):
         self.verdict = verdict
 
 
-def _reject_constant(name: str) -> NoReturn:
-    # Python's json accepts NaN and Infinity; JSON (RFC 8259) and the API server do not.
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _json_response(status: int, payload: dict[str, Any]) -> Response:
-    return Response(json.dumps(payload, separators=(",", ":")), status=status, mimetype=JSON)
+    return Response(orjson.dumps(payload), status=status, mimetype=JSON)
 
 
-def _read_review() -> Any:
-    """The parsed JSON body of the current request, or :class:`_Refused` saying why not."""
+def _read_request_body() -> bytes:
+    """The body of the current request, or :class:`_Refused` saying why not."""
     if request.mimetype != JSON:
         raise _Refused(415, f"Content-Type must be {JSON}, got {request.mimetype or 'none'!r}")
     charset = request.mimetype_params.get("charset")
@@ -78,15 +72,20 @@ def _read_review() -> Any:
     body = _read_body()
     if len(body) > MAX_BODY_BYTES:  # a chunked body, cut one byte past the limit
         raise _Refused(413, f"request body exceeds {MAX_BODY_BYTES} bytes")
+    return body
+
+
+def _decode(body: bytes) -> Any:
+    """The parsed JSON of a request body, or :class:`_Refused` saying why not. orjson follows
+    RFC 8259 as the API server does: no NaN or Infinity, no lone surrogates, at most 1,024
+    levels of nesting."""
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _Refused(400, f"request body is not UTF-8: byte {exc.start}") from None
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except RecursionError:
-        raise _Refused(400, "request body is not valid JSON: nested too deeply") from None
-    except ValueError as exc:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            raise _Refused(400, f"request body is not UTF-8: byte {bad.start}") from None
         raise _Refused(400, f"request body is not valid JSON: {exc}") from None
 
 
@@ -98,8 +97,14 @@ def _read_body() -> bytes:
         body = request.get_data(cache=False)
     except ParseException as exc:
         raise _Refused(400, f"malformed request body: {type(exc).__name__}") from None
-    except (ClientDisconnected, OSError):  # werkzeug mostly reads a lost client as EOF
-        body = b""
+    except (ClientDisconnected, OSError) as exc:
+        # Werkzeug reads an error of the input stream as a disconnect (the error is the
+        # context); the worker's body deadline is one.
+        expired = exc if isinstance(exc, TimeoutError) else exc.__context__
+        if isinstance(expired, TimeoutError):
+            log.info("client too slow sending the body", extra={"fields": {"error": str(expired)}})
+            raise _Refused(408, str(expired)) from None
+        body = b""  # werkzeug mostly reads a lost client as EOF
     announced = request.content_length
     if announced is not None and len(body) < announced:
         log.info(
@@ -133,13 +138,17 @@ def create_app(
     mutation_enabled: bool = True,
     metrics: Metrics | None = None,
     readiness_checks: Iterable[ReadinessCheck] = (),
+    run_long: Callable[[Callable[[], Any]], Any] | None = None,
 ) -> Flask:
     """Build the app around a policy store; all configuration is passed in.
 
     ``mutation_enabled`` false (``GPU_ADMISSION_MUTATION=record``) makes /mutate record the
     patch it would apply in an audit annotation instead of returning it, whatever mode the
     policy asks for. ``readiness_checks`` are what /readyz consults besides the policy
-    (certificates, draining).
+    (certificates, draining). ``run_long`` runs the decoding and deciding of a body of
+    ``LONG_BODY_BYTES`` or more and returns its result (the server runs it on a thread, so
+    that one big review does not stall the worker's other connections); unset, it runs
+    inline.
     """
     app = Flask(__name__)
     # One byte more than allowed: Werkzeug stops reading a body without Content-Length
@@ -172,16 +181,24 @@ def create_app(
 
     def admit(endpoint: str, mutate: bool) -> Response:
         started = time.perf_counter()
-        review: Any = None
-        try:
-            review = _read_review()
-            store.reload_if_changed()
-            policy = store.policy
+        parsed: list[Any] = []  # the review, once decoded: its uid goes into error logs
+
+        def decide_body(body: bytes, policy: Policy | None) -> tuple[Decision, bytes]:
+            review = _decode(body)
+            parsed.append(review)
             if policy is None:
                 raise _Refused(503, f"no valid policy loaded: {store.problem}", "unavailable")
-            if mutate:
-                policy = for_mutation(policy)
-            decision = decide(review, policy, mutate=mutate)
+            decision = decide(review, for_mutation(policy) if mutate else policy, mutate=mutate)
+            return decision, orjson.dumps(decision.response)
+
+        try:
+            body = _read_request_body()
+            store.reload_if_changed()
+            policy = store.policy
+            if run_long is not None and len(body) >= LONG_BODY_BYTES:
+                decision, encoded = run_long(lambda: decide_body(body, policy))
+            else:
+                decision, encoded = decide_body(body, policy)
         except _Refused as refused:
             requests_counter[endpoint, refused.verdict].inc()
             return _json_response(refused.status, {"error": refused.message})
@@ -190,13 +207,11 @@ def create_app(
             return _json_response(400, {"error": str(exc)})
         except Exception as exc:
             requests_counter[endpoint, "error"].inc()
-            _log_failure("admission decision failed", exc, uid=_uid(review))
+            _log_failure("admission decision failed", exc, uid=_uid(parsed[0] if parsed else None))
             return _json_response(500, {"error": "internal error while deciding the review"})
         elapsed = time.perf_counter() - started
-
-        body = json.dumps(decision.response, separators=(",", ":"))
-        account(endpoint, review["request"], decision, elapsed)
-        return Response(body, status=200, mimetype=JSON)
+        account(endpoint, parsed[0]["request"], decision, elapsed)
+        return Response(encoded, status=200, mimetype=JSON)
 
     def account(
         endpoint: str, admission_request: dict[str, Any], decision: Decision, elapsed: float
@@ -263,7 +278,7 @@ def create_app(
     def http_error(exc: HTTPException) -> Response:
         # Werkzeug's response keeps headers such as Allow on a 405; only the body changes.
         response = exc.get_response()
-        response.set_data(json.dumps({"error": f"{exc.code} {exc.name}: {exc.description}"}))
+        response.set_data(orjson.dumps({"error": f"{exc.code} {exc.name}: {exc.description}"}))
         response.mimetype = JSON
         return response
 

@@ -1,16 +1,13 @@
 """The webhook app behind gunicorn, over TLS (``webhook.server.tls``): what ``serve`` runs.
 
-Worker class and keep-alive
-    The API server keeps its connections to a webhook pooled and lets them sit idle for up
-    to 90 s (Go's ``IdleConnTimeout``). A server that closes an idle connection sooner races
-    the next request the API server writes on it, and that request fails, which counts
-    against the webhook's failurePolicy. gunicorn's ``sync`` workers close the connection
-    after every response, so every admission call would pay a TCP and TLS handshake.
-    ``gthread`` workers park idle keep-alive connections in a selector, which costs a file
-    descriptor and no thread, and hand a connection to the thread pool only when a request
-    arrives. ``keepalive`` is 120 s, longer than the client's 90 s, so the client is the one
-    that closes an idle connection, at a moment it chooses. (:class:`AdmissionWorker` is
-    gthread with one accounting fix, see there.)
+Worker and keep-alive
+    :class:`~webhook.server.worker.AdmissionWorker`: gunicorn's gevent worker, a greenlet per
+    connection with a deadline for each phase of it (see there for why). The API server
+    keeps its connections to a webhook pooled and lets them sit idle for up to 90 s (Go's
+    ``IdleConnTimeout``). A server that closes an idle connection sooner races the next
+    request the API server writes on it, and that request fails, which counts against the
+    webhook's failurePolicy; the idle deadline is therefore 120 s, so the client is the one
+    that closes an idle connection, at a moment it chooses.
 
 Drain on SIGTERM
     The kubelet sends SIGTERM while the Pod is still an endpoint of the Service and while the
@@ -26,8 +23,8 @@ Drain on SIGTERM
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import mmap
 import os
 import shutil
@@ -40,14 +37,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from flask import Flask
-from gunicorn import util
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
-from gunicorn.workers.gthread import ThreadWorker
 
 from webhook.server.logs import SERVER_LOGGER, GunicornJsonLogger, configure_logging
 from webhook.server.settings import ServeSettings, SettingsError
 from webhook.server.tls import CertificateReloader, build_server_context
+from webhook.server.worker import AdmissionWorker, Deadlines, run_on_thread
 
 # Nothing that imports prometheus_client is imported here at module level: it picks its
 # multiprocess storage when first imported, and ``serve`` sets PROMETHEUS_MULTIPROC_DIR
@@ -57,11 +53,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(SERVER_LOGGER)
 
-KEEPALIVE_SECONDS = 120
-# Decisions take microseconds; threads cover concurrent handshakes and slow uploads. gunicorn
-# completes a TLS handshake on a pool thread, so a connection that never sends a byte holds a
-# thread until it times out: an idle thread costs little, a stalled admission costs a lot.
-THREADS_PER_WORKER = 32
 # The API server waits for a webhook 30 s at most (10 s by default): a request still running
 # this long after the drain has been given up by its caller. 15 s of drain plus this fits
 # the manifests' terminationGracePeriodSeconds of 40.
@@ -126,42 +117,10 @@ class DrainingArbiter(Arbiter):
 # --------------------------------------------------------------------------- gunicorn
 
 
-def write_json_error(sock: Any, status: int, reason: str, message: str) -> None:
-    """gunicorn's ``util.write_error`` with a JSON body: every refusal of this server is
-    ``application/json``, the ones gunicorn's HTTP parser makes too (request-smuggling shapes,
-    oversized headers, bad request lines)."""
-    body = json.dumps({"error": f"{status} {reason}: {message}"}).encode()
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    util.write_nonblock(sock, head.encode("latin-1") + body)
-
-
-class AdmissionWorker(ThreadWorker):
-    """gunicorn's gthread worker, with its count of open connections kept right and its own
-    error pages in JSON. Overrides ``init_process`` and ``finish_request`` only.
-
-    gunicorn 27 counts a connection as closed twice when its TLS handshake failed (the
-    socket is closed already, closing it again raises, and the error path decrements
-    again): a port scan or a TCP probe drives the count below zero, and a stopping worker
-    then exits without waiting for its in-flight requests.
-    """
-
-    def init_process(self) -> None:
-        # gunicorn's Worker.handle_error writes the HTTP errors its parser detects through
-        # util.write_error, as HTML; in this worker process they are written as JSON.
-        util.write_error = write_json_error
-        super().init_process()
-
-    def finish_request(self, conn: Any, fs: Any) -> None:
-        open_before = self.nr_conns
-        super().finish_request(conn, fs)
-        self.nr_conns = max(self.nr_conns, open_before - 1)
-
-
 class AdmissionServer(BaseApplication):
-    """gunicorn configured in code: gthread workers, TLS, drain and metrics hooks."""
+    """gunicorn configured in code: the worker, TLS, drain and metrics hooks.
+
+    ``deadlines`` is read by each worker (gunicorn hands a worker the application object)."""
 
     def __init__(
         self, settings: ServeSettings, *, metrics_dir: str, owns_metrics_dir: bool
@@ -169,6 +128,7 @@ class AdmissionServer(BaseApplication):
         self._settings = settings
         self._metrics_dir = metrics_dir
         self._owns_metrics_dir = owns_metrics_dir
+        self.deadlines: Deadlines = settings.deadlines
         self._drain = DrainFlag()
         self._metrics: Metrics | None = None
         self._tls = (
@@ -184,8 +144,10 @@ class AdmissionServer(BaseApplication):
             "bind": [settings.bind],
             "workers": settings.workers,
             "worker_class": AdmissionWorker,
-            "threads": THREADS_PER_WORKER,
-            "keepalive": KEEPALIVE_SECONDS,
+            "worker_connections": settings.deadlines.max_connections,
+            # The worker's own idle deadline replaces gunicorn's keep-alive timeout; nonzero
+            # keeps gunicorn from closing a connection after each response.
+            "keepalive": math.ceil(settings.deadlines.idle),
             "graceful_timeout": GRACEFUL_TIMEOUT,
             "proc_name": "gpu-admission",
             "logger_class": GunicornJsonLogger,
@@ -226,6 +188,7 @@ class AdmissionServer(BaseApplication):
             mutation_enabled=self._settings.mutation == "apply",
             metrics=self._metrics,
             readiness_checks=checks,
+            run_long=run_on_thread,
         )
 
     def run(self) -> None:

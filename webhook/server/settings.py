@@ -2,13 +2,15 @@
 
 Each option but ``--insecure`` has an environment variable (``--workers`` and
 ``GPU_ADMISSION_WORKERS``), so the manifests can configure the server without a command line;
-an option given wins. Turning TLS off must be visible in the command, so it has none.
+an option given wins. Turning TLS off must be visible in the command, so it has none. The
+connection deadlines are tuning knobs with an environment variable only
+(``DEADLINE_VARIABLES``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.policy.load import default_policy_path
@@ -17,6 +19,39 @@ DEFAULT_BIND = "0.0.0.0:8443"
 DEFAULT_WORKERS = 2
 DEFAULT_DRAIN_SECONDS = 15.0
 MUTATION_MODES = ("apply", "record")
+# The API server sends at most 3 MiB objects (etcd's limit is 1.5 MiB by default), an
+# AdmissionReview of an UPDATE carries two of them: 7 MiB leaves room and bounds memory.
+MAX_BODY_BYTES = 7 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """How long each phase of a connection may take before the connection is closed."""
+
+    handshake: float = 5.0
+    headers: float = 5.0
+    body_floor: float = 5.0
+    # The slowest upload accepted: a body must arrive at this rate, after the floor.
+    body_bytes_per_second: float = 1024 * 1024
+    # Longer than the API server's idle timeout (Go's IdleConnTimeout, 90 s).
+    idle: float = 120.0
+    # Open connections per worker; far above the API server's pool (100 per host by default).
+    max_connections: int = 4096
+
+    def body(self, length: int | None) -> float:
+        """The deadline of a body of ``length`` bytes (unknown when chunked: the limit's)."""
+        size = MAX_BODY_BYTES if length is None else min(length, MAX_BODY_BYTES)
+        return self.body_floor + size / self.body_bytes_per_second
+
+
+# Deadlines field -> the environment variable that sets it.
+DEADLINE_VARIABLES = {
+    "handshake": "GPU_ADMISSION_HANDSHAKE_TIMEOUT",
+    "headers": "GPU_ADMISSION_HEADERS_TIMEOUT",
+    "body_floor": "GPU_ADMISSION_BODY_TIMEOUT",
+    "idle": "GPU_ADMISSION_IDLE_TIMEOUT",
+    "max_connections": "GPU_ADMISSION_MAX_CONNECTIONS",
+}
 
 
 class SettingsError(ValueError):
@@ -35,6 +70,7 @@ class ServeSettings:
     insecure: bool
     drain_seconds: float
     mutation: str
+    deadlines: Deadlines = field(default_factory=Deadlines)
 
 
 def resolve_settings(options: Mapping[str, Any], environ: Mapping[str, str]) -> ServeSettings:
@@ -81,6 +117,15 @@ def resolve_settings(options: Mapping[str, Any], environ: Mapping[str, str]) -> 
             f"--mutation (GPU_ADMISSION_MUTATION) must be apply or record, got {mutation!r}"
         )
 
+    defaults = Deadlines()
+    deadlines = {}
+    for name, variable in DEADLINE_VARIABLES.items():
+        convert = int if name == "max_connections" else float
+        value = number(None, variable, variable, convert, getattr(defaults, name))
+        if not 0 < value < float("inf"):
+            raise SettingsError(f"{variable} must be more than 0, got {value}")
+        deadlines[name] = value
+
     insecure = bool(options.get("insecure"))
     cert = pick(options.get("cert"), "GPU_ADMISSION_CERT")
     key = pick(options.get("key"), "GPU_ADMISSION_KEY")
@@ -96,4 +141,5 @@ def resolve_settings(options: Mapping[str, Any], environ: Mapping[str, str]) -> 
         insecure=insecure,
         drain_seconds=drain,
         mutation=mutation,
+        deadlines=Deadlines(**deadlines),
     )

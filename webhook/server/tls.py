@@ -1,8 +1,8 @@
 """TLS for the webhook: a strict server context, rebuilt when the certificate files change.
 
 TLS 1.2 at least; TLS 1.2 suites limited to ECDHE with AES-GCM or ChaCha20 (every TLS 1.3 suite
-is an AEAD already); ALPN offers http/1.1 only. gunicorn asks the ``ssl_context`` hook for a
-context each time it wraps a new connection. The hook answers with a cached context and, at
+is an AEAD already); ALPN offers http/1.1 only. Each new connection is wrapped with the
+current context (:meth:`CertificateReloader.wrap_socket`), a cached context that, at
 most every ``CERT_CHECK_INTERVAL`` seconds, stats the certificate and key: when they changed (a
 Secret update swaps the mounted files), a fresh context is loaded and used for the handshakes
 that follow (and each worker checks on its own every few seconds, so that one that gets no
@@ -89,9 +89,17 @@ class CertificateReloader:
                 return context
             return self._refresh(context)
 
-    def ssl_context_hook(self, conf: Any, default_ssl_context_factory: Any) -> ssl.SSLContext:
-        """gunicorn's ``ssl_context`` setting: its default factory is not used."""
-        return self.context()
+    def ssl_context_hook(self, conf: Any, default_ssl_context_factory: Any) -> CertificateReloader:
+        """gunicorn's ``ssl_context`` setting; its default factory is not used. The gevent
+        worker asks once and wraps every connection with the answer, so the answer is this
+        reloader: see :meth:`wrap_socket`."""
+        return self
+
+    def wrap_socket(self, sock: Any, **options: Any) -> ssl.SSLSocket:
+        """Wrap a new connection with the current context, the handshake left to the worker
+        (which runs it under its deadline)."""
+        options["do_handshake_on_connect"] = False
+        return self.context().wrap_socket(sock, **options)
 
     def _refresh(self, current: ssl.SSLContext | None) -> ssl.SSLContext:
         self._next_check = time.monotonic() + self._check_interval

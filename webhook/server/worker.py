@@ -1,0 +1,216 @@
+"""The gunicorn worker: one greenlet per connection, each phase of a connection under its own
+deadline, long decisions on a thread of their own.
+
+Why this design
+    The validating webhook fails closed: while the server does not answer, no Pod is created
+    in any namespace it covers. A thread-per-connection worker (gunicorn's ``gthread``) does
+    the TLS handshake and reads each request on a pool thread with a blocking socket, so a
+    few dozen clients that connect and send nothing hold every thread, and the API server's
+    requests queue behind them. Here a connection is a greenlet (gunicorn's gevent worker):
+    a stalled client holds a file descriptor and a few kilobytes, never what a decision
+    needs, and each phase it can stall in has a deadline after which the connection is
+    closed: the TLS handshake, the request line and headers, the body (a floor plus time
+    proportional to its announced size), and the idle wait between keep-alive requests
+    (longer than the API server's own 90 s idle timeout, so the API server is the one that
+    closes an idle connection). A greenlet per connection is cheap because decisions are
+    microseconds of CPU; a review big enough to take longer (the app's ``LONG_BODY_BYTES``)
+    is decoded and decided on a thread of gevent's pool (:func:`run_on_thread`), so the
+    other connections go on being answered while it runs.
+
+What it overrides of gunicorn's ``GeventWorker``
+    ``init_process`` (JSON error pages, a shorter GIL switch interval) and ``handle`` (one
+    connection, phase by phase). A test fails when an upgrade of gunicorn moves what these
+    rely on.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import ssl
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import gevent
+import orjson
+from gevent.socket import wait_read
+from gunicorn import http, util
+from gunicorn.workers.ggevent import GeventWorker
+
+from webhook.server.logs import SERVER_LOGGER
+from webhook.server.settings import Deadlines
+
+log = logging.getLogger(SERVER_LOGGER)
+
+T = TypeVar("T")
+
+# How long a thread holding the GIL keeps it while another wants it (CPython's default is
+# 5 ms): the event loop waits at most this long for its turn while a long decision runs.
+SWITCH_INTERVAL_SECONDS = 0.0005
+
+
+class PhaseExpired(Exception):
+    """A connection spent longer in one phase than its deadline allows."""
+
+    def __init__(self, phase: str, seconds: float) -> None:
+        super().__init__(f"no complete {phase} within {seconds:g} s")
+        self.phase = phase
+        self.seconds = seconds
+
+
+@contextmanager
+def _deadline(phase: str, seconds: float) -> Iterator[None]:
+    with gevent.Timeout(seconds, PhaseExpired(phase, seconds)):
+        yield
+
+
+def _content_length(req: Any) -> int | None:
+    for name, value in req.headers:
+        if name == "CONTENT-LENGTH":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+class DeadlineBody:
+    """A request body (``wsgi.input``) that must be read before a deadline.
+
+    Past it, reading raises :class:`TimeoutError`, which the app answers with 408, and the
+    request is marked so that the connection closes after that answer.
+    """
+
+    def __init__(self, req: Any, seconds: float) -> None:
+        self._req = req
+        self._body = req.body
+        self._seconds = seconds
+        self._deadline = time.monotonic() + seconds
+
+    def _within(self, read: Callable[[], T]) -> T:
+        remaining = self._deadline - time.monotonic()
+        expired = TimeoutError(f"the request body did not arrive within {self._seconds:g} s")
+        try:
+            if remaining <= 0:
+                raise expired
+            with gevent.Timeout(remaining, expired):
+                return read()
+        except TimeoutError:
+            self._req.must_close = True
+            raise
+
+    def read(self, size: int | None = None) -> bytes:
+        return self._within(lambda: self._body.read(size))
+
+    def readline(self, size: int | None = None) -> bytes:
+        return self._within(lambda: self._body.readline(size))
+
+    def readlines(self, size: int | None = None) -> list[bytes]:
+        return self._within(lambda: self._body.readlines(size))
+
+    def __iter__(self) -> Iterator[bytes]:
+        while line := self.readline():
+            yield line
+
+
+def write_json_error(sock: Any, status: int, reason: str, message: str) -> None:
+    """gunicorn's ``util.write_error`` with a JSON body: every refusal of this server is
+    ``application/json``, the ones gunicorn's HTTP parser makes too (request-smuggling shapes,
+    oversized headers, bad request lines)."""
+    body = orjson.dumps({"error": f"{status} {reason}: {message}"})
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
+def run_on_thread(work: Callable[[], T]) -> T:
+    """Run ``work`` on a thread of the worker's pool; this greenlet waits, the others run."""
+    return gevent.get_hub().threadpool.spawn(work).get()
+
+
+class AdmissionWorker(GeventWorker):
+    """gunicorn's gevent worker with per-phase deadlines (see the module's docstring)."""
+
+    def init_process(self) -> None:
+        # gunicorn's Worker.handle_error writes the HTTP errors its parser detects through
+        # util.write_error, as HTML; in this worker process they are written as JSON.
+        util.write_error = write_json_error
+        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+        super().init_process()
+
+    def handle(self, listener: Any, client: Any, addr: Any) -> None:
+        """Serve one connection: handshake, then requests until the client or a deadline
+        ends it. Replaces gunicorn's loop, which has one keep-alive timeout for everything
+        and none for the handshake or the body."""
+        deadlines: Deadlines = self.app.deadlines
+        req = None
+        try:
+            if isinstance(client, ssl.SSLSocket):
+                with _deadline("TLS handshake", deadlines.handshake):
+                    client.do_handshake()
+            parser = http.get_parser(self.cfg, client, addr)
+            listener_name = listener.getsockname()
+            while self._wait_for_request(client, parser, deadlines.idle):
+                req = None
+                with _deadline("request line and headers", deadlines.headers):
+                    req = next(parser)
+                # What the app reads has the body's deadline; the parser, which discards an
+                # unread rest before the next request, reads the body itself, under the
+                # headers' deadline.
+                body = req.body
+                req.body = DeadlineBody(req, deadlines.body(_content_length(req)))
+                try:
+                    self.handle_request(listener_name, req, client, addr)
+                finally:
+                    req.body = body
+                # Whatever the app left of the body is discarded now, under the headers'
+                # deadline; a body that failed (a malformed chunk) leaves the next request's
+                # start unknown, and the connection closes.
+                if not parser.finish_body(deadline=time.monotonic() + deadlines.headers):
+                    return
+        except StopIteration:
+            pass
+        except PhaseExpired as expired:
+            log.info(
+                "closed a connection that stalled",
+                extra={"fields": {"phase": expired.phase, "deadline_seconds": expired.seconds}},
+            )
+        except http.errors.NoMoreData:
+            pass  # the client closed the connection between or inside requests
+        except ssl.SSLError as exc:
+            if exc.args[0] != ssl.SSL_ERROR_EOF and req is not None:
+                self.handle_error(req, client, addr, exc)
+            else:
+                log.debug("TLS connection ended: %s", exc)
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, None):
+                log.exception("socket error while serving a connection")
+        except Exception as exc:  # the parser's refusals: answered as JSON by handle_error
+            self.handle_error(req, client, addr, exc)
+        finally:
+            util.close(client)
+
+    def _wait_for_request(self, client: Any, parser: Any, idle: float) -> bool:
+        """Wait until the next request starts, at most ``idle`` seconds; False when the
+        connection should close instead (idle too long, or the worker is stopping)."""
+        if parser.unreader.buf.tell() or (isinstance(client, ssl.SSLSocket) and client.pending()):
+            return True  # pipelined bytes are here already
+        deadline = time.monotonic() + idle
+        # Checked every second: a stopping worker closes its idle connections at once
+        # instead of waiting for them through its whole graceful timeout.
+        while self.alive:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                log.debug("closing a connection idle for %g s", idle)
+                return False
+            try:
+                wait_read(client.fileno(), min(remaining, 1.0), TimeoutError)
+                return True
+            except TimeoutError:
+                continue
+        return False
