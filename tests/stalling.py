@@ -126,9 +126,7 @@ def hold(kinds: list[str], count: int, port: int, ca: str, seconds: float) -> di
                         pass
     closed: dict[str, list[float | None]] = {kind: [] for kind in kinds}
     for conn in conns:
-        closed[conn.kind].append(
-            None if conn.closed_after is None else round(conn.closed_after, 3)
-        )
+        closed[conn.kind].append(None if conn.closed_after is None else round(conn.closed_after, 3))
         if conn.closed_after is None:
             conn.sock.close()
     return {"closed": closed}
