@@ -687,21 +687,3 @@ def test_the_http_parsers_refusals_are_json(
     assert head.split(b" ")[1][:1] in (b"4", b"5"), answer[:200]
     assert b"content-type: application/json" in head.lower(), answer[:300]
     assert "error" in json.loads(body)
-
-
-def test_gunicorn_still_writes_its_errors_where_the_worker_replaces_them() -> None:
-    # The worker swaps gunicorn.util.write_error; an upgrade that moves the call must fail here.
-    import inspect
-
-    from gunicorn import util
-    from gunicorn.workers import base
-
-    assert "util.write_error(client, status_int, reason, mesg)" in inspect.getsource(
-        base.Worker.handle_error
-    )
-    assert list(inspect.signature(util.write_error).parameters) == [
-        "sock",
-        "status_int",
-        "reason",
-        "mesg",
-    ]

@@ -19,14 +19,14 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from flask import Flask, Response, request
 from gunicorn.http.errors import ParseException
 from werkzeug.exceptions import ClientDisconnected, HTTPException
 
-from webhook.admission.engine import Decision, decide
+from webhook.admission.engine import decide
 from webhook.admission.request import RequestError
 from webhook.policy.model import Policy
 from webhook.server.logs import APP_LOGGER, DECISION_LOGGER, log_decision
@@ -52,6 +52,36 @@ class _Refused(Exception):
         self.status = status
         self.message = message
         self.verdict = verdict
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses from the process of a long decision
+        return (_Refused, (self.status, self.message, self.verdict))
+
+
+class _DecisionFailed(Exception):
+    """An unexpected error while deciding, with what its log line needs: its type and stack,
+    not its text (which can quote the object under review, a value from an environment
+    variable, say). Made where the error happened, so it can cross processes."""
+
+    def __init__(self, error: str, stack: str, uid: Any) -> None:
+        super().__init__(error, stack, uid)
+        self.error = error
+        self.stack = stack
+        self.uid = uid
+
+
+class _Outcome(NamedTuple):
+    """What a decision leaves for the response, the metrics and the log line: small, and
+    picklable (a long decision runs in another process)."""
+
+    body: bytes
+    allowed: bool
+    violations: tuple[tuple[str, str], ...]
+    mutation: str
+    request: dict[str, Any]  # the request's identifying fields, for the log line
+
+
+# What the decision log reads of the AdmissionReview's request.
+_LOGGED_FIELDS = ("uid", "kind", "namespace", "name", "operation", "dryRun")
 
 
 def _json_response(status: int, payload: dict[str, Any]) -> Response:
@@ -116,11 +146,8 @@ def _read_body() -> bytes:
 
 
 def _log_failure(message: str, exc: Exception, **fields: Any) -> None:
-    """Log an unexpected error with its type and stack, but not its text.
-
-    An exception's text can quote the object under review (a value from an environment
-    variable, say); the stack holds only code locations and code lines.
-    """
+    """Log an unexpected error with its type and stack, but not its text (see
+    :class:`_DecisionFailed`)."""
     fields["error"] = type(exc).__name__
     fields["traceback"] = "".join(traceback.format_tb(exc.__traceback__))
     log.error(message, extra={"fields": fields})
@@ -130,6 +157,34 @@ def _uid(review: Any) -> Any:
     """The request uid of a parsed review, if it has one, for error logs."""
     admission_request = review.get("request") if isinstance(review, dict) else None
     return admission_request.get("uid") if isinstance(admission_request, dict) else None
+
+
+def _decide_body(body: bytes, policy: Policy | None, problem: str | None, mutate: bool) -> _Outcome:
+    """Decode and decide a request body: an :class:`_Outcome`, or :class:`_Refused`,
+    :class:`RequestError` or :class:`_DecisionFailed`."""
+    review = _decode(body)
+    if policy is None:
+        raise _Refused(503, f"no valid policy loaded: {problem}", "unavailable")
+    try:
+        decision = decide(review, policy, mutate=mutate)
+    except RequestError:
+        raise
+    except Exception as exc:
+        stack = "".join(traceback.format_tb(exc.__traceback__))
+        raise _DecisionFailed(type(exc).__name__, stack, _uid(review)) from None
+    mutation = "none"
+    if decision.patch_applied:
+        mutation = "applied"
+    elif decision.patch_recorded:
+        mutation = "recorded"
+    admission_request = review["request"]
+    return _Outcome(
+        body=orjson.dumps(decision.response),
+        allowed=decision.allowed,
+        violations=tuple((finding.rule, finding.mode) for finding in decision.findings),
+        mutation=mutation,
+        request={k: admission_request[k] for k in _LOGGED_FIELDS if k in admission_request},
+    )
 
 
 def create_app(
@@ -146,9 +201,9 @@ def create_app(
     patch it would apply in an audit annotation instead of returning it, whatever mode the
     policy asks for. ``readiness_checks`` are what /readyz consults besides the policy
     (certificates, draining). ``run_long`` runs the decoding and deciding of a body of
-    ``LONG_BODY_BYTES`` or more and returns its result (the server runs it on a thread, so
-    that one big review does not stall the worker's other connections); unset, it runs
-    inline.
+    ``LONG_BODY_BYTES`` or more and returns its result, which it may pickle (the server runs
+    it in a forked process, so that one big review does not stall the worker's other
+    connections); unset, it runs inline.
     """
     app = Flask(__name__)
     # One byte more than allowed: Werkzeug stops reading a body without Content-Length
@@ -181,63 +236,48 @@ def create_app(
 
     def admit(endpoint: str, mutate: bool) -> Response:
         started = time.perf_counter()
-        parsed: list[Any] = []  # the review, once decoded: its uid goes into error logs
-
-        def decide_body(body: bytes, policy: Policy | None) -> tuple[Decision, bytes]:
-            review = _decode(body)
-            parsed.append(review)
-            if policy is None:
-                raise _Refused(503, f"no valid policy loaded: {store.problem}", "unavailable")
-            decision = decide(review, for_mutation(policy) if mutate else policy, mutate=mutate)
-            return decision, orjson.dumps(decision.response)
-
         try:
             body = _read_request_body()
             store.reload_if_changed()
             policy = store.policy
+            if policy is not None and mutate:
+                policy = for_mutation(policy)
+            problem = store.problem
             if run_long is not None and len(body) >= LONG_BODY_BYTES:
-                decision, encoded = run_long(lambda: decide_body(body, policy))
+                outcome = run_long(lambda: _decide_body(body, policy, problem, mutate))
             else:
-                decision, encoded = decide_body(body, policy)
+                outcome = _decide_body(body, policy, problem, mutate)
         except _Refused as refused:
             requests_counter[endpoint, refused.verdict].inc()
             return _json_response(refused.status, {"error": refused.message})
         except RequestError as exc:
             requests_counter[endpoint, "invalid"].inc()
             return _json_response(400, {"error": str(exc)})
-        except Exception as exc:
+        except _DecisionFailed as failed:
             requests_counter[endpoint, "error"].inc()
-            _log_failure("admission decision failed", exc, uid=_uid(parsed[0] if parsed else None))
+            fields = {"uid": failed.uid, "error": failed.error, "traceback": failed.stack}
+            log.error("admission decision failed", extra={"fields": fields})
             return _json_response(500, {"error": "internal error while deciding the review"})
-        elapsed = time.perf_counter() - started
-        account(endpoint, parsed[0]["request"], decision, elapsed)
-        return Response(encoded, status=200, mimetype=JSON)
+        account(endpoint, outcome, time.perf_counter() - started)
+        return Response(outcome.body, status=200, mimetype=JSON)
 
-    def account(
-        endpoint: str, admission_request: dict[str, Any], decision: Decision, elapsed: float
-    ) -> None:
-        allowed = decision.allowed
-        requests_counter[endpoint, "allowed" if allowed else "denied"].inc()
+    def account(endpoint: str, outcome: _Outcome, elapsed: float) -> None:
+        requests_counter[endpoint, "allowed" if outcome.allowed else "denied"].inc()
         decision_seconds[endpoint].observe(elapsed)
         # The API server calls both webhooks for one object: violations are counted once,
         # from /validate, and mutations from /mutate.
         if endpoint == "validate":
-            for finding in decision.findings:
-                metrics.violations.labels(finding.rule, finding.mode).inc()
-        mutation = "none"
-        if decision.patch_applied:
-            mutation = "applied"
-        elif decision.patch_recorded:
-            mutation = "recorded"
-        if mutation != "none":
-            metrics.mutations.labels(mutation).inc()
+            for rule, mode in outcome.violations:
+                metrics.violations.labels(rule, mode).inc()
+        if outcome.mutation != "none":
+            metrics.mutations.labels(outcome.mutation).inc()
         log_decision(
             decision_log,
             endpoint=endpoint,
-            request=admission_request,
-            allowed=allowed,
-            violations=[(v.rule, v.mode) for v in decision.findings],
-            mutation=mutation,
+            request=outcome.request,
+            allowed=outcome.allowed,
+            violations=outcome.violations,
+            mutation=outcome.mutation,
             duration_ms=elapsed * 1000,
         )
 

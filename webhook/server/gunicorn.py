@@ -43,7 +43,7 @@ from gunicorn.arbiter import Arbiter
 from webhook.server.logs import SERVER_LOGGER, GunicornJsonLogger, configure_logging
 from webhook.server.settings import ServeSettings, SettingsError
 from webhook.server.tls import CertificateReloader, build_server_context
-from webhook.server.worker import AdmissionWorker, Deadlines, run_on_thread
+from webhook.server.worker import AdmissionWorker, Deadlines, run_in_child
 
 # Nothing that imports prometheus_client is imported here at module level: it picks its
 # multiprocess storage when first imported, and ``serve`` sets PROMETHEUS_MULTIPROC_DIR
@@ -188,7 +188,7 @@ class AdmissionServer(BaseApplication):
             mutation_enabled=self._settings.mutation == "apply",
             metrics=self._metrics,
             readiness_checks=checks,
-            run_long=run_on_thread,
+            run_long=run_in_child,
         )
 
     def run(self) -> None:

@@ -14,21 +14,22 @@ Why this design
     (longer than the API server's own 90 s idle timeout, so the API server is the one that
     closes an idle connection). A greenlet per connection is cheap because decisions are
     microseconds of CPU; a review big enough to take longer (the app's ``LONG_BODY_BYTES``)
-    is decoded and decided on a thread of gevent's pool (:func:`run_on_thread`), so the
+    is decoded and decided in a forked copy of the worker (:func:`run_in_child`), so the
     other connections go on being answered while it runs.
 
 What it overrides of gunicorn's ``GeventWorker``
-    ``init_process`` (JSON error pages, a shorter GIL switch interval) and ``handle`` (one
-    connection, phase by phase). A test fails when an upgrade of gunicorn moves what these
-    rely on.
+    ``init_process`` (JSON error pages) and ``handle`` (one connection, phase by phase). A
+    test fails when an upgrade of gunicorn moves what these rely on.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import os
+import pickle
+import signal
 import ssl
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,6 +37,8 @@ from typing import Any, TypeVar
 
 import gevent
 import orjson
+from gevent.lock import BoundedSemaphore
+from gevent.os import make_nonblocking, nb_read
 from gevent.socket import wait_read
 from gunicorn import http, util
 from gunicorn.workers.ggevent import GeventWorker
@@ -46,10 +49,6 @@ from webhook.server.settings import Deadlines
 log = logging.getLogger(SERVER_LOGGER)
 
 T = TypeVar("T")
-
-# How long a thread holding the GIL keeps it while another wants it (CPython's default is
-# 5 ms): the event loop waits at most this long for its turn while a long decision runs.
-SWITCH_INTERVAL_SECONDS = 0.0005
 
 
 class PhaseExpired(Exception):
@@ -128,9 +127,91 @@ def write_json_error(sock: Any, status: int, reason: str, message: str) -> None:
     util.write_nonblock(sock, head.encode("latin-1") + body)
 
 
-def run_on_thread(work: Callable[[], T]) -> T:
-    """Run ``work`` on a thread of the worker's pool; this greenlet waits, the others run."""
-    return gevent.get_hub().threadpool.spawn(work).get()
+def run_in_child(work: Callable[[], T]) -> T:
+    """Run ``work`` in a forked copy of this worker and return its (pickled) result or raise
+    its (pickled) exception; this greenlet waits, the others run.
+
+    A thread would not do: decoding a 3 MiB body is one call that holds the GIL for tens of
+    milliseconds, and a thread deciding in Python takes the GIL back at every switch, so the
+    event loop's other connections would wait. The fork costs about a millisecond and copies
+    nothing: the child has the body and the policy in force already. At most
+    ``LONG_DECISIONS_AT_ONCE`` run at a time per worker; a child that outlives
+    ``LONG_DECISION_SECONDS`` (the API server has given up by then) is killed.
+    """
+    with _long_decision_slots():
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: decide, write, exit without running any of the worker
+            try:
+                os.close(read_end)
+                _write_all(write_end, _pickled_result(work))
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        try:
+            data = _read_all(read_end, LONG_DECISION_SECONDS)
+        finally:
+            os.close(read_end)
+            _reap(pid)
+    if not data:
+        raise ChildDecisionLost("the process deciding a long review ended without an answer")
+    status, value = pickle.loads(data)
+    if status == "raised":
+        raise value
+    return value
+
+
+class ChildDecisionLost(Exception):
+    """The forked process of a long decision died or ran out of time."""
+
+
+LONG_DECISIONS_AT_ONCE = 2
+LONG_DECISION_SECONDS = 30.0
+_slots: list[BoundedSemaphore] = []
+
+
+def _long_decision_slots() -> BoundedSemaphore:
+    # Made on first use, in the worker process, after gevent's hub exists there.
+    if not _slots:
+        _slots.append(BoundedSemaphore(LONG_DECISIONS_AT_ONCE))
+    return _slots[0]
+
+
+def _pickled_result(work: Callable[[], Any]) -> bytes:
+    try:
+        return pickle.dumps(("returned", work()))
+    except Exception as exc:
+        try:
+            return pickle.dumps(("raised", exc))
+        except Exception:
+            return pickle.dumps(("raised", ChildDecisionLost(type(exc).__name__)))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_all(fd: int, seconds: float) -> bytes:
+    make_nonblocking(fd)
+    chunks = []
+    with gevent.Timeout(seconds, False):
+        while chunk := nb_read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    return b""
+
+
+def _reap(pid: int) -> None:
+    """Collect the child; one still running (out of time) is killed first."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass  # collected already (gevent's child watcher)
 
 
 class AdmissionWorker(GeventWorker):
@@ -140,7 +221,6 @@ class AdmissionWorker(GeventWorker):
         # gunicorn's Worker.handle_error writes the HTTP errors its parser detects through
         # util.write_error, as HTML; in this worker process they are written as JSON.
         util.write_error = write_json_error
-        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         super().init_process()
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:

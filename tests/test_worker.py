@@ -1,0 +1,234 @@
+"""The worker's own parts: long decisions in a forked process, the body deadline, the
+settings that tune it, and the gunicorn internals it builds on."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.serving import (
+    TEST_POLICY,
+    Server,
+    fixture_bytes,
+    make_certificates,
+    metric_value,
+    post_json,
+)
+from webhook.admission.engine import review
+from webhook.policy.load import parse_policy
+from webhook.server.settings import Deadlines, SettingsError, resolve_settings
+from webhook.server.worker import ChildDecisionLost, run_in_child
+
+GPU_POD = fixture_bytes("admission-review-gpu-pod.json")
+
+
+def big_review(containers: int) -> dict:
+    """The fixture GPU Pod review with ``containers`` more containers like its first."""
+    body = json.loads(GPU_POD)
+    spec = body["request"]["object"]["spec"]
+    first = spec["containers"][0]
+    spec["containers"] += [dict(first, name=f"extra-{i}") for i in range(containers)]
+    return body
+
+
+# --------------------------------------------------------------------------- run_in_child
+
+
+def test_a_long_decision_returns_what_the_child_computed() -> None:
+    parent = os.getpid()
+    assert run_in_child(lambda: ("from", os.getpid() != parent)) == ("from", True)
+
+
+def test_an_exception_in_the_child_is_raised_in_the_parent() -> None:
+    def fail() -> None:
+        raise ValueError("bad review")
+
+    with pytest.raises(ValueError, match="bad review"):
+        run_in_child(fail)
+
+
+def test_a_child_that_dies_without_answering_is_an_error_not_a_hang() -> None:
+    with pytest.raises(ChildDecisionLost):
+        run_in_child(lambda: os._exit(3))
+
+
+def test_a_child_that_runs_out_of_time_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import webhook.server.worker as worker
+
+    monkeypatch.setattr(worker, "LONG_DECISION_SECONDS", 0.5)
+    started = time.monotonic()
+    with pytest.raises(ChildDecisionLost):
+        run_in_child(lambda: time.sleep(30))
+    assert time.monotonic() - started < 5
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def test_deadlines_come_from_the_environment_and_are_checked() -> None:
+    settings = resolve_settings(
+        {"insecure": True},
+        {"GPU_ADMISSION_HEADERS_TIMEOUT": "2.5", "GPU_ADMISSION_MAX_CONNECTIONS": "100"},
+    )
+    assert settings.deadlines == Deadlines(headers=2.5, max_connections=100)
+    for bad in ("0", "-1", "inf", "soon"):
+        with pytest.raises(SettingsError, match="GPU_ADMISSION_IDLE_TIMEOUT"):
+            resolve_settings({"insecure": True}, {"GPU_ADMISSION_IDLE_TIMEOUT": bad})
+
+
+def test_the_body_deadline_grows_with_the_body_and_is_bounded() -> None:
+    deadlines = Deadlines(body_floor=5, body_bytes_per_second=1024 * 1024)
+    assert deadlines.body(0) == 5
+    assert deadlines.body(2 * 1024 * 1024) == 7
+    # Unknown (chunked) or beyond the limit: the limit's deadline.
+    assert deadlines.body(None) == deadlines.body(10**12) == 12
+
+
+# --------------------------------------------------------------------------- real server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    directory = tmp_path_factory.mktemp("worker")
+    pki = make_certificates(directory / "pki")
+    policy = directory / "policy.yaml"
+    policy.write_text(TEST_POLICY)
+    with Server(
+        policy=policy,
+        cert=pki.tls_cert,
+        key=pki.tls_key,
+        ca=pki.ca_cert,
+        log_path=directory / "server.log",
+        workers=1,
+        env={"GPU_ADMISSION_BODY_TIMEOUT": "1"},
+    ) as running:
+        yield running
+
+
+def test_a_long_review_is_decided_as_the_engine_decides_it_and_logged_once(
+    server: Server,
+) -> None:
+    body = big_review(1000)
+    encoded = json.dumps(body).encode()
+    assert len(encoded) >= 64 * 1024  # the app's LONG_BODY_BYTES: decided in a child
+    conn = server.connection(timeout=30)
+    try:
+        reply = post_json(conn, "/validate", encoded)
+    finally:
+        conn.close()
+    assert reply.status == 200
+    assert reply.json() == review(body, parse_policy(TEST_POLICY), mutate=False)
+    uid = body["request"]["uid"]
+    time.sleep(0.2)
+    lines = [
+        r
+        for r in server.log_records()
+        if r.get("message") == "admission decision" and r.get("uid") == uid
+    ]
+    assert len(lines) == 1 and lines[0]["verdict"] == "allowed"
+
+
+def test_other_connections_are_answered_while_a_long_review_is_decided(server: Server) -> None:
+    encoded = json.dumps(big_review(15_000)).encode()  # about 3 MiB: half a second to decide
+    big = server.connection(timeout=60)
+    small = server.connection(timeout=10)
+    long_took: list[float] = []
+
+    def decide_long() -> None:
+        started = time.monotonic()
+        assert post_json(big, "/validate", encoded).status == 200
+        long_took.append(time.monotonic() - started)
+
+    try:
+        post_json(small, "/validate", GPU_POD)
+        thread = threading.Thread(target=decide_long)
+        thread.start()
+        small_took = []
+        while thread.is_alive():
+            started = time.monotonic()
+            assert post_json(small, "/validate", GPU_POD).status == 200
+            small_took.append(time.monotonic() - started)
+        thread.join()
+    finally:
+        big.close()
+        small.close()
+    # A worker frozen by the long review would hold a small one for most of its duration.
+    assert len(small_took) >= 10, (small_took, long_took)
+    assert max(small_took) < long_took[0] / 4, (max(small_took), long_took)
+
+
+def test_a_body_slower_than_its_deadline_is_408_and_the_connection_closes(
+    server: Server,
+) -> None:
+    before = metric_value(server.get("/metrics").body.decode(), "gpu_admission_requests_total")
+    conn = server.connection(timeout=10)
+    try:
+        conn.putrequest("POST", "/validate")
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", str(len(GPU_POD)))
+        conn.endheaders()
+        conn.send(GPU_POD[:10])
+        started = time.monotonic()
+        reply = conn.getresponse()
+        assert reply.status == 408
+        assert reply.headers["Content-Type"] == "application/json"
+        assert reply.headers["Connection"] == "close"
+        assert "did not arrive within" in json.loads(reply.read())["error"]
+        assert time.monotonic() - started < 1 + 1.0
+    finally:
+        conn.close()
+    after = metric_value(server.get("/metrics").body.decode(), "gpu_admission_requests_total")
+    assert after == before + 1
+
+
+# --------------------------------------------------------------------------- gunicorn
+
+
+def test_the_gunicorn_internals_the_worker_builds_on_are_where_it_expects() -> None:
+    """The worker overrides GeventWorker.handle and init_process and calls into gunicorn;
+    an upgrade that moves any of this must fail here, not in a cluster."""
+    from gunicorn import util
+    from gunicorn.http.parser import Parser
+    from gunicorn.workers import base, base_async, ggevent
+
+    from webhook.server.worker import AdmissionWorker
+
+    overridden = {
+        name
+        for name, member in vars(AdmissionWorker).items()
+        if callable(member) and not name.startswith("__")
+    }
+    assert overridden == {"init_process", "handle", "_wait_for_request"}
+    assert list(inspect.signature(ggevent.GeventWorker.handle).parameters) == [
+        "self",
+        "listener",
+        "client",
+        "addr",
+    ]
+    # gevent's server hands handle() the socket wrapped by the ssl_context hook's answer.
+    run = inspect.getsource(ggevent.GeventWorker.run)
+    assert '{"ssl_context": ssl_context(self.cfg)}' in run
+    assert "hfun = partial(self.handle, s)" in run
+    # handle_request raises StopIteration when the connection must close.
+    handle_request = inspect.getsource(base_async.AsyncWorker.handle_request)
+    assert "raise StopIteration()" in handle_request
+    assert list(inspect.signature(Parser.finish_body).parameters) == [
+        "self",
+        "deadline",
+        "max_bytes",
+    ]
+    assert "util.write_error(client, status_int, reason, mesg)" in inspect.getsource(
+        base.Worker.handle_error
+    )
+    assert list(inspect.signature(util.write_error).parameters) == [
+        "sock",
+        "status_int",
+        "reason",
+        "mesg",
+    ]
