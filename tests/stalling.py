@@ -5,8 +5,9 @@ not share a process, a GIL or a file-descriptor table with the client that measu
 server meanwhile. It opens ``--count`` connections of each ``--kind``, prints one JSON line
 ``{"established": {...}}`` when all are open, keeps them stalled (slowloris ones get a byte
 every second), and when each is closed by the server records how long after its stall began.
-On SIGTERM, or after ``--hold`` seconds, it prints ``{"closed": {kind: [seconds or null]}}``
-and exits. Every wait is bounded; only 127.0.0.1 is dialled.
+With ``--replenish`` each connection the server closes is replaced by a new one, so that
+``--count`` of each kind stay open. On SIGTERM, or after ``--hold`` seconds, it prints
+``{"closed": {kind: [seconds or null]}}`` (null: still open) and exits. Every wait is bounded; only 127.0.0.1 is dialled.
 """
 
 from __future__ import annotations
@@ -89,7 +90,9 @@ def _closed(conn: Stalled) -> bool:
         return True
 
 
-def hold(kinds: list[str], count: int, port: int, ca: str, seconds: float) -> dict:
+def hold(
+    kinds: list[str], count: int, port: int, ca: str, seconds: float, replenish: bool = False
+) -> dict:
     raise_fd_limit(count * len(kinds) + 256)
     context = ssl.create_default_context(cafile=ca)
     stopping = []
@@ -115,6 +118,11 @@ def hold(kinds: list[str], count: int, port: int, ca: str, seconds: float) -> di
                 selector.unregister(conn.sock)
                 conn.sock.close()
                 open_count -= 1
+                if replenish:  # the attacker opens another: the pressure stays
+                    fresh = open_one(conn.kind, port, context)
+                    conns.append(fresh)
+                    selector.register(fresh.sock, selectors.EVENT_READ, fresh)
+                    open_count += 1
         if time.monotonic() >= next_trickle:
             next_trickle += 1.0
             for conn in conns:
@@ -139,8 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", action="append", choices=KINDS, required=True)
     parser.add_argument("--count", type=int, default=300)
     parser.add_argument("--hold", type=float, default=180.0)
+    parser.add_argument(
+        "--replenish", action="store_true", help="open a new one for each one the server closes"
+    )
     args = parser.parse_args(argv)
-    result = hold(args.kind, args.count, args.port, args.ca, args.hold)
+    result = hold(args.kind, args.count, args.port, args.ca, args.hold, args.replenish)
     print(json.dumps(result), flush=True)
     return 0
 

@@ -1,4 +1,5 @@
-"""The benchmark's baseline: a trivial Flask app under exactly the webhook's gunicorn and TLS.
+"""The benchmark's baseline: the bare stack, a Flask route that reads the body, decodes it with
+orjson and answers "allowed" with the review's uid, under exactly the webhook's gunicorn and TLS.
 
 Run as ``python -m tests.bench.bare_app`` with the options of ``gpu-admission serve``. It is
 the webhook's own :class:`~webhook.server.gunicorn.AdmissionServer` (worker class, threads,
@@ -14,13 +15,12 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
+import orjson
 from flask import Flask, Response, request
 
 from webhook.cli import serve
 from webhook.server.gunicorn import AdmissionServer
 from webhook.server.settings import resolve_settings
-
-BODY = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"allowed":true}}'
 
 
 class BareServer(AdmissionServer):
@@ -29,8 +29,14 @@ class BareServer(AdmissionServer):
 
         @app.post("/")
         def index() -> Response:
-            request.get_data(cache=False)  # read the upload, as the webhook does
-            return Response(BODY, mimetype="application/json")
+            # Read and decode the review, answer "allowed" with its uid: all a webhook must do.
+            review = orjson.loads(request.get_data(cache=False))
+            answer = {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {"uid": review["request"]["uid"], "allowed": True},
+            }
+            return Response(orjson.dumps(answer), mimetype="application/json")
 
         @app.get("/readyz")
         def readyz() -> Response:
