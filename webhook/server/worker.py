@@ -25,6 +25,7 @@ What it overrides of gunicorn's ``GeventWorker``
 from __future__ import annotations
 
 import errno
+import gc
 import logging
 import os
 import pickle
@@ -143,6 +144,9 @@ def run_in_child(work: Callable[[], T]) -> T:
         pid = os.fork()
         if pid == 0:  # the child: decide, write, exit without running any of the worker
             try:
+                # It lives for one decision: collecting its garbage is wasted time (a third
+                # of the decision for a 6 MiB review), the exit frees it all.
+                gc.disable()
                 os.close(read_end)
                 _write_all(write_end, _pickled_result(work))
             finally:
