@@ -230,7 +230,11 @@ def test_library_code_neither_prints_nor_exits() -> None:
             name = ast.unparse(node.func)
             if name in ("print", "exit", "quit", "sys.exit", "os._exit"):
                 found.append(f"{module}:{node.lineno} calls {name}")
-    assert found == []
+    # The one exception: the forked child of a long decision ends without running any of the
+    # worker it was copied from (no message, no exit code anyone reads).
+    child_exit = [f for f in found if f.startswith("webhook.server.worker:") and "os._exit" in f]
+    assert len(child_exit) == 1
+    assert [f for f in found if f not in child_exit] == []
 
 
 def test_only_the_command_line_parses_arguments() -> None:
