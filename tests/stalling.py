@@ -7,7 +7,8 @@ server meanwhile. It opens ``--count`` connections of each ``--kind``, prints on
 every second), and when each is closed by the server records how long after its stall began.
 With ``--replenish`` each connection the server closes is replaced by a new one, so that
 ``--count`` of each kind stay open. On SIGTERM, or after ``--hold`` seconds, it prints
-``{"closed": {kind: [seconds or null]}}`` (null: still open) and exits. Every wait is bounded; only 127.0.0.1 is dialled.
+``{"closed": {kind: [seconds or null]}}`` (null: still open) and exits. Every wait is
+bounded; only 127.0.0.1 is dialled.
 """
 
 from __future__ import annotations

@@ -52,6 +52,9 @@ log = logging.getLogger(SERVER_LOGGER)
 T = TypeVar("T")
 
 
+HEADERS_PHASE = "request line and headers"
+
+
 class PhaseExpired(Exception):
     """A connection spent longer in one phase than its deadline allows."""
 
@@ -119,7 +122,11 @@ class DeadlineBody:
 def write_json_error(sock: Any, status: int, reason: str, message: str) -> None:
     """gunicorn's ``util.write_error`` with a JSON body: every refusal of this server is
     ``application/json``, the ones gunicorn's HTTP parser makes too (request-smuggling shapes,
-    oversized headers, bad request lines)."""
+    oversized headers, bad request lines). gunicorn answers a transfer coding it does not know
+    with 501; that is the client's doing, and a 5xx would count against this server, so it
+    is a 400 here."""
+    if status == 501:
+        status, reason = 400, "Bad Request"
     body = orjson.dumps({"error": f"{status} {reason}: {message}"})
     head = (
         f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\n"
@@ -241,7 +248,7 @@ class AdmissionWorker(GeventWorker):
             listener_name = listener.getsockname()
             while self._wait_for_request(client, parser, deadlines.idle):
                 req = None
-                with _deadline("request line and headers", deadlines.headers):
+                with _deadline(HEADERS_PHASE, deadlines.headers):
                     req = next(parser)
                 # What the app reads has the body's deadline; the parser, which discards an
                 # unread rest before the next request, reads the body itself, under the
@@ -264,6 +271,11 @@ class AdmissionWorker(GeventWorker):
                 "closed a connection that stalled",
                 extra={"fields": {"phase": expired.phase, "deadline_seconds": expired.seconds}},
             )
+            if expired.phase == HEADERS_PHASE:  # a request had begun: it gets an answer
+                try:
+                    write_json_error(client, 408, "Request Timeout", str(expired))
+                except OSError:
+                    pass  # a client that does not read does not get it
         except http.errors.NoMoreData:
             pass  # the client closed the connection between or inside requests
         except ssl.SSLError as exc:
