@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
+import orjson
 from gunicorn import glogging
 
 DECISION_LOGGER = "webhook.decisions"
@@ -40,7 +41,7 @@ class JsonFormatter(logging.Formatter):
             entry.update(fields)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str, separators=(",", ":"))
+        return _json_line(entry)
 
 
 @functools.lru_cache(maxsize=4)
@@ -144,10 +145,20 @@ def log_decision(
         "message": "admission decision",
         **fields,
     }
-    line = json.dumps(entry, default=str, separators=(",", ":")) + handler.terminator
+    line = _json_line(entry) + handler.terminator
     with handler.lock:
         handler.stream.write(line)
         handler.flush()
+
+
+def _json_line(entry: dict[str, Any]) -> str:
+    """One JSON log line, compact, non-ASCII as UTF-8. orjson writes it in a tenth of the
+    time; a value it cannot write (an integer beyond 64 bits) falls back to the standard
+    library, so no line is lost."""
+    try:
+        return orjson.dumps(entry, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(entry, default=str, separators=(",", ":"), ensure_ascii=False)
 
 
 def _json_handler(logger: logging.Logger) -> _JsonStreamHandler | None:
