@@ -232,3 +232,40 @@ def test_the_gunicorn_internals_the_worker_builds_on_are_where_it_expects() -> N
         "reason",
         "mesg",
     ]
+
+
+def test_large_bodies_take_turns_and_small_reviews_never_wait(server: Server) -> None:
+    from webhook.server.worker import LARGE_BODIES_AT_ONCE
+
+    # Large bodies whose deadline is 1 s + 1 s per MiB here: the first ones hold their slots
+    # for 2 s, the last one waits for a slot at most about 1 s.
+    sizes = [1024 * 1024] * LARGE_BODIES_AT_ONCE + [64 * 1024]
+    holders = []
+    try:
+        for announced in sizes:
+            conn = server.connection(timeout=10)
+            conn.putrequest("POST", "/validate")
+            conn.putheader("Content-Type", "application/json")
+            conn.putheader("Content-Length", str(announced))
+            conn.endheaders()
+            conn.send(b" " * 1000)
+            holders.append(conn)
+        # Every slot is taken by a slow upload: a small review is answered at once.
+        small = server.connection(timeout=10)
+        try:
+            assert timed_small_review(small) < 1.0
+        finally:
+            small.close()
+        statuses = sorted(conn.getresponse().status for conn in holders)
+    finally:
+        for conn in holders:
+            conn.close()
+    # The ones holding a slot run out of body time (408); the one that never got a slot is
+    # told the server is busy (503), within its deadline.
+    assert statuses == [408] * LARGE_BODIES_AT_ONCE + [503]
+
+
+def timed_small_review(conn) -> float:
+    started = time.monotonic()
+    assert post_json(conn, "/validate", GPU_POD).status == 200
+    return time.monotonic() - started

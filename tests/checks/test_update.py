@@ -358,3 +358,47 @@ def test_the_mutate_path_leaves_updates_to_the_validate_path():
     review = admission(new, operation="UPDATE", old=old)
     assert webhook.decide(review, default_policy(), mutate=True).allowed
     assert validate(new, operation="UPDATE", old=old).allowed
+
+
+# --- bounded work: a review with thousands of violations is judged until the verdict is sure --
+
+
+def many_privileged(count: int) -> list[dict]:
+    """A GPU container and ``count - 1`` others, all privileged."""
+    return [container(f"c{i}", gpu=1 if i == 0 else 0, privileged=True) for i in range(count)]
+
+
+def test_judging_stops_once_the_denial_message_is_full_and_says_so():
+    decision = validate(pod(*many_privileged(2000)))
+    assert not decision.allowed
+    assert len(decision.findings) == webhook.admission.engine.STOP_AFTER_DENIALS
+    message = status_message(decision)
+    assert 'container "c49"' in message and 'container "c50"' not in message
+    assert message.endswith(
+        "and more: judging stopped after 51 violations, fix these and apply again to see the rest]"
+    )
+
+
+def test_a_review_with_fewer_violations_than_the_limit_is_judged_whole():
+    decision = validate(pod(*many_privileged(30)))
+    assert len(decision.findings) == 30
+    assert "judging stopped" not in status_message(decision)
+
+
+def test_when_every_denial_before_the_stop_is_forgiven_the_rest_is_judged():
+    old = pod(*many_privileged(80))
+    new = pod(*many_privileged(80), container("added", privileged=True))
+    decision = validate(new, operation="UPDATE", old=old)
+    assert not decision.allowed
+    assert denied(decision) == [("privileged", privileged_at(80))]
+    assert "judging stopped" not in status_message(decision)
+    assert len(by_mode(decision, "Warn")) == 80
+
+
+def test_an_update_that_keeps_thousands_of_old_violations_is_allowed():
+    old = pod(*many_privileged(500))
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"]["touched"] = "yes"
+    decision = validate(new, operation="UPDATE", old=old)
+    assert decision.allowed
+    assert len(by_mode(decision, "Warn")) == 500

@@ -26,6 +26,9 @@ from webhook.core.pools import select_pool
 from webhook.core.scope import reach
 from webhook.policy.model import RULE_IDS, SECURITY_RULES, Policy, Scope, WorkloadKind
 
+# One more than the denial message lists: past that, judging a review stops (see decide()).
+STOP_AFTER_DENIALS = response.MAX_DENIAL_ERRORS + 1
+
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 JUDGED_SUBRESOURCES = ("", "ephemeralcontainers")
 EVERY_RULE = frozenset(RULE_IDS)
@@ -75,22 +78,33 @@ def decide(admission_review: Any, policy: Policy, *, mutate: bool) -> Decision:
     if mutate:
         return _mutate(uid, request, obj, workload, views, policy)
 
-    findings = run_checks(views, policy)
+    # A review with thousands of violations (the API server passes objects of up to 3 MiB)
+    # is judged only until its denial message is full: the verdict is certain by then.
+    findings, complete = _collect(views, policy, stop_after_denials=STOP_AFTER_DENIALS)
     old = request.get("oldObject")
     if (
         operation == "UPDATE"
         and isinstance(old, dict)
         and any(f.mode == "Enforce" for f in findings)
     ):
-        # Only a denial can be forgiven, and the old object is judged only when one might be.
-        findings = updates.judge_update(
-            findings,
-            lambda: run_checks(_views(old, workload, namespace, policy), policy),
-            request,
-            obj,
-            old,
-            workload,
-        )
+
+        def judged_update(findings: list[Finding]) -> list[Finding]:
+            # Only a denial can be forgiven, and the old object is judged only when one might
+            # be, and only by the rules of the denials.
+            enforced = {f.rule for f in findings if f.mode == "Enforce"}
+            return updates.judge_update(
+                findings,
+                lambda: run_checks(_views(old, workload, namespace, policy), policy, enforced),
+                request,
+                obj,
+                old,
+                workload,
+            )
+
+        findings = judged_update(findings)
+        if not complete and not any(f.mode == "Enforce" for f in findings):
+            # Every denial so far was forgiven: the ones after them decide.
+            findings, complete = judged_update(run_checks(views, policy)), True
     if workload.kind == "Pod" and MIRROR_ANNOTATION in _annotations(obj):
         # The kubelet never runs a Pod it receives with this annotation (it runs static Pods
         # from its own files and only mirrors them here): denying the mirror changes nothing.
@@ -101,6 +115,7 @@ def decide(admission_review: Any, policy: Policy, *, mutate: bool) -> Decision:
             denials=[f for f in findings if f.mode == "Enforce"],
             warnings=[f for f in findings if f.mode == "Warn"],
             audits=[f for f in findings if f.mode == "Audit"],
+            stopped=not complete,
         ),
         findings=tuple(findings),
     )
@@ -110,8 +125,20 @@ def run_checks(
     views: Iterable[PodView], policy: Policy, rules: Iterable[str] | None = None
 ) -> list[Finding]:
     """Every finding of the policy's checks on these pod templates, with its mode."""
+    return _collect(views, policy, rules)[0]
+
+
+def _collect(
+    views: Iterable[PodView],
+    policy: Policy,
+    rules: Iterable[str] | None = None,
+    stop_after_denials: int | None = None,
+) -> tuple[list[Finding], bool]:
+    """The findings, and whether they are all of them: with ``stop_after_denials``, judging
+    stops once that many are enforced (the verdict is certain, the message full)."""
     checks = CHECKS if rules is None else tuple(BY_RULE[r] for r in rules)
     findings: list[Finding] = []
+    denials = 0
     for view in views:
         modes = policy.rule_modes(view.namespace)
         exempt = _exempt_rules(policy, view)
@@ -131,15 +158,20 @@ def run_checks(
             if mode == "Off":
                 continue
             for violation in check.run(view, policy):
+                effective = _effective(mode, violation)
                 findings.append(
                     Finding(
                         violation,
-                        _effective(mode, violation),
+                        effective,
                         view.identity,
                         scope if check.rule in SECURITY_RULES else None,
                     )
                 )
-    return findings
+                if effective == "Enforce":
+                    denials += 1
+                    if denials == stop_after_denials:
+                        return findings, False
+    return findings, True
 
 
 def _effective(mode: str, violation: Violation) -> str:

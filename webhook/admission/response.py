@@ -111,14 +111,20 @@ def build(
     audits: Sequence[Finding] = (),
     patch: Sequence[dict] = (),
     would_patch: Sequence[dict] = (),
+    stopped: bool = False,
 ) -> AdmissionReviewResponse:
+    """The AdmissionReview response. ``stopped``: judging stopped after the denials given,
+    and the message says that there may be more."""
     response: dict = {"uid": uid, "allowed": not denials}
     if denials:
         violations = [f.violation for f in denials]
+        message = render_all(violations, limit=MAX_DENIAL_ERRORS)
+        if stopped:
+            message = render_all(violations[:MAX_DENIAL_ERRORS], stopped_after=len(violations))
         response["status"] = {
             "code": 403,
             "reason": "Forbidden",
-            "message": render_all(violations, limit=MAX_DENIAL_ERRORS),
+            "message": message,
             "details": {"causes": [v.cause() for v in violations[:MAX_DENIAL_ERRORS]]},
         }
     if warnings:

@@ -123,10 +123,18 @@ def render_value(value: object) -> str:
     return json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
 
 
-def render_all(violations: list[Violation] | tuple[Violation, ...], limit: int = 0) -> str:
+def render_all(
+    violations: list[Violation] | tuple[Violation, ...], limit: int = 0, stopped_after: int = 0
+) -> str:
     """Several errors are printed as the API server prints an aggregate: ``[e1, e2]``, each
-    message once. With ``limit``, at most that many, then how many more there were."""
+    message once. With ``limit``, at most that many, then how many more there were; with
+    ``stopped_after``, that judging stopped after that many and there may be more."""
     rendered = list(dict.fromkeys(v.render() for v in violations))
     if limit and len(rendered) > limit:
         rendered = [*rendered[:limit], f"and {len(rendered) - limit} more"]
+    if stopped_after:
+        rendered.append(
+            f"and more: judging stopped after {stopped_after} violations, "
+            "fix these and apply again to see the rest"
+        )
     return rendered[0] if len(rendered) == 1 else "[" + ", ".join(rendered) + "]"

@@ -31,12 +31,10 @@ from webhook.admission.request import RequestError
 from webhook.policy.model import Policy
 from webhook.server.logs import APP_LOGGER, DECISION_LOGGER, log_decision
 from webhook.server.metrics import ENDPOINTS, VERDICTS, Metrics
-from webhook.server.settings import MAX_BODY_BYTES
+from webhook.server.settings import LONG_BODY_BYTES, MAX_BODY_BYTES
 from webhook.server.store import PolicyStore
 
 JSON = "application/json"
-# A body this large takes milliseconds to a second to decode and decide: see ``run_long``.
-LONG_BODY_BYTES = 64 * 1024
 
 # A readiness check returns None when ready, else the reason it is not.
 ReadinessCheck = Callable[[], str | None]

@@ -22,6 +22,9 @@ MUTATION_MODES = ("apply", "record")
 # The API server sends at most 3 MiB objects (etcd's limit is 1.5 MiB by default), an
 # AdmissionReview of an UPDATE carries two of them: 7 MiB leaves room and bounds memory.
 MAX_BODY_BYTES = 7 * 1024 * 1024
+# A body this large takes milliseconds to a second to decode and decide: the app has it
+# decided in a child process, and a worker reads only a few such bodies at a time.
+LONG_BODY_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)

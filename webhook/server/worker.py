@@ -13,9 +13,12 @@ Why this design
     proportional to its announced size), and the idle wait between keep-alive requests
     (longer than the API server's own 90 s idle timeout, so the API server is the one that
     closes an idle connection). A greenlet per connection is cheap because decisions are
-    microseconds of CPU; a review big enough to take longer (the app's ``LONG_BODY_BYTES``)
-    is decoded and decided in a forked copy of the worker (:func:`run_in_child`), so the
-    other connections go on being answered while it runs.
+    microseconds of CPU; a review big enough to take longer (``LONG_BODY_BYTES``) is decoded
+    and decided in a forked copy of the worker (:func:`run_in_child`), so the other
+    connections go on being answered while it runs. Memory is bounded the same way: a worker
+    reads at most ``LARGE_BODIES_AT_ONCE`` such bodies at a time (a client sending many 7 MiB
+    bodies slowly would otherwise have them all buffered), the others wait for a turn within
+    their body deadline and are answered 503 past it; small reviews never wait.
 
 What it overrides of gunicorn's ``GeventWorker``
     ``init_process`` (JSON error pages) and ``handle`` (one connection, phase by phase). A
@@ -45,7 +48,7 @@ from gunicorn import http, util
 from gunicorn.workers.ggevent import GeventWorker
 
 from webhook.server.logs import SERVER_LOGGER
-from webhook.server.settings import Deadlines
+from webhook.server.settings import LONG_BODY_BYTES, Deadlines
 
 log = logging.getLogger(SERVER_LOGGER)
 
@@ -53,6 +56,7 @@ T = TypeVar("T")
 
 
 HEADERS_PHASE = "request line and headers"
+LARGE_BODIES_AT_ONCE = 4
 
 
 class PhaseExpired(Exception):
@@ -232,6 +236,7 @@ class AdmissionWorker(GeventWorker):
         # gunicorn's Worker.handle_error writes the HTTP errors its parser detects through
         # util.write_error, as HTML; in this worker process they are written as JSON.
         util.write_error = write_json_error
+        self._large_bodies = BoundedSemaphore(LARGE_BODIES_AT_ONCE)
         super().init_process()
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
@@ -250,15 +255,25 @@ class AdmissionWorker(GeventWorker):
                 req = None
                 with _deadline(HEADERS_PHASE, deadlines.headers):
                     req = next(parser)
+                length = _content_length(req)
+                body_seconds = deadlines.body(length)
+                large = length is None or length >= LONG_BODY_BYTES
+                if large and not self._large_bodies.acquire(timeout=body_seconds):
+                    write_json_error(
+                        client, 503, "Service Unavailable", "too many large requests at once"
+                    )
+                    return
                 # What the app reads has the body's deadline; the parser, which discards an
                 # unread rest before the next request, reads the body itself, under the
                 # headers' deadline.
                 body = req.body
-                req.body = DeadlineBody(req, deadlines.body(_content_length(req)))
+                req.body = DeadlineBody(req, body_seconds)
                 try:
                     self.handle_request(listener_name, req, client, addr)
                 finally:
                     req.body = body
+                    if large:
+                        self._large_bodies.release()
                 # Whatever the app left of the body is discarded now, under the headers'
                 # deadline; a body that failed (a malformed chunk) leaves the next request's
                 # start unknown, and the connection closes.
