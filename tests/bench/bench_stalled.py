@@ -1,11 +1,11 @@
 """Stalled clients against the served webhook: part of ``make bench``.
 
 A separate process (``tests.stalling --replenish``) keeps ``count`` connections of each
-kind stalled at all times (one the server closes is replaced at once). Once all are
-established, a keep-alive client posts a GPU Pod review at a fixed rate and a second client
-opens a fresh connection for each of its probes; both record latencies. The holder records how
-long each stalled connection lived: the server must close it within its phase deadline plus
-a second.
+kind stalled (one the server closes is replaced). Once all are established, a keep-alive
+client posts a GPU Pod review at a fixed rate and a second client opens a fresh connection
+for each of its probes; both record latencies. Then a second holder opens ``count`` of each
+kind again and records how long each lived: the server must close it within its phase
+deadline plus a second.
 """
 
 from __future__ import annotations
@@ -52,8 +52,28 @@ def _paced(server: Server, rate: float, count: int, fresh: bool, out: list[float
         conn.close()
 
 
+def _holder(server: Server, count: int, seconds: float, replenish: bool) -> subprocess.Popen:
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "tests.stalling", "--port", str(server.port)]
+        + ["--ca", str(server.ca), "--count", str(count), "--hold", str(seconds)]
+        + (["--replenish"] if replenish else [])
+        + [arg for kind in KINDS for arg in ("--kind", kind)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    json.loads(holder.stdout.readline())  # all established
+    return holder
+
+
 def bench_stalled(server: Server, count: int, rate: float, requests: int) -> dict:
-    """Figures for ``count`` stalled connections of every kind held at once."""
+    """Figures for ``count`` stalled connections of every kind held at once.
+
+    Two runs: under pressure (every connection the server closes is replaced, while the
+    probes run), then lifetimes (no replacement: the holder does nothing but watch, so the
+    moment each connection is closed is seen as it happens; replacing them takes a single
+    holder process more TLS handshakes per second than it can do and blurs the timing)."""
     deadlines = Deadlines()
     phase_deadline = {
         "handshake": deadlines.handshake,
@@ -61,19 +81,8 @@ def bench_stalled(server: Server, count: int, rate: float, requests: int) -> dic
         "body": deadlines.body(2000),  # the holder's half-sent body announces 2,000 bytes
         "idle": deadlines.idle,
     }
-    hold_seconds = requests / rate + deadlines.idle + 15
-    holder = subprocess.Popen(
-        [sys.executable, "-m", "tests.stalling", "--port", str(server.port)]
-        + ["--ca", str(server.ca), "--count", str(count), "--hold", str(hold_seconds)]
-        + ["--replenish"]
-        + [arg for kind in KINDS for arg in ("--kind", kind)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = _holder(server, count, requests / rate + 60, replenish=True)
     try:
-        assert holder.stdout is not None
-        json.loads(holder.stdout.readline())  # all established
         kept: list[float] = []
         fresh: list[float] = []
         fresh_probes = threading.Thread(
@@ -82,7 +91,16 @@ def bench_stalled(server: Server, count: int, rate: float, requests: int) -> dic
         fresh_probes.start()
         _paced(server, rate, requests, False, kept)
         fresh_probes.join()
-        closed = json.loads(holder.communicate(timeout=hold_seconds + 60)[0])["closed"]
+        holder.terminate()
+        holder.communicate(timeout=60)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=10)
+    time.sleep(deadlines.handshake + 2)  # what the first holder left is closed
+    holder = _holder(server, count, deadlines.idle + 15, replenish=False)
+    try:
+        closed = json.loads(holder.communicate(timeout=deadlines.idle + 60)[0])["closed"]
     finally:
         if holder.poll() is None:
             holder.kill()
@@ -93,6 +111,7 @@ def bench_stalled(server: Server, count: int, rate: float, requests: int) -> dic
         deadline = phase_deadline[PHASES[kind]]
         lifetimes[kind] = {
             "closed": len(times),
+            "open": closed[kind].count(None),
             "deadline": deadline,
             "max": max(times, default=float("nan")),
             "late": sum(t > deadline + 1.0 for t in times),
@@ -109,7 +128,8 @@ def bench_stalled(server: Server, count: int, rate: float, requests: int) -> dic
 
 
 def report(figures: dict, count: int) -> None:
-    print(f"stalled clients: {count} of each of {len(KINDS)} kinds held at once (replenished)")
+    print(f"stalled clients: {count} of each of {len(KINDS)} kinds held at once, replaced")
+    print("as the server closes them, while the probes run:")
     print(
         f"  keep-alive /validate   p50 {figures['kept_p50'] * 1000:7.1f} ms"
         f"  p99 {figures['kept_p99'] * 1000:7.1f} ms  ({figures['kept_n']} requests)"
@@ -118,8 +138,10 @@ def report(figures: dict, count: int) -> None:
         f"  fresh connection       p50 {figures['fresh_p50'] * 1000:7.1f} ms"
         f"  p99 {figures['fresh_p99'] * 1000:7.1f} ms  ({figures['fresh_n']} probes)"
     )
+    print(f"lifetimes of {count} of each kind, not replaced:")
     for kind, life in figures["lifetimes"].items():
         print(
-            f"  {kind:<24} closed {life['closed']:5d}, longest {life['max']:7.2f} s"
-            f" (deadline {life['deadline']:g} s), later than deadline + 1 s: {life['late']}"
+            f"  {kind:<24} closed {life['closed']:5d} (open {life['open']}), longest"
+            f" {life['max']:7.2f} s (deadline {life['deadline']:.2f} s),"
+            f" later than deadline + 1 s: {life['late']}"
         )

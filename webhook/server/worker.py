@@ -74,14 +74,16 @@ def _deadline(phase: str, seconds: float) -> Iterator[None]:
         yield
 
 
-def _content_length(req: Any) -> int | None:
+def _body_size(req: Any) -> int | None:
+    """The size a request announces for its body; None when it is known only once read (a
+    chunked body, or a POST without a length, read until the connection closes). gunicorn's
+    parser has checked the headers already: one length at most, digits only."""
     for name, value in req.headers:
         if name == "CONTENT-LENGTH":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
+            return int(value)
+        if name == "TRANSFER-ENCODING":
+            return None
+    return 0 if req.method in ("GET", "HEAD") else None
 
 
 class DeadlineBody:
@@ -255,9 +257,9 @@ class AdmissionWorker(GeventWorker):
                 req = None
                 with _deadline(HEADERS_PHASE, deadlines.headers):
                     req = next(parser)
-                length = _content_length(req)
-                body_seconds = deadlines.body(length)
-                large = length is None or length >= LONG_BODY_BYTES
+                size = _body_size(req)
+                body_seconds = deadlines.body(size)
+                large = size is None or size >= LONG_BODY_BYTES
                 if large and not self._large_bodies.acquire(timeout=body_seconds):
                     write_json_error(
                         client, 503, "Service Unavailable", "too many large requests at once"
