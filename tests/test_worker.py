@@ -134,6 +134,18 @@ def test_a_long_review_is_decided_as_the_engine_decides_it_and_logged_once(
     assert len(lines) == 1 and lines[0]["verdict"] == "allowed"
 
 
+def test_a_long_review_is_mutated_as_the_engine_mutates_it(server: Server) -> None:
+    body = big_review(1000)
+    conn = server.connection(timeout=30)
+    try:
+        reply = post_json(conn, "/mutate", json.dumps(body).encode())
+    finally:
+        conn.close()
+    assert reply.status == 200
+    expected = review(body, parse_policy(TEST_POLICY), mutate=True)
+    assert reply.json() == expected and "patch" in expected["response"]
+
+
 def test_other_connections_are_answered_while_a_long_review_is_decided(server: Server) -> None:
     encoded = json.dumps(big_review(15_000)).encode()  # about 3 MiB: half a second to decide
     big = server.connection(timeout=60)
