@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 
 KINDS = ("idle-tcp", "partial-client-hello", "silent-after-handshake", "slowloris", "half-body")
 
-# The phase each kind stalls in, as the server names it.
+# The phase each kind stalls in; its deadline is the server's setting of that name (a first
+# request has the headers' deadline).
 PHASES = {
     "idle-tcp": "handshake",
     "partial-client-hello": "handshake",
-    "silent-after-handshake": "idle",
+    "silent-after-handshake": "first request",
     "slowloris": "headers",
     "half-body": "body",
 }

@@ -232,7 +232,7 @@ def test_library_code_neither_prints_nor_exits() -> None:
                 found.append(f"{module}:{node.lineno} calls {name}")
     # The one exception: the forked child of a long decision ends without running any of the
     # worker it was copied from (no message, no exit code anyone reads).
-    child_exit = [f for f in found if f.startswith("webhook.server.worker:") and "os._exit" in f]
+    child_exit = [f for f in found if f.startswith("webhook.server.child:") and "os._exit" in f]
     assert len(child_exit) == 1
     assert [f for f in found if f not in child_exit] == []
 

@@ -23,7 +23,7 @@ from tests.serving import (
 from webhook.admission.engine import review
 from webhook.policy.load import parse_policy
 from webhook.server.settings import Deadlines, SettingsError, resolve_settings
-from webhook.server.worker import ChildDecisionLost, run_in_child
+from webhook.server.child import ChildDecisionLost, run_in_child
 
 GPU_POD = fixture_bytes("admission-review-gpu-pod.json")
 
@@ -59,9 +59,9 @@ def test_a_child_that_dies_without_answering_is_an_error_not_a_hang() -> None:
 
 
 def test_a_child_that_runs_out_of_time_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
-    import webhook.server.worker as worker
+    import webhook.server.child as child
 
-    monkeypatch.setattr(worker, "LONG_DECISION_SECONDS", 0.5)
+    monkeypatch.setattr(child, "LONG_DECISION_SECONDS", 0.5)
     started = time.monotonic()
     with pytest.raises(ChildDecisionLost):
         run_in_child(lambda: time.sleep(30))
@@ -211,12 +211,11 @@ def test_the_gunicorn_internals_the_worker_builds_on_are_where_it_expects() -> N
 
     from webhook.server.worker import AdmissionWorker
 
-    overridden = {
-        name
-        for name, member in vars(AdmissionWorker).items()
-        if callable(member) and not name.startswith("__")
-    }
-    assert overridden == {"init_process", "handle", "_wait_for_request"}
+    own = {name for name in vars(AdmissionWorker) if not name.startswith("__")}
+    inherited = set(dir(ggevent.GeventWorker))
+    # What it replaces of gunicorn; its helpers' names are its own, clashing with nothing.
+    assert own & inherited == {"init_process", "handle"}
+    assert own - inherited == {"_serve", "_refuse", "_wait_for_request"}
     assert list(inspect.signature(ggevent.GeventWorker.handle).parameters) == [
         "self",
         "listener",
@@ -235,6 +234,20 @@ def test_the_gunicorn_internals_the_worker_builds_on_are_where_it_expects() -> N
         "deadline",
         "max_bytes",
     ]
+    # The parser reads through any object with recv (the worker's PacedSocket), buffers in
+    # an unreader the worker can take from and put back into, and sets a socket timeout
+    # while it drains an unread body.
+    from gunicorn.http import message, parser, unreader
+
+    assert 'hasattr(source, "recv")' in inspect.getsource(parser.Parser.__init__)
+    assert "self.sock.recv(size)" in inspect.getsource(unreader.SocketUnreader.chunk)
+    for method in ("take_buffered", "unread"):
+        assert callable(getattr(unreader.Unreader, method))
+    assert "timeoutable_sock.settimeout(remaining)" in inspect.getsource(Parser.finish_body)
+    # A request with no Content-Length and no Transfer-Encoding has an empty body.
+    assert "LengthReader(self.unreader, 0)" in inspect.getsource(
+        message.Request.set_body_reader
+    )
     assert "util.write_error(client, status_int, reason, mesg)" in inspect.getsource(
         base.Worker.handle_error
     )

@@ -81,6 +81,7 @@ def bench_stalled(server: Server, count: int, rate: float, requests: int) -> dic
     phase_deadline = {
         "handshake": deadlines.handshake,
         "headers": deadlines.headers,
+        "first request": deadlines.headers,
         "body": deadlines.body(2000),  # the holder's half-sent body announces 2,000 bytes
         "idle": deadlines.idle,
     }

@@ -29,6 +29,7 @@ from werkzeug.exceptions import ClientDisconnected, HTTPException
 from webhook.admission.engine import decide
 from webhook.admission.request import RequestError
 from webhook.policy.model import Policy
+from webhook.server.child import ChildDecisionLost
 from webhook.server.logs import APP_LOGGER, DECISION_LOGGER, log_decision
 from webhook.server.metrics import ENDPOINTS, VERDICTS, Metrics
 from webhook.server.settings import LONG_BODY_BYTES, MAX_BODY_BYTES
@@ -201,7 +202,8 @@ def create_app(
     (certificates, draining). ``run_long`` runs the decoding and deciding of a body of
     ``LONG_BODY_BYTES`` or more and returns its result, which it may pickle (the server runs
     it in a forked process, so that one big review does not stall the worker's other
-    connections); unset, it runs inline.
+    connections) or raises :class:`ChildDecisionLost` (answered 503); unset, it runs
+    inline.
     """
     app = Flask(__name__)
     # One byte more than allowed: Werkzeug stops reading a body without Content-Length
@@ -251,6 +253,10 @@ def create_app(
         except RequestError as exc:
             requests_counter[endpoint, "invalid"].inc()
             return _json_response(400, {"error": str(exc)})
+        except ChildDecisionLost as exc:
+            requests_counter[endpoint, "unavailable"].inc()
+            log.warning("long review not decided", extra={"fields": {"reason": str(exc)}})
+            return _json_response(503, {"error": f"review not decided: {exc}"})
         except _DecisionFailed as failed:
             requests_counter[endpoint, "error"].inc()
             fields = {"uid": failed.uid, "error": failed.error, "traceback": failed.stack}

@@ -36,8 +36,12 @@ class Deadlines:
     body_floor: float = 5.0
     # The slowest upload accepted: a body must arrive at this rate, after the floor.
     body_bytes_per_second: float = 1024 * 1024
-    # Longer than the API server's idle timeout (Go's IdleConnTimeout, 90 s).
+    # Longer than the API server's idle timeout (Go's IdleConnTimeout, 90 s). A connection's
+    # first request must begin within ``headers`` instead: the API server sends it as soon
+    # as the handshake is done.
     idle: float = 120.0
+    # Writing a response: a client that does not read it is closed after this.
+    write: float = 10.0
     # Open connections per worker; far above the API server's pool (100 per host by default).
     max_connections: int = 4096
 
@@ -53,6 +57,7 @@ DEADLINE_VARIABLES = {
     "headers": "GPU_ADMISSION_HEADERS_TIMEOUT",
     "body_floor": "GPU_ADMISSION_BODY_TIMEOUT",
     "idle": "GPU_ADMISSION_IDLE_TIMEOUT",
+    "write": "GPU_ADMISSION_WRITE_TIMEOUT",
     "max_connections": "GPU_ADMISSION_MAX_CONNECTIONS",
 }
 

@@ -1,5 +1,5 @@
 """The gunicorn worker: one greenlet per connection, each phase of a connection under its own
-deadline, long decisions on a thread of their own.
+deadline, long decisions in a forked process.
 
 Why this design
     The validating webhook fails closed: while the server does not answer, no Pod is created
@@ -9,226 +9,60 @@ Why this design
     requests queue behind them. Here a connection is a greenlet (gunicorn's gevent worker):
     a stalled client holds a file descriptor and a few kilobytes, never what a decision
     needs, and each phase it can stall in has a deadline after which the connection is
-    closed: the TLS handshake, the request line and headers, the body (a floor plus time
-    proportional to its announced size), and the idle wait between keep-alive requests
-    (longer than the API server's own 90 s idle timeout, so the API server is the one that
-    closes an idle connection). A greenlet per connection is cheap because decisions are
-    microseconds of CPU; a review big enough to take longer (``LONG_BODY_BYTES``) is decoded
-    and decided in a forked copy of the worker (:func:`run_in_child`), so the other
-    connections go on being answered while it runs. Memory is bounded the same way: a worker
-    reads at most ``LARGE_BODIES_AT_ONCE`` such bodies at a time (a client sending many 7 MiB
-    bodies slowly would otherwise have them all buffered), the others wait for a turn within
-    their body deadline and are answered 503 past it; small reviews never wait.
+    closed: the TLS handshake, the first request's start, the request line and headers, the
+    body (a floor plus time proportional to its announced size), writing the response, and
+    the idle wait between keep-alive requests (longer than the API server's own 90 s idle
+    timeout, so the API server is the one that closes an idle connection). A greenlet per
+    connection is cheap because decisions are microseconds of CPU; a review big enough to
+    take longer (``LONG_BODY_BYTES``) is decoded and decided in a forked copy of the worker
+    (:mod:`webhook.server.child`), so the other connections go on being answered while it
+    runs. Reads give the event loop a turn every few calls and the head is read in linear
+    time (:mod:`webhook.server.connection`), so no client can keep the loop busy.
+
+    Memory is bounded per worker: a head is at most ``HEAD_BYTES_LIMIT``; at most
+    ``LARGE_BODIES_AT_ONCE`` bodies of ``LONG_BODY_BYTES`` or more are read at a time and
+    smaller bodies share ``SMALL_BODY_BUDGET`` bytes; a body waits for room within its
+    deadline and is answered 503 past it. Chunked bodies, whose size is unknown until read,
+    are refused with 411: the API server always sends a Content-Length.
 
 What it overrides of gunicorn's ``GeventWorker``
-    ``init_process`` (JSON error pages) and ``handle`` (one connection, phase by phase). A
-    test fails when an upgrade of gunicorn moves what these rely on.
+    ``init_process`` (JSON error pages, the body budgets) and ``handle`` (one connection,
+    phase by phase). A test fails when an upgrade of gunicorn moves what these rely on.
 """
 
 from __future__ import annotations
 
 import errno
-import gc
 import logging
-import os
-import pickle
-import signal
 import ssl
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
-import gevent
-import orjson
 from gevent.lock import BoundedSemaphore
-from gevent.os import make_nonblocking, nb_read
 from gevent.socket import wait_read
 from gunicorn import http, util
 from gunicorn.workers.ggevent import GeventWorker
 
+from webhook.server.connection import (
+    ByteBudget,
+    DeadlineBody,
+    PacedSocket,
+    PhaseExpired,
+    body_size,
+    deadline,
+    give_turn,
+    read_head,
+    write_json_error,
+)
 from webhook.server.logs import SERVER_LOGGER
-from webhook.server.settings import LONG_BODY_BYTES, Deadlines
+from webhook.server.settings import LONG_BODY_BYTES, MAX_BODY_BYTES, Deadlines
 
 log = logging.getLogger(SERVER_LOGGER)
 
-T = TypeVar("T")
-
-
 HEADERS_PHASE = "request line and headers"
-LARGE_BODIES_AT_ONCE = 4
-
-
-class PhaseExpired(Exception):
-    """A connection spent longer in one phase than its deadline allows."""
-
-    def __init__(self, phase: str, seconds: float) -> None:
-        super().__init__(f"no complete {phase} within {seconds:g} s")
-        self.phase = phase
-        self.seconds = seconds
-
-
-@contextmanager
-def _deadline(phase: str, seconds: float) -> Iterator[None]:
-    with gevent.Timeout(seconds, PhaseExpired(phase, seconds)):
-        yield
-
-
-def _body_size(req: Any) -> int | None:
-    """The size a request announces for its body; None when it is known only once read (a
-    chunked body, or a POST without a length, read until the connection closes). gunicorn's
-    parser has checked the headers already: one length at most, digits only."""
-    for name, value in req.headers:
-        if name == "CONTENT-LENGTH":
-            return int(value)
-        if name == "TRANSFER-ENCODING":
-            return None
-    return 0 if req.method in ("GET", "HEAD") else None
-
-
-class DeadlineBody:
-    """A request body (``wsgi.input``) that must be read before a deadline.
-
-    Past it, reading raises :class:`TimeoutError`, which the app answers with 408, and the
-    request is marked so that the connection closes after that answer.
-    """
-
-    def __init__(self, req: Any, seconds: float) -> None:
-        self._req = req
-        self._body = req.body
-        self._seconds = seconds
-        self._deadline = time.monotonic() + seconds
-
-    def _within(self, read: Callable[[], T]) -> T:
-        remaining = self._deadline - time.monotonic()
-        expired = TimeoutError(f"the request body did not arrive within {self._seconds:g} s")
-        try:
-            if remaining <= 0:
-                raise expired
-            with gevent.Timeout(remaining, expired):
-                return read()
-        except TimeoutError:
-            self._req.must_close = True
-            raise
-
-    def read(self, size: int | None = None) -> bytes:
-        return self._within(lambda: self._body.read(size))
-
-    def readline(self, size: int | None = None) -> bytes:
-        return self._within(lambda: self._body.readline(size))
-
-    def readlines(self, size: int | None = None) -> list[bytes]:
-        return self._within(lambda: self._body.readlines(size))
-
-    def __iter__(self) -> Iterator[bytes]:
-        while line := self.readline():
-            yield line
-
-
-def write_json_error(sock: Any, status: int, reason: str, message: str) -> None:
-    """gunicorn's ``util.write_error`` with a JSON body: every refusal of this server is
-    ``application/json``, the ones gunicorn's HTTP parser makes too (request-smuggling shapes,
-    oversized headers, bad request lines). gunicorn answers a transfer coding it does not know
-    with 501; that is the client's doing, and a 5xx would count against this server, so it
-    is a 400 here."""
-    if status == 501:
-        status, reason = 400, "Bad Request"
-    body = orjson.dumps({"error": f"{status} {reason}: {message}"})
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    util.write_nonblock(sock, head.encode("latin-1") + body)
-
-
-def run_in_child(work: Callable[[], T]) -> T:
-    """Run ``work`` in a forked copy of this worker and return its (pickled) result or raise
-    its (pickled) exception; this greenlet waits, the others run.
-
-    A thread would not do: decoding a 3 MiB body is one call that holds the GIL for tens of
-    milliseconds, and a thread deciding in Python takes the GIL back at every switch, so the
-    event loop's other connections would wait. The fork costs about a millisecond and copies
-    nothing: the child has the body and the policy in force already. At most
-    ``LONG_DECISIONS_AT_ONCE`` run at a time per worker; a child that outlives
-    ``LONG_DECISION_SECONDS`` (the API server has given up by then) is killed.
-    """
-    with _long_decision_slots():
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: decide, write, exit without running any of the worker
-            try:
-                # It lives for one decision: collecting its garbage is wasted time (a third
-                # of the decision for a 6 MiB review), the exit frees it all.
-                gc.disable()
-                os.close(read_end)
-                _write_all(write_end, _pickled_result(work))
-            finally:
-                os._exit(0)
-        os.close(write_end)
-        try:
-            data = _read_all(read_end, LONG_DECISION_SECONDS)
-        finally:
-            os.close(read_end)
-            _reap(pid)
-    if not data:
-        raise ChildDecisionLost("the process deciding a long review ended without an answer")
-    status, value = pickle.loads(data)
-    if status == "raised":
-        raise value
-    return value
-
-
-class ChildDecisionLost(Exception):
-    """The forked process of a long decision died or ran out of time."""
-
-
-LONG_DECISIONS_AT_ONCE = 2
-LONG_DECISION_SECONDS = 30.0
-_slots: list[BoundedSemaphore] = []
-
-
-def _long_decision_slots() -> BoundedSemaphore:
-    # Made on first use, in the worker process, after gevent's hub exists there.
-    if not _slots:
-        _slots.append(BoundedSemaphore(LONG_DECISIONS_AT_ONCE))
-    return _slots[0]
-
-
-def _pickled_result(work: Callable[[], Any]) -> bytes:
-    try:
-        return pickle.dumps(("returned", work()))
-    except Exception as exc:
-        try:
-            return pickle.dumps(("raised", exc))
-        except Exception:
-            return pickle.dumps(("raised", ChildDecisionLost(type(exc).__name__)))
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _read_all(fd: int, seconds: float) -> bytes:
-    make_nonblocking(fd)
-    chunks = []
-    with gevent.Timeout(seconds, False):
-        while chunk := nb_read(fd, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    return b""
-
-
-def _reap(pid: int) -> None:
-    """Collect the child; one still running (out of time) is killed first."""
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == 0:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass  # collected already (gevent's child watcher)
+FIRST_REQUEST_PHASE = "first request"
+LARGE_BODIES_AT_ONCE = 3
+SMALL_BODY_BUDGET = 32 * 1024 * 1024
 
 
 class AdmissionWorker(GeventWorker):
@@ -239,46 +73,37 @@ class AdmissionWorker(GeventWorker):
         # util.write_error, as HTML; in this worker process they are written as JSON.
         util.write_error = write_json_error
         self._large_bodies = BoundedSemaphore(LARGE_BODIES_AT_ONCE)
+        self._small_bodies = ByteBudget(SMALL_BODY_BUDGET)
         super().init_process()
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
         """Serve one connection: handshake, then requests until the client or a deadline
         ends it. Replaces gunicorn's loop, which has one keep-alive timeout for everything
-        and none for the handshake or the body."""
+        and none for the handshake, the body or the response."""
         deadlines: Deadlines = self.app.deadlines
         req = None
         try:
             if isinstance(client, ssl.SSLSocket):
-                with _deadline("TLS handshake", deadlines.handshake):
+                with deadline("TLS handshake", deadlines.handshake):
                     client.do_handshake()
-            parser = http.get_parser(self.cfg, client, addr)
+            # Every blocking send (and recv) of the connection gives up after this; gevent
+            # counts it over a whole sendall.
+            client.settimeout(deadlines.write)
+            paced = PacedSocket(client)
+            parser = http.get_parser(self.cfg, paced, addr)
             listener_name = listener.getsockname()
-            while self._wait_for_request(client, parser, deadlines.idle):
+            phase, wait = FIRST_REQUEST_PHASE, deadlines.headers
+            while self._wait_for_request(client, parser, phase, wait):
+                phase, wait = "idle", deadlines.idle
                 req = None
-                with _deadline(HEADERS_PHASE, deadlines.headers):
+                with deadline(HEADERS_PHASE, deadlines.headers):
+                    if not read_head(parser.unreader, paced):
+                        return
                     req = next(parser)
-                size = _body_size(req)
-                body_seconds = deadlines.body(size)
-                large = size is None or size >= LONG_BODY_BYTES
-                if large and not self._large_bodies.acquire(timeout=body_seconds):
-                    write_json_error(
-                        client, 503, "Service Unavailable", "too many large requests at once"
-                    )
+                if not self._serve(listener_name, req, client, addr, deadlines):
                     return
-                # What the app reads has the body's deadline; the parser, which discards an
-                # unread rest before the next request, reads the body itself, under the
-                # headers' deadline.
-                body = req.body
-                req.body = DeadlineBody(req, body_seconds)
-                try:
-                    self.handle_request(listener_name, req, client, addr)
-                finally:
-                    req.body = body
-                    if large:
-                        self._large_bodies.release()
                 # Whatever the app left of the body is discarded now, under the headers'
-                # deadline; a body that failed (a malformed chunk) leaves the next request's
-                # start unknown, and the connection closes.
+                # deadline; a body that failed leaves the next request's start unknown.
                 if not parser.finish_body(deadline=time.monotonic() + deadlines.headers):
                     return
         except StopIteration:
@@ -289,10 +114,7 @@ class AdmissionWorker(GeventWorker):
                 extra={"fields": {"phase": expired.phase, "deadline_seconds": expired.seconds}},
             )
             if expired.phase == HEADERS_PHASE:  # a request had begun: it gets an answer
-                try:
-                    write_json_error(client, 408, "Request Timeout", str(expired))
-                except OSError:
-                    pass  # a client that does not read does not get it
+                self._refuse(client, 408, "Request Timeout", str(expired))
         except http.errors.NoMoreData:
             pass  # the client closed the connection between or inside requests
         except ssl.SSLError as exc:
@@ -300,6 +122,12 @@ class AdmissionWorker(GeventWorker):
                 self.handle_error(req, client, addr, exc)
             else:
                 log.debug("TLS connection ended: %s", exc)
+        except TimeoutError:
+            # A send past the write deadline (gevent raises socket.timeout, a TimeoutError).
+            log.info(
+                "closed a connection that stalled",
+                extra={"fields": {"phase": "response", "deadline_seconds": deadlines.write}},
+            )
         except OSError as exc:
             if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, None):
                 log.exception("socket error while serving a connection")
@@ -308,18 +136,69 @@ class AdmissionWorker(GeventWorker):
         finally:
             util.close(client)
 
-    def _wait_for_request(self, client: Any, parser: Any, idle: float) -> bool:
-        """Wait until the next request starts, at most ``idle`` seconds; False when the
-        connection should close instead (idle too long, or the worker is stopping)."""
+    def _serve(
+        self, listener_name: Any, req: Any, client: Any, addr: Any, deadlines: Deadlines
+    ) -> bool:
+        """Serve one parsed request, its body within its deadline and the worker's body
+        budgets; False when the connection must close."""
+        size = body_size(req)
+        if size is None:
+            self._refuse(
+                client, 411, "Length Required", "a body needs a Content-Length (chunked: refused)"
+            )
+            return False
+        seconds = deadlines.body(size)
+        body_deadline = time.monotonic() + seconds
+        # A body over the limit is refused unread: it takes no room.
+        large = LONG_BODY_BYTES <= size <= MAX_BODY_BYTES
+        small = 0 < size < LONG_BODY_BYTES
+        if large:
+            room = self._large_bodies.acquire(timeout=max(body_deadline - time.monotonic(), 0))
+        else:
+            room = not small or self._small_bodies.acquire(size, body_deadline)
+        if not room:
+            self._refuse(client, 503, "Service Unavailable", "too many request bodies at once")
+            return False
+        # What the app reads has the body's deadline (counted from the end of the headers,
+        # the wait for room included); the parser, which discards an unread rest before the
+        # next request, reads the body itself.
+        body = req.body
+        req.body = DeadlineBody(req, body_deadline, seconds)
+        try:
+            self.handle_request(listener_name, req, client, addr)
+        finally:
+            req.body = body
+            if large:
+                self._large_bodies.release()
+            elif small:
+                self._small_bodies.release(size)
+        return True
+
+    @staticmethod
+    def _refuse(client: Any, status: int, reason: str, message: str) -> None:
+        try:
+            write_json_error(client, status, reason, message)
+        except OSError:
+            pass  # a client that does not read does not get it
+
+    def _wait_for_request(self, client: Any, parser: Any, phase: str, seconds: float) -> bool:
+        """Wait until the next request starts, at most ``seconds``; False when the
+        connection should close instead (idle too long, or the worker is stopping).
+        :class:`PhaseExpired` when a new connection sends no first request in time."""
         if parser.unreader.buf.tell() or (isinstance(client, ssl.SSLSocket) and client.pending()):
-            return True  # pipelined bytes are here already
-        deadline = time.monotonic() + idle
+            # Pipelined bytes are here already: serve them after the other connections had a
+            # turn, or a client pipelining hundreds of requests would keep the loop to itself.
+            give_turn()
+            return True
+        deadline_at = time.monotonic() + seconds
         # Checked every second: a stopping worker closes its idle connections at once
         # instead of waiting for them through its whole graceful timeout.
         while self.alive:
-            remaining = deadline - time.monotonic()
+            remaining = deadline_at - time.monotonic()
             if remaining <= 0:
-                log.debug("closing a connection idle for %g s", idle)
+                if phase == FIRST_REQUEST_PHASE:
+                    raise PhaseExpired(phase, seconds)
+                log.debug("closing a connection idle for %g s", seconds)
                 return False
             try:
                 wait_read(client.fileno(), min(remaining, 1.0), TimeoutError)

@@ -1,0 +1,200 @@
+"""The parts of a connection the worker reads and answers: each phase under a deadline, the
+request head read in linear time and capped, the body under its own deadline and memory
+budget, and gunicorn's refusals written as JSON.
+
+A worker serves every connection from one thread (a greenlet each), so whatever a client
+sends must cost the worker time in proportion to the bytes and never hold the thread: reads
+give the event loop a turn every few calls, however fast a client sends (a client sending
+one-byte TLS records would otherwise keep the loop busy and every deadline from firing).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import gevent
+import orjson
+from gevent.event import Event
+from gunicorn import util
+from gunicorn.http.errors import LimitRequestHeaders, NoMoreData
+
+T = TypeVar("T")
+
+# The request line and headers together. The API server sends a few hundred bytes; a bearer
+# token in its kubeconfig for webhooks adds a few kilobytes at most.
+HEAD_BYTES_LIMIT = 16 * 1024
+# Reads between two turns of the event loop. A turn is a short sleep, not sleep(0): gevent
+# runs callbacks before it polls sockets, so sleep(0) alone can leave other connections
+# unpolled for milliseconds.
+READS_PER_TURN = 32
+_TURN_SECONDS = 1e-6
+
+
+class PhaseExpired(Exception):
+    """A connection spent longer in one phase than its deadline allows."""
+
+    def __init__(self, phase: str, seconds: float) -> None:
+        super().__init__(f"no complete {phase} within {seconds:g} s")
+        self.phase = phase
+        self.seconds = seconds
+
+
+@contextmanager
+def deadline(phase: str, seconds: float) -> Iterator[None]:
+    """Raise :class:`PhaseExpired` in the block once ``seconds`` have passed."""
+    with gevent.Timeout(seconds, PhaseExpired(phase, seconds)):
+        yield
+
+
+def give_turn() -> None:
+    """Let the event loop poll and serve the other connections."""
+    gevent.sleep(_TURN_SECONDS)
+
+
+class PacedSocket:
+    """A connection as gunicorn's parser reads it: every ``READS_PER_TURN`` reads the event
+    loop gets a turn, and with it any expired deadline fires."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._reads = 0
+
+    def recv(self, size: int) -> bytes:
+        self._reads += 1
+        if self._reads % READS_PER_TURN == 0:
+            give_turn()
+        return self._sock.recv(size)
+
+    def gettimeout(self) -> float | None:
+        return self._sock.gettimeout()
+
+    def settimeout(self, seconds: float | None) -> None:
+        self._sock.settimeout(seconds)
+
+
+def read_head(unreader: Any, sock: PacedSocket) -> bool:
+    """Read until the end of the request head (the blank line after the headers) and leave
+    everything read in the parser's ``unreader``, so that gunicorn parses the head from one
+    buffer. False when the client closed the connection before a byte of it.
+
+    gunicorn's parser copies and searches its whole buffer after every read, which is
+    quadratic in the number of reads; here each read's bytes are searched once.
+    Raises :class:`LimitRequestHeaders` past ``HEAD_BYTES_LIMIT`` and ``NoMoreData`` when the
+    client closes the connection mid-head.
+    """
+    head = bytearray(unreader.take_buffered())
+    searched = 0
+    while True:
+        # The end of a head; a bare-LF one is handed to the parser too, which refuses it.
+        end = head.find(b"\r\n\r\n", max(searched - 3, 0))
+        if end < 0:
+            end = head.find(b"\n\n", max(searched - 1, 0))
+        if 0 <= end <= HEAD_BYTES_LIMIT:
+            break
+        if len(head) > HEAD_BYTES_LIMIT:
+            raise LimitRequestHeaders(f"request line and headers exceed {HEAD_BYTES_LIMIT} bytes")
+        searched = len(head)
+        chunk = sock.recv(8192)
+        if not chunk:
+            if head:
+                raise NoMoreData(bytes(head))
+            return False
+        head += chunk
+    unreader.unread(bytes(head))
+    return True
+
+
+def body_size(req: Any) -> int | None:
+    """The size a request announces for its body; None for a chunked body, whose size is
+    known only once read. gunicorn's parser has checked the headers already (one length at
+    most, digits only); a request with neither header has no body."""
+    for name, value in req.headers:
+        if name == "CONTENT-LENGTH":
+            return int(value)
+        if name == "TRANSFER-ENCODING":
+            return None
+    return 0
+
+
+class DeadlineBody:
+    """A request body (``wsgi.input``) that must be read before a deadline (``time.monotonic``).
+
+    Past it, reading raises :class:`TimeoutError`, which the app answers with 408, and the
+    request is marked so that the connection closes after that answer.
+    """
+
+    def __init__(self, req: Any, deadline_at: float, seconds: float) -> None:
+        self._req = req
+        self._body = req.body
+        self._seconds = seconds
+        self._deadline = deadline_at
+
+    def _within(self, read: Callable[[], T]) -> T:
+        remaining = self._deadline - time.monotonic()
+        expired = TimeoutError(f"the request body did not arrive within {self._seconds:g} s")
+        try:
+            if remaining <= 0:
+                raise expired
+            with gevent.Timeout(remaining, expired):
+                return read()
+        except TimeoutError:
+            self._req.must_close = True
+            raise
+
+    def read(self, size: int | None = None) -> bytes:
+        return self._within(lambda: self._body.read(size))
+
+    def readline(self, size: int | None = None) -> bytes:
+        return self._within(lambda: self._body.readline(size))
+
+    def readlines(self, size: int | None = None) -> list[bytes]:
+        return self._within(lambda: self._body.readlines(size))
+
+    def __iter__(self) -> Iterator[bytes]:
+        while line := self.readline():
+            yield line
+
+
+class ByteBudget:
+    """Bytes of request bodies a worker holds at once: a body waits for room until its
+    deadline. A body larger than the whole budget waits for all of it."""
+
+    def __init__(self, total: int) -> None:
+        self._total = total
+        self._free = total
+        self._released = Event()
+
+    def acquire(self, size: int, deadline_at: float) -> bool:
+        """Take ``size`` bytes (at most the total), waiting until ``deadline_at`` at most."""
+        size = min(size, self._total)
+        while self._free < size:
+            remaining = deadline_at - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._released.clear()
+            self._released.wait(remaining)
+        self._free -= size
+        return True
+
+    def release(self, size: int) -> None:
+        self._free += min(size, self._total)
+        self._released.set()
+
+
+def write_json_error(sock: Any, status: int, reason: str, message: str) -> None:
+    """gunicorn's ``util.write_error`` with a JSON body: every refusal of this server is
+    ``application/json``, the ones gunicorn's HTTP parser makes too (request-smuggling shapes,
+    oversized headers, bad request lines). gunicorn answers a transfer coding it does not know
+    with 501; that is the client's doing, and a 5xx would count against this server, so it
+    is a 400 here."""
+    if status == 501:
+        status, reason = 400, "Bad Request"
+    body = orjson.dumps({"error": f"{status} {reason}: {message}"})
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    util.write_nonblock(sock, head.encode("latin-1") + body)
