@@ -593,3 +593,25 @@ def test_the_decision_line_is_the_one_the_formatter_writes(
         k: v for k, v in formatted.items() if k != "time"
     }
     assert direct["verdict"] == "denied" and direct["dry_run"] is True
+
+
+def test_a_long_review_whose_decision_was_lost_is_503_and_a_warning(
+    store: PolicyStore, metrics: Metrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    from webhook.server.child import ChildDecisionLost
+
+    def lose(work: Any) -> Any:
+        raise ChildDecisionLost("the process deciding a long review ended without an answer")
+
+    client = create_app(store, metrics=metrics, run_long=lose).test_client()
+    body = json.loads(fixture_bytes(GPU_POD))
+    body["request"]["object"]["metadata"]["annotations"] = {"padding": "x" * 70_000}
+    with caplog.at_level(logging.INFO, logger="webhook.app"):
+        reply = post(client, "/validate", json.dumps(body))
+    assert reply.status_code == 503 and reply.mimetype == JSON
+    assert "ended without an answer" in reply.get_json()["error"]
+    levels = {r.levelname for r in caplog.records if r.name == "webhook.app"}
+    assert levels == {"WARNING"}
+    text = metrics_text(client)
+    assert metric_value(text, "gpu_admission_requests_total", verdict="unavailable") == 1
+    assert metric_value(text, "gpu_admission_requests_total", verdict="error") == 0

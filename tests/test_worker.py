@@ -22,8 +22,8 @@ from tests.serving import (
 )
 from webhook.admission.engine import review
 from webhook.policy.load import parse_policy
-from webhook.server.settings import Deadlines, SettingsError, resolve_settings
 from webhook.server.child import ChildDecisionLost, run_in_child
+from webhook.server.settings import Deadlines, SettingsError, resolve_settings
 
 GPU_POD = fixture_bytes("admission-review-gpu-pod.json")
 
@@ -245,9 +245,7 @@ def test_the_gunicorn_internals_the_worker_builds_on_are_where_it_expects() -> N
         assert callable(getattr(unreader.Unreader, method))
     assert "timeoutable_sock.settimeout(remaining)" in inspect.getsource(Parser.finish_body)
     # A request with no Content-Length and no Transfer-Encoding has an empty body.
-    assert "LengthReader(self.unreader, 0)" in inspect.getsource(
-        message.Request.set_body_reader
-    )
+    assert "LengthReader(self.unreader, 0)" in inspect.getsource(message.Request.set_body_reader)
     assert "util.write_error(client, status_int, reason, mesg)" in inspect.getsource(
         base.Worker.handle_error
     )
@@ -268,6 +266,7 @@ def test_large_bodies_take_turns_and_small_reviews_never_wait(server: Server) ->
     holders = []
     try:
         for announced in sizes:
+            sent_at = time.monotonic()
             conn = server.connection(timeout=10)
             conn.putrequest("POST", "/validate")
             conn.putheader("Content-Type", "application/json")
@@ -281,7 +280,11 @@ def test_large_bodies_take_turns_and_small_reviews_never_wait(server: Server) ->
             assert timed_small_review(small) < 1.0
         finally:
             small.close()
-        statuses = sorted(conn.getresponse().status for conn in holders)
+        # The one waiting for a slot is answered within its own body deadline (1 s + 1/16 s),
+        # counted from its headers: waiting for room is part of it.
+        assert holders[-1].getresponse().status == 503
+        assert time.monotonic() - sent_at < 1 + 1 / 16 + 0.5
+        statuses = sorted([conn.getresponse().status for conn in holders[:-1]] + [503])
     finally:
         for conn in holders:
             conn.close()

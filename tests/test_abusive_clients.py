@@ -1,0 +1,206 @@
+"""Clients that attack the worker's time and memory rather than stall: a head or body in
+one-byte TLS records, an endless head, a client that never reads its answers, a client that
+pipelines hundreds of requests. Each is closed at its limit while reviews on other
+connections go on being answered promptly, and no worker is killed."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.abusive import KINDS
+from tests.serving import (
+    REPO,
+    TEST_POLICY,
+    Server,
+    client_context,
+    fixture_bytes,
+    make_certificates,
+    post_json,
+    wait_until,
+)
+from webhook.server.connection import HEAD_BYTES_LIMIT
+
+GPU_POD = fixture_bytes("admission-review-gpu-pod.json")
+HEADERS_SECONDS = 3.0
+BODY_FLOOR_SECONDS = 2.0
+WRITE_SECONDS = 2.0
+# Far above a normal answer (milliseconds); far below gunicorn's worker timeout (30 s), past
+# which a worker kept busy by one client was killed.
+PROMPT_SECONDS = 1.0
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    directory = tmp_path_factory.mktemp("abusive")
+    pki = make_certificates(directory / "pki")
+    policy = directory / "policy.yaml"
+    policy.write_text(TEST_POLICY)
+    env = {
+        "GPU_ADMISSION_HEADERS_TIMEOUT": str(HEADERS_SECONDS),
+        "GPU_ADMISSION_BODY_TIMEOUT": str(BODY_FLOOR_SECONDS),
+        "GPU_ADMISSION_WRITE_TIMEOUT": str(WRITE_SECONDS),
+    }
+    with Server(
+        policy=policy,
+        cert=pki.tls_cert,
+        key=pki.tls_key,
+        ca=pki.ca_cert,
+        log_path=directory / "server.log",
+        workers=1,  # every attack and every probe on the same event loop
+        env=env,
+    ) as running:
+        yield running
+
+
+def timed_review(server: Server) -> float:
+    conn = server.connection(timeout=30)
+    try:
+        started = time.monotonic()
+        reply = post_json(conn, "/validate", GPU_POD)
+        assert reply.status == 200 and reply.json()["response"]["allowed"] is True
+        return time.monotonic() - started
+    finally:
+        conn.close()
+
+
+def no_worker_lost(server: Server, pids_before: set[str]) -> None:
+    assert server.worker_pids() == pids_before
+    text = server.log()
+    assert "WORKER TIMEOUT" not in text and "was sent SIGKILL" not in text
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_byte_tls_records_cannot_keep_the_worker_to_themselves(
+    server: Server, kind: str
+) -> None:
+    pids = server.worker_pids()
+    assert server.ca is not None
+    seconds = 12.0
+    attackers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.abusive", kind, "--port", str(server.port)]
+            + ["--ca", str(server.ca), "--seconds", str(seconds)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        time.sleep(0.5)  # both are sending
+        probes = []
+        while any(a.poll() is None for a in attackers) and len(probes) < 2000:
+            probes.append(timed_review(server))
+        results = [json.loads(a.communicate(timeout=seconds + 30)[0]) for a in attackers]
+    finally:
+        for attacker in attackers:
+            if attacker.poll() is None:
+                attacker.kill()
+                attacker.wait(timeout=10)
+    assert probes and max(probes) < PROMPT_SECONDS, probes
+    # Every connection but each attacker's last (cut short by the end of the attack) was
+    # closed by the server.
+    finished = [result for connections in results for result in connections[:-1]]
+    assert finished, results
+    for result in finished:
+        assert result["closed_after"] is not None, result
+        if kind == "tiny-records-head":
+            # Refused at the head limit (431) or, for a slower sender, at its deadline (408).
+            assert result["status"] in (431, 408), result
+            assert result["closed_after"] < HEADERS_SECONDS + 1.0, result
+        else:
+            # 1 MiB at 1 MiB/s past the floor; one byte per record never gets there.
+            assert result["status"] == 408, result
+            assert result["closed_after"] < BODY_FLOOR_SECONDS + 1.0 + 1.0, result
+    no_worker_lost(server, pids)
+
+
+def test_an_endless_head_is_refused_with_431_at_its_limit(server: Server) -> None:
+    assert server.ca is not None
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with client_context(server.ca).wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            try:
+                for _ in range(100):  # far past the limit, in header lines of 1 KiB
+                    tls.sendall(b"X-Filler: " + b"a" * 1000 + b"\r\n")
+            except OSError:
+                pass  # the server answered and closed the connection
+            answer = b""
+            try:
+                while chunk := tls.recv(65536):
+                    answer += chunk
+            except OSError:
+                pass
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431"), answer[:300]
+    assert b"application/json" in head
+    assert str(HEAD_BYTES_LIMIT) in json.loads(body)["error"]
+
+
+def test_a_client_that_never_reads_is_closed_at_the_write_deadline(server: Server) -> None:
+    pids = server.worker_pids()
+    assert server.ca is not None
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # A receive window of a few kilobytes: the answers pile up on the server's side.
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.connect(("127.0.0.1", server.port))
+    tls = client_context(server.ca).wrap_socket(raw, server_hostname="127.0.0.1")
+    try:
+        # 2,000 pipelined requests for the metrics page (kilobytes each), never read.
+        requests = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 2000
+        tls.settimeout(1.0)
+        try:
+            tls.sendall(requests)
+        except (TimeoutError, OSError):
+            pass  # the server stopped reading: it is blocked writing to us
+        sent_at = time.monotonic()
+
+        def closed_for_not_reading() -> bool:
+            return any(
+                r.get("message") == "closed a connection that stalled"
+                and r.get("phase") == "response"
+                for r in server.log_records()
+            )
+
+        wait_until(closed_for_not_reading, timeout=WRITE_SECONDS + 5, what="write deadline")
+        # Measured from the end of our sending, an upper bound of the write's start.
+        assert time.monotonic() - sent_at < WRITE_SECONDS + 3.0
+        # Meanwhile, and after, others are answered.
+        assert timed_review(server) < PROMPT_SECONDS
+    finally:
+        tls.close()
+    no_worker_lost(server, pids)
+
+
+def test_a_client_pipelining_hundreds_of_requests_does_not_hold_the_others(
+    server: Server,
+) -> None:
+    assert server.ca is not None
+    pipelined = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 3000
+    answers: list[bytes] = []
+
+    def pipeline() -> None:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as raw:
+            with client_context(server.ca).wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                tls.sendall(pipelined + b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")
+                received = b""
+                while chunk := tls.recv(1 << 20):
+                    received += chunk
+                answers.append(received)
+
+    runner = threading.Thread(target=pipeline)
+    runner.start()
+    probes = []
+    while runner.is_alive() and len(probes) < 100:
+        probes.append(timed_review(server))
+    runner.join(timeout=60)
+    assert answers and answers[0].count(b"HTTP/1.1 200") == 3001
+    assert max(probes) < PROMPT_SECONDS, probes
