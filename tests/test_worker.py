@@ -86,8 +86,8 @@ def test_the_body_deadline_grows_with_the_body_and_is_bounded() -> None:
     deadlines = Deadlines(body_floor=5, body_bytes_per_second=1024 * 1024)
     assert deadlines.body(0) == 5
     assert deadlines.body(2 * 1024 * 1024) == 7
-    # Unknown (chunked) or beyond the limit: the limit's deadline.
-    assert deadlines.body(None) == deadlines.body(10**12) == 12
+    # Beyond the limit (refused unread): the limit's deadline.
+    assert deadlines.body(10**12) == 12
 
 
 # --------------------------------------------------------------------------- real server

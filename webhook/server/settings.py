@@ -45,10 +45,9 @@ class Deadlines:
     # Open connections per worker; far above the API server's pool (100 per host by default).
     max_connections: int = 4096
 
-    def body(self, length: int | None) -> float:
-        """The deadline of a body of ``length`` bytes (unknown when chunked: the limit's)."""
-        size = MAX_BODY_BYTES if length is None else min(length, MAX_BODY_BYTES)
-        return self.body_floor + size / self.body_bytes_per_second
+    def body(self, length: int) -> float:
+        """The deadline of a body of ``length`` bytes (beyond the limit: the limit's)."""
+        return self.body_floor + min(length, MAX_BODY_BYTES) / self.body_bytes_per_second
 
 
 # Deadlines field -> the environment variable that sets it.
