@@ -2,29 +2,42 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Two installs: the runtime alone for `make run`, the test tooling on top for the rest.
+RUNTIME := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 PORT ?= 8443
+CURL := curl -s --cacert certs/ca.crt -H 'Content-Type: application/json'
+FIXTURES := tests/fixtures
 
 .PHONY: run test lint bench install certs clean sync-data
 
-$(STAMP): pyproject.toml
+$(RUNTIME): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
-certs/tls.crt: | $(STAMP)
+# The caBundle it prints is for manifests; here the CA file is what curl needs.
+certs/tls.crt: | $(RUNTIME)
 	$(BIN)/gpu-admission certs generate --service gpu-admission --namespace gpu-admission \
-		--host 127.0.0.1 --host localhost --out certs
+		--host 127.0.0.1 --host localhost --out certs >/dev/null
 
 certs: certs/tls.crt
 
-run: $(STAMP) certs/tls.crt
-	@echo "Try it from another shell:"
-	@echo "  curl --cacert certs/ca.crt -H 'Content-Type: application/json' \\"
-	@echo "       --data @tests/fixtures/admission-review-gpu-pod.json https://127.0.0.1:$(PORT)/validate"
+run: $(RUNTIME) certs/tls.crt
+	@echo "Serving policies/default.yaml on https://127.0.0.1:$(PORT). From another shell:"
+	@echo "  # allowed: a Pod asking for one whole GPU"
+	@echo "  $(CURL) --data @$(FIXTURES)/admission-review-gpu-pod.json https://127.0.0.1:$(PORT)/validate"
+	@echo "  # denied: a privileged GPU container, with the reason and the fix"
+	@echo "  $(CURL) --data @$(FIXTURES)/admission-review-privileged-gpu-pod.json https://127.0.0.1:$(PORT)/validate"
+	@echo "  # mutated: the tolerations and node affinity the policy adds, as a JSON Patch"
+	@echo "  $(CURL) --data @$(FIXTURES)/admission-review-gpu-pod.json https://127.0.0.1:$(PORT)/mutate"
 	$(BIN)/gpu-admission serve --policy policies/default.yaml --cert certs/tls.crt --key certs/tls.key \
 		--bind 127.0.0.1:$(PORT)
 

@@ -309,7 +309,7 @@ def test_write_ca_bundle_deduplicates_and_validates(tmp_path: Path) -> None:
     (tmp_path / "junk.crt").write_text("not a certificate\n")
     with pytest.raises(pki.CertsError, match="not a PEM certificate"):
         pki.write_ca_bundle(tmp_path / "x.crt", [tmp_path / "junk.crt"])
-    with pytest.raises(pki.CertsError, match="cannot read"):
+    with pytest.raises(pki.CertsError, match="missing.crt: no such file or directory"):
         pki.write_ca_bundle(tmp_path / "x.crt", [tmp_path / "missing.crt"])
     assert not (tmp_path / "x.crt").exists()
 
@@ -698,7 +698,7 @@ def _snapshot(directory: Path) -> dict[str, bytes]:
     [
         (b"not a certificate\n", "not a PEM certificate"),
         (b"\x7fELF\x02\x01\x01\x00\xff\xfe", "not a PEM certificate"),
-        (None, "cannot read"),
+        (None, "no such file or directory"),
     ],
     ids=["text", "binary", "missing"],
 )

@@ -249,7 +249,7 @@ def test_sarif_levels_follow_the_modes_and_a_skipped_file_is_a_notification(
     assert invocation["executionSuccessful"] is False
     (notification,) = invocation["toolExecutionNotifications"]
     assert notification["level"] == "error"
-    assert "missing.yaml: cannot read" in notification["message"]["text"]
+    assert "missing.yaml: no such file or directory" in notification["message"]["text"]
 
 
 def test_sarif_uri_is_relative_with_forward_slashes_and_escaped(tmp_path: Path) -> None:
@@ -323,7 +323,7 @@ def test_exit_2_on_a_missing_file_and_the_rest_is_still_reported(tmp_path: Path,
     bad = write(tmp_path, "bad.yaml", PRIVILEGED_GPU_POD)
     code, records, err = audit_json(capsys, "-f", str(tmp_path / "nope.yaml"), "-f", str(bad))
     assert code == 2
-    missing = f"{tmp_path / 'nope.yaml'}: cannot read: No such file or directory"
+    missing = f"{tmp_path / 'nope.yaml'}: no such file or directory"
     assert err == f"gpu-admission: error: {missing}\n"
     assert [r.get("verdict") for r in records] == ["denied", None]
     assert records[1] == {"source": str(tmp_path / "nope.yaml"), "error": missing}

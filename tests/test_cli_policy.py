@@ -96,7 +96,7 @@ def test_not_yaml_is_invalid_with_its_line(tmp_path: Path, capsys) -> None:
 def test_missing_policy_file_exits_2_with_one_line(tmp_path: Path, capsys) -> None:
     code, out, err = run(capsys, "policy", "validate", str(tmp_path / "nope.yaml"))
     assert (code, out) == (2, "")
-    assert err == f"gpu-admission: error: {tmp_path / 'nope.yaml'}: no such file\n"
+    assert err == f"gpu-admission: error: {tmp_path / 'nope.yaml'}: no such file or directory\n"
 
 
 # The lint of policies that declare no GPU node taint, which most policies here do not: the

@@ -106,7 +106,7 @@ def test_exit_2_on_a_missing_file(tmp_path: Path, capsys) -> None:
     assert code == 2
     assert out == ""
     assert err.count("\n") == 1
-    assert "nope.yaml: cannot read" in err
+    assert "nope.yaml: no such file or directory" in err
 
 
 def test_exit_2_on_a_bad_policy(tmp_path: Path, capsys) -> None:
@@ -124,8 +124,9 @@ def test_exit_2_on_a_bad_policy(tmp_path: Path, capsys) -> None:
     ("data", "message"),
     [
         (
-            (GPU_POD + "---\nkind: Pod\n  bad: indentation\n").encode(),
-            "document 2 line 14: not valid YAML: mapping values are not allowed here",
+            # (documents before a broken one are judged: see the unreadable-files test)
+            b"kind: Pod\n  bad: indentation\n",
+            "document 1 line 2: not valid YAML: mapping values are not allowed here",
         ),
         (b'{"apiVersion": "v1", "kind": ', "line 1: not valid JSON: Expecting value"),
         (b"\xff\xfe\x00", "not UTF-8 text"),
@@ -390,3 +391,38 @@ def test_help_of_the_command_and_of_serve_has_examples(
     text = capsys.readouterr().out
     assert "\nexamples:\n" in text
     assert f"\n  {example}" in text  # as written: the epilog is not re-wrapped
+
+
+def test_every_readable_file_is_judged_and_each_unreadable_one_reported(
+    tmp_path: Path, capsys
+) -> None:
+    good = write(tmp_path, "good.yaml", PRIVILEGED_GPU_POD)
+    broken = write(tmp_path, "broken.yaml", "kind: [\n")
+    missing = str(tmp_path / "missing.yaml")
+    # A stream broken half-way: the documents before the break are still judged.
+    partial = write(tmp_path, "partial.yaml", PRIVILEGED_GPU_POD + "---\nkind: [\n")
+    code, out, err = review(capsys, "-f", good, "-f", broken, "-f", missing, "-f", partial)
+    assert code == 2  # only after judging the rest
+    assert out.count("DENIED  Pod/debug") == 2, out
+    assert "2 object(s) judged: 2 denied, 0 allowed; 3 file(s) could not be read" in out
+    lines = err.splitlines()
+    assert len(lines) == 3, err
+    assert lines[0].startswith(f"gpu-admission: error: {broken}: document 1 line 2: not valid YAML")
+    assert lines[1] == f"gpu-admission: error: {missing}: no such file or directory"
+    assert lines[2].startswith(f"gpu-admission: error: {partial}: document 2")
+
+
+def test_a_missing_file_is_worded_the_same_by_every_command(tmp_path: Path, capsys) -> None:
+    missing = str(tmp_path / "missing.yaml")
+    expected = f"{missing}: no such file or directory"
+    for argv in (
+        ["review", "-f", missing],
+        ["review", "-f", write(tmp_path, "pod.yaml", GPU_POD), "--policy", missing],
+        ["audit", "-f", missing],
+        ["policy", "validate", missing],
+        ["policy", "test", missing],
+        ["certs", "generate", "--out", str(tmp_path / "c"), "--bundle-old-ca", missing],
+    ):
+        main(argv)
+        err = capsys.readouterr().err
+        assert expected in err, (argv, err)

@@ -293,3 +293,33 @@ def test_wheel_declares_the_entrypoint_script(wheel, final):
         ]
         text = archive.read(entry_points).decode()
     assert re.search(rf"^{re.escape(command)}\s*=\s*webhook\.cli\.main:main$", text, re.M), text
+
+
+def test_the_wheel_runs_with_its_runtime_dependencies_alone(wheel, tmp_path):
+    """What the image holds: the wheel and what it declares, nothing of the test tooling (which
+    once hid an undeclared dependency of gunicorn's gevent worker). The server's modules
+    import, the command runs, and a policy check works."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert install.returncode == 0, install.stderr[-2000:]
+    modules = "webhook.cli.main, webhook.server.gunicorn, webhook.server.worker"
+    imported = subprocess.run(
+        [str(python), "-c", f"import {modules}"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert imported.returncode == 0, imported.stderr
+    command = venv / "bin" / "gpu-admission"
+    version = subprocess.run([str(command), "version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith("gpu-admission "), version
+    validated = subprocess.run(
+        [str(command), "policy", "validate", str(REPO / "policies" / "default.yaml")],
+        capture_output=True,
+        text=True,
+    )
+    assert validated.returncode == 0, validated.stderr

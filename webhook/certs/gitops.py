@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from webhook.certs.pki import CertsError, ca_bundle_pem, write_atomic
+from webhook.policy.files import unreadable_file
 
 WEBHOOK_CONFIGURATION_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 # Manifests that cert-manager's CA injector fills in must not get a hand-made caBundle.
@@ -55,7 +56,7 @@ def install_into_manifests(
         except UnicodeDecodeError:
             raise CertsError(f"{path}: not UTF-8 text, not a YAML manifest") from None
         except OSError as exc:
-            raise CertsError(f"cannot read {path}: {exc.strerror}") from None
+            raise CertsError(unreadable_file(path, exc)) from None
         if "WebhookConfiguration" not in text:
             continue
         try:

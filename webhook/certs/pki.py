@@ -30,6 +30,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from webhook.policy.files import unreadable_file
+
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
 TLS_CERT = "tls.crt"
@@ -343,7 +345,7 @@ def _load_ca(cert_path: Path, key_path: Path, now: datetime) -> tuple[bytes, x50
     try:
         key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
     except OSError as exc:
-        raise CertsError(f"cannot read CA key {key_path}: {exc.strerror}") from None
+        raise CertsError(unreadable_file(key_path, exc)) from None
     except (ValueError, TypeError) as exc:
         raise CertsError(f"{key_path}: not an unencrypted PEM private key ({exc})") from None
     if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
@@ -366,7 +368,7 @@ def read_certificates(path: Path) -> list[x509.Certificate]:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise CertsError(f"cannot read {path}: {exc.strerror}") from None
+        raise CertsError(unreadable_file(path, exc)) from None
     if b"PRIVATE KEY" in data:
         raise CertsError(f"{path} contains a private key; refusing to use it as a certificate")
     try:
@@ -412,7 +414,7 @@ def read_file(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise CertsError(f"cannot read {path}: {exc.strerror}") from None
+        raise CertsError(unreadable_file(path, exc)) from None
 
 
 def check_pair(cert_path: Path, cert_pem: bytes, key_path: Path, key_pem: bytes) -> None:

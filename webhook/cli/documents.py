@@ -15,12 +15,20 @@ from typing import Any
 
 import yaml
 
+from webhook.policy.files import unreadable_file
+
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 _PATH_TOKEN = re.compile(r"([^.\[\]]+)|\[([^\]]*)\]")
 
 
 class DocumentError(ValueError):
-    """An input that is not readable as manifests; the message names the file and document."""
+    """An input that is not readable as manifests; the message names the file and document.
+    ``readable`` are the documents before the one that is not (a YAML stream cannot be read
+    past a broken document)."""
+
+    def __init__(self, message: str, readable: list[Document] | None = None) -> None:
+        super().__init__(message)
+        self.readable = readable or []
 
 
 @dataclass(slots=True)
@@ -87,7 +95,7 @@ def read_text(source: str) -> str:
     except UnicodeDecodeError:
         raise DocumentError(f"{source}: not UTF-8 text") from None
     except OSError as exc:
-        raise DocumentError(f"{source}: cannot read: {exc.strerror or exc}") from None
+        raise DocumentError(unreadable_file(source, exc)) from None
 
 
 def parse(text: str, source: str) -> list[Document]:
@@ -102,7 +110,11 @@ def parse(text: str, source: str) -> list[Document]:
             except DocumentError:
                 raise json_error from None
     else:
-        documents = _parse_yaml(text, source)
+        try:
+            documents = _parse_yaml(text, source)
+        except DocumentError as exc:
+            exc.readable = list(_expand_lists(exc.readable))
+            raise
     return list(_expand_lists(documents))
 
 
@@ -124,7 +136,7 @@ def _parse_yaml(text: str, source: str) -> list[Document]:
         where = f" line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise DocumentError(
-            f"{source}: document {max(number, 1)}{where}: not valid YAML: {problem}"
+            f"{source}: document {max(number, 1)}{where}: not valid YAML: {problem}", documents
         ) from None
     finally:
         loader.dispose()

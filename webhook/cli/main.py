@@ -8,13 +8,14 @@ Usage errors are argparse's own, ``gpu-admission COMMAND: error: MESSAGE``, exit
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from webhook.cli import audit, certs, policy, review, serve
-from webhook.cli.common import error
+from webhook.cli.common import add_command, error
 from webhook.policy.load import PolicyError
 
 EXAMPLES = """\
@@ -26,6 +27,7 @@ examples:
   gpu-admission policy test policies/tests
   gpu-admission certs generate --out certs --host 127.0.0.1
   gpu-admission serve --policy policies/default.yaml --cert certs/tls.crt --key certs/tls.key
+  gpu-admission version
 
 `gpu-admission COMMAND --help` describes each command, with examples.
 --debug (before or after COMMAND) shows the traceback of an error.
@@ -58,13 +60,34 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         debug_default=False,
     )
+    parser.add_argument("--version", action="version", version=f"gpu-admission {version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     serve.add_subcommands(commands)
     certs.add_subcommands(commands)
     review.add_subcommands(commands)
     audit.add_subcommands(commands)
     policy.add_subcommands(commands)
+    version_command = add_command(
+        commands,
+        "version",
+        summary="print the version",
+        description="Print the version of gpu-admission: the one its wheel, image and chart "
+        "carry (pyproject.toml's project.version).",
+        epilog="examples:\n  gpu-admission version\n  gpu-admission --version\n",
+    )
+    version_command.set_defaults(func=_print_version)
     return parser
+
+
+def version() -> str:
+    """The installed distribution's version: pyproject.toml's, the one source the image (built
+    from the wheel) and the chart (packaged with it by the release workflow) take it from."""
+    return importlib.metadata.version("gpu-admission")
+
+
+def _print_version(args: argparse.Namespace) -> int:
+    print(f"gpu-admission {version()}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

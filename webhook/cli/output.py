@@ -96,8 +96,10 @@ def table(
     *,
     show_mutation: bool,
     failed: int = 0,
+    unreadable: int = 0,
 ) -> None:
-    """The verdicts; ``failed`` objects could not be judged (their errors went to stderr)."""
+    """The verdicts; ``failed`` objects could not be judged and ``unreadable`` files (or
+    their rest) could not be read (their errors went to stderr)."""
     colour = use_colour(stream)
     for document, outcome in rows:
         if not outcome.judged:
@@ -132,6 +134,7 @@ def table(
         f"{len(judged)} object(s) judged: {denied} denied, {len(judged) - denied} allowed"
         + (f"; {skipped} not a Pod or workload, skipped" if skipped else "")
         + (f"; {failed} could not be judged (see the errors above)" if failed else "")
+        + (f"; {unreadable} file(s) could not be read (see the errors above)" if unreadable else "")
         + "\n"
     )
 

@@ -23,6 +23,7 @@ from webhook.cli import output, suites
 from webhook.cli.common import add_command, add_command_group, error
 from webhook.cli.documents import Document, DocumentError, discover, parse, read_text
 from webhook.policy.compile import LEGACY_GROUPS
+from webhook.policy.files import missing_file
 from webhook.policy.load import PolicyError, load_policy, schema
 from webhook.policy.model import Policy
 
@@ -203,7 +204,7 @@ def run_validate(args: argparse.Namespace) -> int:
             status = 2
             continue
         if not path.is_file():
-            error(f"{source}: no such file")
+            error(missing_file(source))
             status = 2
             continue
         try:
@@ -419,7 +420,7 @@ def run_test(args: argparse.Namespace) -> int:
     paths = args.paths or [DEFAULT_TESTS]
     for path in paths:
         if not Path(path).exists():
-            error(f"{path}: no such file or directory")
+            error(missing_file(path))
             return 2
     colour = output.use_colour(sys.stdout)
     outcome = {

@@ -19,13 +19,13 @@ examples:
   gpu-admission review -f pod.yaml
   gpu-admission review -f deploy.yaml -n ml --mutate
   kubectl get pods -A -o yaml | gpu-admission review -f - -o json
-  helm template ./chart | gpu-admission review -f - --policy policies/strict.yaml
+  helm template ./chart | gpu-admission review -f - --policy policies/examples/strict.yaml
   gpu-admission review -f admission-review.json      # answered with the AdmissionReview response
 
 Give either AdmissionReviews or plain manifests: a run that mixes them is refused.
 
-exit status: 0 when every object is allowed, 1 when one is denied, 2 on errors (an object that
-cannot be judged is reported and the others still are).
+exit status: 0 when every object is allowed, 1 when one is denied, 2 on errors (a file or an
+object that cannot be read or judged is reported, and the others still are).
 """
 
 
@@ -76,12 +76,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     policy = policy_from(args)
     documents: list[Document] = []
+    unreadable = 0  # reported now, and the exit status is 2 once the rest is judged
     for source in args.files:
         try:
             documents.extend(parse(read_text(source), source))
         except DocumentError as exc:
             error(str(exc))
-            return 2
+            unreadable += 1
+            documents.extend(exc.readable)
+    if unreadable and not documents:
+        return 2  # nothing to judge: the errors said it all
     reviews = [d for d in documents if _is_admission_review(d)]
     if reviews:
         plain = next((d for d in documents if not _is_admission_review(d)), None)
@@ -93,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
                 "AdmissionReviews and plain manifests in separate runs"
             )
             return 2
-        return _answer_reviews(reviews, policy, args)
+        status = _answer_reviews(reviews, policy, args)
+        return 2 if unreadable else status
 
     namespace, override = args.namespace or "default", args.namespace is not None
     rows: list[tuple[Document, Outcome]] = []
@@ -113,7 +118,11 @@ def run(args: argparse.Namespace) -> int:
         error(message)
     if args.output == "table":
         output.table(
-            rows, sys.stdout, show_mutation=args.mutate and not args.diff, failed=len(failures)
+            rows,
+            sys.stdout,
+            show_mutation=args.mutate and not args.diff,
+            failed=len(failures),
+            unreadable=unreadable,
         )
         if args.mutate and args.diff:
             for document, outcome in rows:
@@ -132,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
             for d, message in failures
         ]
         output.dump(records, args.output)
-    if failures:
+    if failures or unreadable:
         return 2
     return 0 if all(o.allowed for _, o in rows) else 1
 

@@ -25,6 +25,7 @@ import jsonschema
 from webhook.admission.objects import Outcome, decide_object
 from webhook.cli.documents import Document, DocumentError, discover, parse, read_text
 from webhook.policy import schemas
+from webhook.policy.files import missing_file
 from webhook.policy.lines import duplicate_keys
 from webhook.policy.load import PolicyError, load_policy
 from webhook.policy.model import RULE_IDS, Policy
@@ -155,7 +156,7 @@ def load_suite(path: str | Path) -> Suite:
 
 def _read_manifests(path: Path) -> tuple[Any, ...]:
     if not path.exists():
-        raise DocumentError(f"{path}: no such file or directory")
+        raise DocumentError(missing_file(path))
     files = discover([str(path)])
     objects = tuple(d.obj for f in files for d in parse(read_text(f), f))
     if not objects:

@@ -20,6 +20,7 @@ import yaml
 
 from webhook.policy import lint, schemas
 from webhook.policy.compile import compile_policy
+from webhook.policy.files import unreadable_file
 from webhook.policy.lines import LineFinder, duplicate_keys, render_path
 from webhook.policy.model import Policy
 
@@ -49,8 +50,10 @@ def load_policy(path: str | Path) -> Policy:
     path = Path(path)
     try:
         text = path.read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError(str(path), [f"{path}: cannot read: {exc}"]) from None
+    except OSError as exc:
+        raise PolicyError(str(path), [unreadable_file(path, exc)]) from None
+    except UnicodeDecodeError:
+        raise PolicyError(str(path), [f"{path}: not UTF-8 text"]) from None
     return parse_policy(text, source=str(path))
 
 

@@ -1,0 +1,71 @@
+"""The command line as a whole: the version, the help texts' paths, what a clone ignores."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from webhook.cli.main import build_parser, main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def project_version() -> str:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+
+
+def test_version_and_dash_dash_version_print_the_one_version(capsys) -> None:
+    assert main(["version"]) == 0
+    assert capsys.readouterr().out == f"gpu-admission {project_version()}\n"
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"gpu-admission {project_version()}\n"
+
+
+def test_the_installed_command_prints_it_too() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "version"], capture_output=True, text=True, cwd=REPO
+    )
+    assert done.returncode == 0 and done.stdout.strip() == f"gpu-admission {project_version()}"
+
+
+def _help_texts() -> dict[str, str]:
+    """Every command's and sub-command's help, as printed."""
+    texts = {}
+    pending = [("gpu-admission", build_parser())]
+    while pending:
+        name, parser = pending.pop()
+        texts[name] = parser.format_help()
+        for action in parser._actions:
+            choices = getattr(action, "choices", None)
+            if isinstance(choices, dict):
+                pending += [(f"{name} {sub}", p) for sub, p in choices.items()]
+    return texts
+
+
+def test_every_path_in_a_help_text_exists_in_the_repository() -> None:
+    texts = _help_texts()
+    assert len(texts) > 10
+    paths = {
+        (command, found)
+        for command, text in texts.items()
+        for found in re.findall(r"\b((?:policies|manifests|tests)/[\w./-]*\w)", text)
+    }
+    assert paths, "the help texts name no repository path: the test would check nothing"
+    missing = sorted((c, p) for c, p in paths if not (REPO / p).exists())
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    "generated",
+    ["certs/ca.key", "certs/tls.crt", "certs/prod/ca.key", "certs/prod/tls.key", "certs/x/y.pem"],
+)
+def test_every_generated_certificate_and_key_is_ignored_by_git(generated: str) -> None:
+    done = subprocess.run(["git", "check-ignore", "-q", generated], cwd=REPO)
+    assert done.returncode == 0, f"{generated} would show up as untracked"
