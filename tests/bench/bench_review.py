@@ -2,12 +2,12 @@
 
 (a) ``webhook.review()`` under the packaged default policy, in microseconds per call (best
     of several timeit repeats), for /validate and /mutate: the typical GPU Pod of the test
-    fixtures, and the same Pod with 1,000 containers.
+    fixtures, a 13 KB Pod as a Job controller makes it, and the fixture with 1,000 containers.
 (b) The served webhook (``gpu-admission serve``) against the bare stack (``bare_app``: a
     Flask route that reads the body, decodes it with orjson and answers "allowed" with its
     uid) under the same gunicorn worker and TLS. Client processes on 127.0.0.1 each keep one
-    connection alive and post the fixture review in a loop for a bounded time; the three
-    servers take turns, five rounds. Reported: the median round's requests per second, p50
+    connection alive and post a review in a loop for a bounded time; the three servers take
+    turns, five rounds; once with the typical fixture, once with the 13 KB Pod. Reported: the median round's requests per second, p50
     and p99 over all rounds, and the webhook's ratios to the bare stack.
 (c) The largest review the API server sends: an UPDATE of a 3 MiB Pod (two 3 MiB objects),
     over the wire.
@@ -49,6 +49,138 @@ def with_containers(review: dict, containers: int) -> dict:
     return review
 
 
+def realistic_review(review: dict) -> dict:
+    """The review as the API server sends it for a Pod a Job controller made, about 14 KB:
+    the fixture's Pod with the generated name, owner, labels, managed fields, environment,
+    mounts, projected token volume and default tolerations such a Pod carries."""
+    review = json.loads(json.dumps(review))
+    request = review["request"]
+    request["options"] = {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
+    pod = request["object"]
+    uid = "0c7a4d3e-58f2-4b8e-9a61-2f3b9c7d1e55"
+    pod["metadata"].update(
+        generateName="train-resnet-",
+        labels={
+            "app": "trainer",
+            "batch.kubernetes.io/controller-uid": uid,
+            "batch.kubernetes.io/job-name": "train-resnet",
+            "controller-uid": uid,
+            "job-name": "train-resnet",
+            "team": "vision",
+        },
+        annotations={"kubectl.kubernetes.io/default-container": "train"},
+        ownerReferences=[
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": "train-resnet",
+                "uid": uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+        managedFields=[
+            {
+                "manager": "kube-controller-manager",
+                "operation": "Update",
+                "apiVersion": "v1",
+                "time": "2026-12-01T10:00:00Z",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {
+                    "f:metadata": {
+                        f"f:{k}": {} for k in ("generateName", "labels", "ownerReferences")
+                    },
+                    "f:spec": {
+                        f'k:{{"name":"c{i}"}}': {"f:env": {}, "f:image": {}, "f:resources": {}}
+                        for i in range(70)
+                    },
+                },
+            }
+        ],
+    )
+    spec = pod["spec"]
+    main = spec["containers"][0]
+    main["env"] = [{"name": f"TRAINING_SETTING_{i}", "value": f"value-{i:04d}"} for i in range(80)]
+    main["env"] += [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
+    main["volumeMounts"] = [
+        {"name": "data", "mountPath": "/data", "readOnly": True},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {
+            "name": "kube-api-access-x7k2p",
+            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+            "readOnly": True,
+        },
+    ]
+    main.update(
+        terminationMessagePath="/dev/termination-log",
+        terminationMessagePolicy="File",
+        imagePullPolicy="IfNotPresent",
+    )
+    spec["initContainers"] = [
+        {
+            "name": "fetch-data",
+            "image": "busybox:1.36",
+            "command": ["sh", "-c", "cp -r /src/. /data/"],
+            "volumeMounts": main["volumeMounts"][:1],
+            "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}},
+        }
+    ]
+    spec["volumes"] = [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "imagenet"}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+        {
+            "name": "kube-api-access-x7k2p",
+            "projected": {
+                "defaultMode": 420,
+                "sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {
+                        "configMap": {
+                            "name": "kube-root-ca.crt",
+                            "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                        }
+                    },
+                    {
+                        "downwardAPI": {
+                            "items": [
+                                {
+                                    "path": "namespace",
+                                    "fieldRef": {
+                                        "apiVersion": "v1",
+                                        "fieldPath": "metadata.namespace",
+                                    },
+                                }
+                            ]
+                        }
+                    },
+                ],
+            },
+        },
+    ]
+    spec.update(
+        dnsPolicy="ClusterFirst",
+        enableServiceLinks=True,
+        preemptionPolicy="PreemptLowerPriority",
+        priority=0,
+        schedulerName="default-scheduler",
+        securityContext={},
+        terminationGracePeriodSeconds=30,
+        tolerations=[
+            {
+                "key": f"node.kubernetes.io/{taint}",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            }
+            for taint in ("not-ready", "unreachable")
+        ],
+    )
+    return review
+
+
 def bench_review(number: int, repeat: int) -> dict[str, float]:
     """Microseconds per call, best of ``repeat`` runs of ``number`` calls (fewer for the big
     Pod). Each call decides a freshly parsed review, as a request does; the parse is timed
@@ -56,8 +188,13 @@ def bench_review(number: int, repeat: int) -> dict[str, float]:
     policy = webhook.load_policy(webhook.default_policy_path())
     typical = fixture_bytes(FIXTURE)
     big = json.dumps(with_containers(json.loads(typical), 999)).encode()
+    realistic = json.dumps(realistic_review(json.loads(typical))).encode()
     results = {}
-    for label, body, calls in (("typical", typical, number), ("1,000 containers", big, 5)):
+    for label, body, calls in (
+        ("typical", typical, number),
+        (f"{len(realistic) // 1000} KB controller Pod", realistic, number // 2),
+        ("1,000 containers", big, 5),
+    ):
 
         def best(statement: Callable[[], object], calls: int = calls) -> float:
             return min(timeit.repeat(statement, number=calls, repeat=repeat)) / calls * 1e6
@@ -157,7 +294,11 @@ def largest_review(server: Server) -> tuple[int, float, int]:
 
 
 def bench_served(args: argparse.Namespace) -> None:
-    body = fixture_bytes(FIXTURE)
+    typical = fixture_bytes(FIXTURE)
+    bodies = {
+        "the typical fixture": typical,
+        "a controller-made Pod": json.dumps(realistic_review(json.loads(typical))).encode(),
+    }
     with tempfile.TemporaryDirectory(prefix="gpu-admission-bench-") as tmp:
         directory = Path(tmp)
         pki = make_certificates(directory / "pki")
@@ -176,24 +317,27 @@ def bench_served(args: argparse.Namespace) -> None:
             "validate": (served, "/validate"),
             "mutate": (served, "/mutate"),
         }
-        rounds: dict[str, list[dict]] = {name: [] for name in targets}
+        rounds: dict[str, dict[str, list[dict]]] = {
+            label: {name: [] for name in targets} for label in bodies
+        }
         bare.start(all_workers=False)
         served.start()
         try:
             with ProcessPoolExecutor(max_workers=args.clients) as pool:
-                for _ in range(ROUNDS):
-                    for name, (server, path) in targets.items():
-                        rounds[name].append(
-                            load(
-                                pool,
-                                server.port,
-                                pki.ca_cert,
-                                path,
-                                body,
-                                args.clients,
-                                args.seconds,
+                for label, body in bodies.items():
+                    for _ in range(ROUNDS):
+                        for name, (server, path) in targets.items():
+                            rounds[label][name].append(
+                                load(
+                                    pool,
+                                    server.port,
+                                    pki.ca_cert,
+                                    path,
+                                    body,
+                                    args.clients,
+                                    args.seconds,
+                                )
                             )
-                        )
             size, seconds, status = largest_review(served)
             rss = worker_rss_mib(served)
             stalled = None
@@ -203,10 +347,22 @@ def bench_served(args: argparse.Namespace) -> None:
             bare.stop()
             served.stop()
 
+    for label, body in bodies.items():
+        print(
+            f"\nserved over TLS, {label} ({len(body)} B): gevent worker, {args.workers} workers, "
+            f"{args.clients} keep-alive clients x {args.seconds:g} s, {ROUNDS} alternating rounds"
+        )
+        _print_comparison(rounds[label])
     print(
-        f"\nserved over TLS: gevent worker, {args.workers} workers, {args.clients} keep-alive "
-        f"clients x {args.seconds:g} s, {ROUNDS} alternating rounds, {len(body)} B review"
+        f"largest review: UPDATE of {size / 2**20:.1f} MiB answered {status} "
+        f"in {seconds * 1000:.0f} ms"
     )
+    print("memory per worker: " + ", ".join(f"{mib:.0f} MiB" for mib in rss))
+    if stalled is not None:
+        report(stalled, args.stalled)
+
+
+def _print_comparison(rounds: dict[str, list[dict]]) -> None:
     summary = {}
     for name, results in rounds.items():
         latencies = [t for r in results for t in r["latencies"]]
@@ -226,13 +382,6 @@ def bench_served(args: argparse.Namespace) -> None:
             f"  {name}/bare: throughput {summary[name]['rps'] / summary['bare']['rps']:.2f}, "
             f"p99 {summary[name]['p99'] / summary['bare']['p99']:.2f}x"
         )
-    print(
-        f"largest review: UPDATE of {size / 2**20:.1f} MiB answered {status} "
-        f"in {seconds * 1000:.0f} ms"
-    )
-    print("memory per worker: " + ", ".join(f"{mib:.0f} MiB" for mib in rss))
-    if stalled is not None:
-        report(stalled, args.stalled)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
