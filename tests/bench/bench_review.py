@@ -7,8 +7,9 @@
     Flask route that reads the body, decodes it with orjson and answers "allowed" with its
     uid) under the same gunicorn worker and TLS. Client processes on 127.0.0.1 each keep one
     connection alive and post a review in a loop for a bounded time; the three servers take
-    turns, five rounds; once with the typical fixture, once with the 13 KB Pod. Reported: the median round's requests per second, p50
-    and p99 over all rounds, and the webhook's ratios to the bare stack.
+    turns, five rounds; once with the typical fixture, once with the 13 KB Pod. Reported:
+    the median round's requests per second, p50 and p99 over all rounds, and the webhook's
+    ratios to the bare stack.
 (c) The largest review the API server sends: an UPDATE of a 3 MiB Pod (two 3 MiB objects),
     over the wire.
 (d) Memory (RSS) of each worker after all of the above.
