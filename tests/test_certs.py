@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import base64
+import io
 import ipaddress
 import shutil
 import socket
 import ssl
 import stat
+import subprocess
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,6 +26,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from webhook.certs import gitops, pki
 from webhook.certs import install as cluster_install
 from webhook.cli import certs as certs_command
+
+REPO = Path(__file__).resolve().parents[1]
 
 try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
     from kubeapi import (  # noqa: F401
@@ -684,6 +688,57 @@ def test_cli_install_into_manifests(tmp_path: Path, capsys) -> None:
     assert "caBundle set in" in capsys.readouterr().out
     assert _cli(argv) == 0
     assert "no webhook configuration" in capsys.readouterr().out
+
+
+def test_cli_install_into_a_stream_sets_every_ca_bundle_for_kubectl_apply(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kubectl kustomize manifests/webhooks | certs install --manifests - | kubectl apply -f -`:
+    the shipped webhooks, the cert-manager overlay's annotated ones too (created with the CA
+    the injector will keep), every other object unchanged, and kubectl takes the output."""
+    generated = _generate(tmp_path / "certs")
+    expected = base64.b64encode(generated.ca_cert.read_bytes()).decode()
+    for directory in ("manifests/webhooks", "manifests/overlays/cert-manager/webhooks"):
+        rendered = subprocess.run(
+            ["kubectl", "kustomize", str(REPO / directory)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        monkeypatch.setattr("sys.stdin", io.StringIO(rendered + "---\n" + CONFIG_MAP_YAML))
+        argv = ["install", "--cert-dir", str(tmp_path / "certs"), "--manifests", "-"]
+        assert _cli(argv) == 0
+        out = capsys.readouterr().out
+        objects = list(yaml.safe_load_all(out))
+        hooks = [
+            h for o in objects if o["kind"].endswith("WebhookConfiguration") for h in o["webhooks"]
+        ]
+        assert len(hooks) == 2
+        assert all(h["clientConfig"]["caBundle"] == expected for h in hooks)
+        assert [o for o in objects if o["kind"] == "ConfigMap"] == [yaml.safe_load(CONFIG_MAP_YAML)]
+        applied = subprocess.run(
+            ["kubectl", "apply", "--dry-run=client", "--validate=false", "-o", "name", "-f", "-"],
+            input=out,
+            capture_output=True,
+            text=True,
+        )
+        # No cluster here: kubectl parses every object and stops at the missing server.
+        assert "error parsing" not in applied.stderr and "yaml" not in applied.stderr.lower(), (
+            applied.stderr
+        )
+
+
+def test_cli_install_into_a_stream_without_a_webhook_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _generate(tmp_path / "certs")
+    monkeypatch.setattr("sys.stdin", io.StringIO(CONFIG_MAP_YAML))
+    argv = ["install", "--cert-dir", str(tmp_path / "certs"), "--manifests", "-"]
+    with pytest.raises(pki.CertsError, match="no webhook"):
+        _cli(argv)
+
+
+CONFIG_MAP_YAML = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other}\ndata: {a: b}\n"
 
 
 # ------------------------------------------------------- inputs checked before writing

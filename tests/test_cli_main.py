@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
 from webhook.cli.main import build_parser, main
 
@@ -69,3 +70,9 @@ def test_every_path_in_a_help_text_exists_in_the_repository() -> None:
 def test_every_generated_certificate_and_key_is_ignored_by_git(generated: str) -> None:
     done = subprocess.run(["git", "check-ignore", "-q", generated], cwd=REPO)
     assert done.returncode == 0, f"{generated} would show up as untracked"
+
+
+def test_the_manifests_run_the_image_of_this_version() -> None:
+    kustomization = yaml.safe_load((REPO / "manifests" / "base" / "kustomization.yaml").read_text())
+    [image] = kustomization["images"]
+    assert image["newTag"] == project_version()

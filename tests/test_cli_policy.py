@@ -313,15 +313,15 @@ def test_pattern_coverage_claims_only_certain_cases(
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl renders the kustomization")
-def test_base_manifests_send_every_kind_of_every_shipped_policy(capsys) -> None:
-    args = ["policy", "validate", "--manifests", str(ROOT / "manifests/base")]
+def test_shipped_webhooks_send_every_kind_of_every_shipped_policy(capsys) -> None:
+    args = ["policy", "validate", "--manifests", str(ROOT / "manifests/webhooks")]
     code, out, err = run(capsys, *args, *map(str, SHIPPED))
     assert (code, err) == (0, ""), out
     assert out.count("cover every kind it judges") == len(SHIPPED)
 
 
 def vwc_copy(tmp_path: Path, old: str, new: str) -> Path:
-    source = ROOT / "manifests/base/validatingwebhookconfiguration.yaml"
+    source = ROOT / "manifests/webhooks/validatingwebhookconfiguration.yaml"
     text = source.read_text("utf-8")
     assert old in text
     return write(tmp_path / "manifests" / source.name, text.replace(old, new))
@@ -899,7 +899,12 @@ def test_a_closed_pipe_ends_the_output_quietly(tmp_path: Path) -> None:
 def test_the_shipped_match_conditions_cover_the_strict_policy(capsys) -> None:
     strict = ROOT / "policies" / "examples" / "strict.yaml"
     code, out, _ = run(
-        capsys, "policy", "validate", str(strict), "--manifests", str(ROOT / "manifests")
+        capsys,
+        "policy",
+        "validate",
+        str(strict),
+        "--manifests",
+        str(ROOT / "manifests" / "webhooks"),
     )
     assert code == 0, out
     assert out.splitlines()[-1].startswith(f"{strict}: valid")
@@ -921,7 +926,7 @@ def test_match_conditions_that_miss_pods_needing_void_fail(
 ) -> None:
     path = policy_file(tmp_path, f"{spec}\ndeviceVisibility: {{injectVoid: true}}\n")
     code, out, _ = run(
-        capsys, "policy", "validate", str(path), "--manifests", str(ROOT / "manifests")
+        capsys, "policy", "validate", str(path), "--manifests", str(ROOT / "manifests" / "webhooks")
     )
     assert code == 1, out
     line = next(line for line in out.splitlines() if "matchConditions" in line)

@@ -28,13 +28,18 @@ TLS_MOUNT = "/etc/gpu-admission/tls"
 METRICS_DIR = "/var/run/gpu-admission/metrics"
 CERT_MANAGER_GROUP = "cert-manager.io"
 
-# Every kustomization a user may apply, by a short name.
-RENDERS = {
-    "root": MANIFESTS,
-    "base": MANIFESTS / "base",
-    "audit": MANIFESTS / "overlays" / "audit",
-    "cert-manager": MANIFESTS / "overlays" / "cert-manager",
+# Every install a user may make, by a short name: its two steps, the server and, once that is
+# Ready, its webhook configurations (README, Deploying).
+INSTALLS = {
+    "root": (MANIFESTS, MANIFESTS / "webhooks"),
+    "base": (MANIFESTS / "base", MANIFESTS / "webhooks"),
+    "audit": (MANIFESTS / "overlays" / "audit", MANIFESTS / "overlays" / "audit" / "webhooks"),
+    "cert-manager": (
+        MANIFESTS / "overlays" / "cert-manager",
+        MANIFESTS / "overlays" / "cert-manager" / "webhooks",
+    ),
 }
+WEBHOOK_KINDS = {"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
 # The validating webhook fails closed everywhere except in the audit overlay.
 VALIDATING_FAILURE_POLICY = {
     "root": "Fail",
@@ -70,15 +75,22 @@ BUILTIN_GROUPS = {"", "apps", "batch"}
 
 @functools.cache
 def render(name: str) -> tuple[dict[str, Any], ...]:
-    """`kubectl kustomize` one of RENDERS, parsed into a tuple of objects."""
+    """Both steps of one of INSTALLS, rendered: what the cluster holds once it is done."""
+    server, webhooks = INSTALLS[name]
+    return render_dir(server) + render_dir(webhooks)
+
+
+@functools.cache
+def render_dir(directory: Path) -> tuple[dict[str, Any], ...]:
+    """`kubectl kustomize` a directory, parsed into a tuple of objects."""
     result = subprocess.run(
-        ["kubectl", "kustomize", str(RENDERS[name])],
+        ["kubectl", "kustomize", str(directory)],
         capture_output=True,
         text=True,
         check=False,
         timeout=120,
     )
-    assert result.returncode == 0, f"kubectl kustomize {RENDERS[name]} failed:\n{result.stderr}"
+    assert result.returncode == 0, f"kubectl kustomize {directory} failed:\n{result.stderr}"
     return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
 
 
@@ -182,7 +194,7 @@ def validate_cert_manager(obj: dict[str, Any]) -> list[str]:
     return errors
 
 
-all_renders = pytest.mark.parametrize("name", list(RENDERS))
+all_renders = pytest.mark.parametrize("name", list(INSTALLS))
 
 
 # ---------------------------------------------------------------------------- rendering
@@ -206,6 +218,13 @@ def test_renders_and_every_object_is_valid(name):
 
 def test_root_kustomization_is_the_base():
     assert render("root") == render("base")
+
+
+@all_renders
+def test_the_server_step_has_no_webhook_and_the_webhook_step_nothing_else(name):
+    server, webhooks = INSTALLS[name]
+    assert not [o for o in render_dir(server) if o["kind"] in WEBHOOK_KINDS]
+    assert {o["kind"] for o in render_dir(webhooks)} == WEBHOOK_KINDS
 
 
 @all_renders
@@ -490,7 +509,7 @@ def test_webhook_namespace_selector(name, kind):
     assert {
         "key": "kubernetes.io/metadata.name",
         "operator": "NotIn",
-        "values": ["kube-system", "gpu-admission"],
+        "values": ["kube-system", "gpu-admission", "cert-manager"],
     } in expressions
     assert {"key": OPT_OUT_LABEL, "operator": "DoesNotExist"} in expressions
 
@@ -499,6 +518,7 @@ def test_webhook_namespace_selector(name, kind):
 
     assert judged("team-a")
     assert not judged("kube-system")
+    assert not judged("cert-manager")  # so cert-manager can recreate its Pods meanwhile
     assert not judged(NAMESPACE)
     assert not judged("team-b", {OPT_OUT_LABEL: "true"})
     own = one(objs, "Namespace", NAMESPACE)["metadata"]["labels"]
@@ -890,7 +910,7 @@ def test_every_kind_the_default_policy_declares_is_in_the_validating_rules():
 
     policy = webhook.load_policy(REPO / "policies" / "default.yaml")
     declared = {(w.group, w.resource) for w in policy.workloads.values() if w.group != "extensions"}
-    for name in RENDERS:
+    for name in INSTALLS:
         covered = validating_rule_resources(render(name))
         assert declared - covered == set(), f"{name}: not intercepted: {declared - covered}"
         assert ("", "pods/ephemeralcontainers") in covered

@@ -87,7 +87,40 @@ def install_into_manifests(
     return changed
 
 
-def _webhook_entries(doc: Any) -> list[dict[str, Any]]:
+def ca_bundle_into_stream(
+    text: str,
+    cert_dir: str | os.PathLike[str],
+    *,
+    ca_bundle_path: str | os.PathLike[str] | None = None,
+) -> str:
+    """Pipe mode: the YAML stream ``text`` (``kubectl kustomize`` output) with the caBundle
+    set on every webhook of its webhook configurations, for ``kubectl apply -f -``.
+
+    Those annotated for cert-manager's CA injector get it too: created with the CA the
+    injector will keep there, the webhook is served from its first second instead of failing
+    every call until the injector's first pass. Comments are not kept (a pipe has no reader
+    for them). A stream with no webhook configuration is refused: it is the wrong input.
+    """
+    bundle_b64 = base64.b64encode(ca_bundle_pem(Path(cert_dir), ca_bundle_path)).decode("ascii")
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+        raise CertsError(f"standard input: invalid YAML: {problem}") from None
+    configured = 0
+    for doc in documents:
+        for webhook in _webhook_entries(doc, injected_too=True):
+            client_config = webhook.get("clientConfig")
+            if not isinstance(client_config, dict):
+                client_config = webhook["clientConfig"] = {}
+            client_config["caBundle"] = bundle_b64
+            configured += 1
+    if not configured:
+        raise CertsError("standard input holds no webhook of a webhook configuration")
+    return yaml.safe_dump_all(documents, sort_keys=False, width=1 << 16)
+
+
+def _webhook_entries(doc: Any, *, injected_too: bool = False) -> list[dict[str, Any]]:
     """The webhook entries of a webhook configuration that should get our caBundle."""
     if not (
         isinstance(doc, dict)
@@ -96,7 +129,7 @@ def _webhook_entries(doc: Any) -> list[dict[str, Any]]:
     ):
         return []
     annotations = (doc.get("metadata") or {}).get("annotations") or {}
-    if any(a in annotations for a in CERT_MANAGER_INJECT_ANNOTATIONS):
+    if not injected_too and any(a in annotations for a in CERT_MANAGER_INJECT_ANNOTATIONS):
         return []
     return [w for w in doc.get("webhooks") or [] if isinstance(w, dict)]
 

@@ -8,7 +8,7 @@ import base64
 import sys
 from pathlib import Path
 
-from webhook.certs.gitops import install_into_manifests
+from webhook.certs.gitops import ca_bundle_into_stream, install_into_manifests
 from webhook.certs.install import install
 from webhook.certs.pki import (
     CA_BUNDLE,
@@ -63,6 +63,12 @@ examples:
 
   # GitOps: write the caBundle into the manifests instead of the cluster (no key is written)
   gpu-admission certs install --cert-dir certs --manifests deploy/
+
+  # a first install (README, Deploying): the Secret alone, then, once the server is Ready,
+  # the webhook configurations created with their caBundle
+  gpu-admission certs install --cert-dir certs --validating '' --mutating ''
+  kubectl kustomize manifests/webhooks \
+      | gpu-admission certs install --cert-dir certs --manifests - | kubectl apply -f -
 
 The caBundle is certs/ca-bundle.crt when present (a CA rotation), else certs/ca.crt.
 Needs get/patch on validating- and mutatingwebhookconfigurations, and create/get/patch on
@@ -170,7 +176,9 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     inst.add_argument(
         "--manifests",
         metavar="DIR",
-        help="GitOps: set caBundle in YAML files under DIR instead of the API",
+        help="GitOps: set caBundle in YAML files under DIR instead of the API; "
+        "- to read manifests on standard input and write them with the caBundle to "
+        "standard output (for kubectl apply -f -)",
     )
     inst.set_defaults(func=run_install)
 
@@ -219,6 +227,11 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def run_install(args: argparse.Namespace) -> int:
     """Install the certificates into the cluster, or their caBundle into manifests."""
+    if args.manifests == "-":
+        sys.stdout.write(
+            ca_bundle_into_stream(sys.stdin.read(), args.cert_dir, ca_bundle_path=args.ca_bundle)
+        )
+        return 0
     if args.manifests:
         changed = install_into_manifests(
             args.manifests, args.cert_dir, ca_bundle_path=args.ca_bundle

@@ -23,7 +23,7 @@ examples:
   gpu-admission review -f pod.yaml                       # would the webhook admit it?
   gpu-admission audit -f manifests/ -o sarif > audit.sarif
   gpu-admission audit --cluster -A                       # what a policy would block, live
-  gpu-admission policy validate my-policy.yaml --manifests manifests/base
+  gpu-admission policy validate my-policy.yaml --manifests manifests/webhooks
   gpu-admission policy test policies/tests
   gpu-admission certs generate --out certs --host 127.0.0.1
   gpu-admission serve --policy policies/default.yaml --cert certs/tls.crt --key certs/tls.key

@@ -32,7 +32,7 @@ KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 
 POLICY_EXAMPLES = """\
 examples:
-  gpu-admission policy validate my-policy.yaml --manifests manifests/base
+  gpu-admission policy validate my-policy.yaml --manifests manifests/webhooks
   gpu-admission policy test                          # every suite under policies/tests
   gpu-admission policy schema > policy.schema.json   # for editors
 
@@ -43,7 +43,7 @@ VALIDATE_EXAMPLES = """\
 examples:
   gpu-admission policy validate policies/default.yaml
   gpu-admission policy validate policies/examples/*.yaml --strict
-  gpu-admission policy validate my-policy.yaml --manifests manifests/base
+  gpu-admission policy validate my-policy.yaml --manifests manifests/webhooks
 
 Errors and warnings are printed as  FILE:LINE: FIELD.PATH: MESSAGE.
 Warnings (whole-policy lints): pools whose nodeSelectors can match the same node yet give a
@@ -284,7 +284,10 @@ def webhook_manifests(directory: Path) -> WebhookManifests:
             kinds.setdefault(d.obj["kind"], []).append(d.obj)
     configs = kinds.get("ValidatingWebhookConfiguration", [])
     if not configs:
-        raise ManifestsError(f"{directory}: no ValidatingWebhookConfiguration found")
+        raise ManifestsError(
+            f"{directory}: no ValidatingWebhookConfiguration found (the shipped ones are in "
+            "manifests/webhooks, the second step of an install)"
+        )
     return WebhookManifests(
         rules=[
             rule

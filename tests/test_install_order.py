@@ -1,0 +1,444 @@
+"""The README's install, upgrade and uninstall commands, played against a model of a cluster:
+no documented order may leave a fail-closed webhook registered without a Ready server that its
+caBundle trusts, and an upgrade never re-keys the CA.
+
+The commands are read from the README's Deploying section (its ``sh`` blocks), so what is
+tested is what users copy. Each command is carried out on the model the way its tool does it:
+``kubectl apply -k`` renders with the real ``kubectl kustomize`` and applies the objects one by
+one in that order (kubectl does not wait between objects); ``kubectl rollout status`` is the
+only thing that makes a Deployment Ready, and only when what its Pods mount exists; cert-manager
+issues certificates and its cainjector fills caBundles only while something waits (they are
+asynchronous: nothing may count on them having acted right after an apply). After every object
+applied or deleted the invariant is checked.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+INJECT_ANNOTATION = "cert-manager.io/inject-ca-from"
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", *WEBHOOK_KINDS}
+
+
+class StepFailed(AssertionError):
+    """A command that would fail or hang on a real cluster."""
+
+
+class Unsafe(AssertionError):
+    """The invariant broke: a fail-closed webhook without a Ready server that it trusts."""
+
+
+def render(directory: str) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        ["kubectl", "kustomize", str(REPO / directory)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def key(obj: dict[str, Any]) -> tuple[str, str, str]:
+    meta = obj["metadata"]
+    namespace = "" if obj["kind"] in CLUSTER_SCOPED else meta.get("namespace", "default")
+    return obj["kind"], namespace, meta["name"]
+
+
+@dataclass
+class Cluster:
+    objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    ready: set[tuple[str, str]] = field(default_factory=set)  # Deployments (namespace, name)
+    # What the local machine holds: a certificate directory or a CA file -> the CA's identity.
+    local: dict[str, str] = field(default_factory=dict)
+    steps: list[str] = field(default_factory=list)  # for failure messages
+    _ids: itertools.count = field(default_factory=itertools.count)
+
+    def new_ca(self, owner: str) -> str:
+        return f"CA#{next(self._ids)} ({owner})"
+
+    # -------------------------------------------------------------- objects, one at a time
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        kind, namespace, name = key(obj)
+        if namespace and ("Namespace", "", namespace) not in self.objects:
+            raise StepFailed(f"{kind} {namespace}/{name}: namespace {namespace} not found")
+        live = self.objects.get(key(obj))
+        obj = yaml.safe_load(yaml.safe_dump(obj))
+        if live is not None and kind in WEBHOOK_KINDS:
+            # A field the applied object leaves out and nothing else set stays as it is live;
+            # client-side apply drops only what the last applied object had set.
+            for hook, old in zip(obj.get("webhooks", []), live.get("webhooks", []), strict=False):
+                bundle = (old.get("clientConfig") or {}).get("caBundle")
+                if bundle and "caBundle" not in hook.get("clientConfig", {}):
+                    hook.setdefault("clientConfig", {})["caBundle"] = bundle
+        if kind == "Deployment" and live is not None and live["spec"] != obj["spec"]:
+            self.ready.discard((namespace, name))  # a rollout: Ready again once waited for
+        self.objects[key(obj)] = obj
+        self.steps.append(f"apply {kind} {namespace}/{name}")
+        self.check()
+
+    def delete(self, obj: dict[str, Any]) -> None:
+        kind, namespace, name = key(obj)
+        if key(obj) not in self.objects:
+            return  # gone with its namespace already
+        del self.objects[key(obj)]
+        if kind == "Deployment":
+            self.ready.discard((namespace, name))
+        if kind == "Namespace":
+            for other in [k for k in self.objects if k[1] == name]:
+                del self.objects[other]
+            self.ready = {r for r in self.ready if r[0] != name}
+        self.steps.append(f"delete {kind} {namespace}/{name}")
+        self.check()
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get((kind, "" if kind in CLUSTER_SCOPED else namespace, name))
+
+    # -------------------------------------------------------------- the invariant
+
+    def check(self) -> None:
+        for (kind, _, name), config in self.objects.items():
+            if kind != "ValidatingWebhookConfiguration":
+                continue
+            for hook in config.get("webhooks", []):
+                if hook.get("failurePolicy", "Fail") != "Fail":
+                    continue
+                problem = self._unserved(hook)
+                if problem:
+                    raise Unsafe(
+                        f"after {self.steps[-1]}: fail-closed webhook {name}/{hook['name']} "
+                        f"{problem}\nsteps so far:\n  " + "\n  ".join(self.steps)
+                    )
+
+    def _unserved(self, hook: dict[str, Any]) -> str | None:
+        service_ref = hook["clientConfig"]["service"]
+        namespace = service_ref["namespace"]
+        service = self.get("Service", namespace, service_ref["name"])
+        if service is None:
+            return f"calls Service {namespace}/{service_ref['name']}, which does not exist"
+        selector = service["spec"]["selector"]
+        backing = [
+            obj
+            for (kind, ns, _), obj in self.objects.items()
+            if kind == "Deployment"
+            and ns == namespace
+            and selector.items() <= obj["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        ready = [d for d in backing if (namespace, d["metadata"]["name"]) in self.ready]
+        if not ready:
+            return "has no Ready server behind its Service"
+        bundle = hook["clientConfig"].get("caBundle")
+        if not bundle:
+            return "has no caBundle: the API server cannot verify the server"
+        for deployment in ready:
+            secret = self.get("Secret", namespace, tls_secret_of(deployment))
+            if secret is None or secret["ca"] != bundle:
+                served = secret["ca"] if secret else "nothing"
+                return f"trusts {bundle}, but the server's certificate is signed by {served}"
+        return None
+
+    # -------------------------------------------------------------- what waits
+
+    def settle_controllers(self) -> None:
+        """What cert-manager does while something waits: issue every Certificate it can,
+        then let the cainjector fill the annotated webhooks' caBundle."""
+        issued = True
+        while issued:
+            issued = False
+            for (kind, namespace, name), cert in list(self.objects.items()):
+                if kind != "Certificate":
+                    continue
+                secret_name = cert["spec"]["secretName"]
+                if self.get("Secret", namespace, secret_name) is not None:
+                    continue
+                issuer = self.get("Issuer", namespace, cert["spec"]["issuerRef"]["name"])
+                if issuer is None:
+                    continue
+                signer = None  # a self-signed certificate signs itself
+                if "selfSigned" not in issuer["spec"]:
+                    ca_secret = self.get("Secret", namespace, issuer["spec"]["ca"]["secretName"])
+                    if ca_secret is None:
+                        continue
+                    signer = ca_secret["self"]
+                own = self.new_ca(f"cert-manager {name}")
+                secret = {
+                    "kind": "Secret",
+                    "metadata": {"name": secret_name, "namespace": namespace},
+                    "ca": signer or own,
+                    "self": own,
+                }
+                self.apply(secret)
+                issued = True
+        for (kind, _, _), config in list(self.objects.items()):
+            source = (config["metadata"].get("annotations") or {}).get(INJECT_ANNOTATION)
+            if kind not in WEBHOOK_KINDS or not source:
+                continue
+            namespace, cert_name = source.split("/")
+            cert = self.get("Certificate", namespace, cert_name)
+            secret = cert and self.get("Secret", namespace, cert["spec"]["secretName"])
+            if secret:
+                for hook in config["webhooks"]:
+                    hook.setdefault("clientConfig", {})["caBundle"] = secret["ca"]
+
+    def rollout_status(self, namespace: str, name: str) -> None:
+        self.settle_controllers()
+        deployment = self.get("Deployment", namespace, name)
+        if deployment is None:
+            raise StepFailed(f"rollout status: Deployment {namespace}/{name} not found")
+        spec = deployment["spec"]["template"]["spec"]
+        missing = []
+        account = spec.get("serviceAccountName")
+        if account and self.get("ServiceAccount", namespace, account) is None:
+            missing.append(f"ServiceAccount {account}")
+        for volume in spec.get("volumes", []):
+            if "secret" in volume and not volume["secret"].get("optional"):
+                if self.get("Secret", namespace, volume["secret"]["secretName"]) is None:
+                    missing.append(f"Secret {volume['secret']['secretName']}")
+            if "configMap" in volume and not volume["configMap"].get("optional"):
+                if self.get("ConfigMap", namespace, volume["configMap"]["name"]) is None:
+                    missing.append(f"ConfigMap {volume['configMap']['name']}")
+        if missing:
+            raise StepFailed(f"rollout status would wait forever: missing {', '.join(missing)}")
+        self.ready.add((namespace, name))
+        self.steps.append(f"Deployment {namespace}/{name} Ready")
+        self.check()
+
+
+def tls_secret_of(deployment: dict[str, Any]) -> str:
+    [name] = [
+        v["secret"]["secretName"]
+        for v in deployment["spec"]["template"]["spec"]["volumes"]
+        if "secret" in v
+    ]
+    return name
+
+
+# ------------------------------------------------------------------ the commands
+
+
+def certs_install(cluster: Cluster, args: list[str], piped: list[dict] | None) -> list[dict]:
+    options = {
+        "--cert-dir": "certs",
+        "--validating": "gpu-admission",
+        "--mutating": "gpu-admission",
+    }
+    options.update(dict(zip(args[::2], args[1::2], strict=True)))
+    source = options.get("--ca-bundle", options["--cert-dir"])
+    if source not in cluster.local:
+        raise StepFailed(f"certs install: {source}: no such file or directory")
+    ca = cluster.local[source]
+    if options.get("--manifests") == "-":
+        assert piped, "certs install --manifests - reads manifests on standard input"
+        out = yaml.safe_load(yaml.safe_dump(piped))
+        for obj in out:
+            if obj["kind"] in WEBHOOK_KINDS:
+                for hook in obj["webhooks"]:
+                    hook.setdefault("clientConfig", {})["caBundle"] = ca
+        return out
+    assert "--manifests" not in options, "GitOps mode writes files, not played here"
+    secret = {
+        "kind": "Secret",
+        "metadata": {"name": "gpu-admission-tls", "namespace": "gpu-admission"},
+        "ca": ca,
+        "self": ca,
+    }
+    cluster.apply(secret)
+    for kind, option in (
+        ("ValidatingWebhookConfiguration", "--validating"),
+        ("MutatingWebhookConfiguration", "--mutating"),
+    ):
+        if not options[option]:
+            continue
+        config = cluster.get(kind, "", options[option])
+        if config is None:
+            raise StepFailed(f"certs install: {kind} {options[option]} not found")
+        for hook in config["webhooks"]:
+            hook.setdefault("clientConfig", {})["caBundle"] = ca
+        cluster.steps.append(f"patch caBundle of {kind}")
+        cluster.check()
+    return []
+
+
+def run_command(cluster: Cluster, line: str) -> None:
+    """One line of a README block: a command or a pipeline of them."""
+    redirect = None
+    if " > " in line:
+        line, redirect = (part.strip() for part in line.rsplit(" > ", 1))
+    piped: list[dict] | None = None
+    for part in (p.strip() for p in line.split(" | ")):
+        words = shlex.split(part)
+        piped = run_one(cluster, words, piped, redirect)
+
+
+def run_one(
+    cluster: Cluster, words: list[str], piped: list[dict] | None, redirect: str | None
+) -> list[dict] | None:
+    match words:
+        case ["kubectl", "apply", "-k", directory]:
+            for obj in render(directory):
+                cluster.apply(obj)
+        case ["kubectl", "delete", "-k", directory]:
+            for obj in render(directory):
+                cluster.delete(obj)
+        case ["kubectl", "kustomize", directory]:
+            return render(directory)
+        case ["kubectl", "apply", "-f", "-"]:
+            assert piped is not None
+            for obj in piped:
+                cluster.apply(obj)
+        case ["kubectl", "-n", namespace, "rollout", "status", target, *_]:
+            kind, name = target.split("/")
+            assert kind == "deployment"
+            cluster.rollout_status(namespace, name)
+        case ["kubectl", "-n", namespace, "get", "secret", name, "-o", output]:
+            assert output == "jsonpath={.data.ca\\.crt}", output
+            cluster.settle_controllers()
+            secret = cluster.get("Secret", namespace, name)
+            if secret is None:
+                raise StepFailed(f"Secret {namespace}/{name} not found")
+            return [{"ca": secret["ca"]}]
+        case ["base64", "-d"]:
+            assert piped is not None and redirect is not None
+            cluster.local[redirect] = piped[0]["ca"]
+        case ["gpu-admission", "certs", "generate", "--out", directory, *rest]:
+            if directory not in cluster.local or "--force" in rest:
+                cluster.local[directory] = cluster.new_ca(f"certs generate {directory}")
+        case ["gpu-admission", "certs", "install", *args]:
+            return certs_install(cluster, args, piped)
+        case _:
+            raise AssertionError(f"the model does not know this command: {shlex.join(words)}")
+    return None
+
+
+def play(cluster: Cluster, commands: list[str]) -> Cluster:
+    for line in commands:
+        cluster.steps.append(f"$ {line}")
+        run_command(cluster, line)
+    return cluster
+
+
+# ------------------------------------------------------------------ the README's blocks
+
+
+def deploying_blocks() -> dict[str, list[str]]:
+    """The Deploying section's ``sh`` blocks, by the bold label before each."""
+    text = README.read_text("utf-8")
+    section = text[
+        text.index("## Deploying\n") : text.index("\n## ", text.index("## Deploying\n") + 1)
+    ]
+    blocks = {}
+    for match in re.finditer(r"\*\*([^*]+)\*\*[^`]*?```sh\n(.*?)```", section, re.S):
+        label = match.group(1).split(" (")[0].rstrip(":").strip()
+        blocks[label] = [line for line in match.group(2).splitlines() if line.strip()]
+    return blocks
+
+
+BLOCKS = deploying_blocks()
+INSTALL = BLOCKS["Install"]
+AUDIT_INSTALL = [
+    line.replace("manifests/webhooks", "manifests/overlays/audit/webhooks").replace(
+        "kubectl apply -k manifests/", "kubectl apply -k manifests/overlays/audit"
+    )
+    for line in INSTALL
+]
+
+
+def test_the_readme_has_the_blocks_this_test_plays() -> None:
+    assert set(BLOCKS) == {"Install", "Uninstall", "With cert-manager"}, BLOCKS
+    assert any("rollout status" in line for line in INSTALL)
+
+
+@pytest.mark.parametrize(
+    "commands",
+    [INSTALL, AUDIT_INSTALL, BLOCKS["With cert-manager"]],
+    ids=["kustomize", "audit overlay", "cert-manager"],
+)
+def test_an_install_never_leaves_a_fail_closed_webhook_unserved(commands: list[str]) -> None:
+    cluster = play(Cluster(), commands)
+    configs = [k for k in cluster.objects if k[0] in WEBHOOK_KINDS]
+    assert len(configs) == 2  # it did install them
+    assert all(
+        hook["clientConfig"].get("caBundle")
+        for k in configs
+        for hook in cluster.objects[k]["webhooks"]
+    )
+
+
+def test_an_upgrade_keeps_the_ca_and_the_invariant() -> None:
+    cluster = play(Cluster(), INSTALL)
+    secret_ca = cluster.get("Secret", "gpu-admission", "gpu-admission-tls")["ca"]
+    play(cluster, INSTALL)  # the same commands again, as the README says
+    assert cluster.get("Secret", "gpu-admission", "gpu-admission-tls")["ca"] == secret_ca
+
+
+def test_an_uninstall_removes_the_webhooks_before_the_server() -> None:
+    cluster = play(Cluster(), INSTALL)
+    play(cluster, BLOCKS["Uninstall"])
+    assert not [k for k in cluster.objects if k[0] in WEBHOOK_KINDS]
+    assert cluster.get("Deployment", "gpu-admission", "gpu-admission") is None
+
+
+# The model is no rubber stamp: the orders it must refuse.
+
+
+def test_the_model_refuses_webhooks_applied_before_the_server_is_ready() -> None:
+    with pytest.raises(Unsafe, match="no Ready server"):
+        play(
+            Cluster(),
+            [
+                "kubectl apply -k manifests/",
+                "gpu-admission certs generate --out certs/prod",
+                "kubectl kustomize manifests/webhooks | gpu-admission certs install "
+                "--cert-dir certs/prod --manifests - | kubectl apply -f -",
+            ],
+        )
+
+
+def test_the_model_refuses_webhooks_without_a_ca_bundle() -> None:
+    commands = INSTALL[:-1] + ["kubectl apply -k manifests/webhooks"]
+    with pytest.raises(Unsafe, match="no caBundle"):
+        play(Cluster(), commands)
+
+
+def test_the_model_refuses_a_rekeyed_ca() -> None:
+    cluster = play(Cluster(), INSTALL)
+    with pytest.raises(Unsafe, match="signed by"):
+        play(
+            cluster,
+            [
+                "gpu-admission certs generate --out certs/prod --force",
+                "gpu-admission certs install --cert-dir certs/prod --validating '' --mutating ''",
+            ],
+        )
+
+
+def test_the_model_refuses_waiting_for_a_server_without_its_secret() -> None:
+    with pytest.raises(StepFailed, match="Secret gpu-admission-tls"):
+        play(
+            Cluster(),
+            [
+                "kubectl apply -k manifests/",
+                "kubectl -n gpu-admission rollout status deployment/gpu-admission --timeout=5m",
+            ],
+        )
+
+
+def test_the_model_refuses_counting_on_the_injector_for_the_first_calls() -> None:
+    commands = BLOCKS["With cert-manager"][:2] + [
+        "kubectl apply -k manifests/overlays/cert-manager/webhooks"
+    ]
+    with pytest.raises(Unsafe, match="no caBundle"):
+        play(Cluster(), commands)
