@@ -84,8 +84,8 @@ def install(
     ):
         if not name:
             continue
-        obj = _call(
-            lambda read=read, name=name: _json(read(name, _preload_content=False), server),
+        obj = call_api(
+            lambda read=read, name=name: json_body(read(name, _preload_content=False), server),
             f"read {kind} {name!r}",
             kind=kind,
             name=name,
@@ -119,7 +119,7 @@ def install(
                     }
                 )
         if ops:
-            _call(
+            call_api(
                 lambda patch=patch, name=name, ops=ops: patch(name, ops, _preload_content=False),
                 f"patch {kind} {name!r}",
                 kind=kind,
@@ -150,16 +150,16 @@ def install(
     )
     what = f"Secret {namespace}/{secret_name}"
     try:
-        _call(
+        call_api(
             lambda: core.create_namespaced_secret(namespace, secret, _preload_content=False),
             f"create {what}",
             kind="Namespace",
             name=namespace,
         )
         secret_state = "created"
-    except _Conflict:
-        existing = _call(
-            lambda: _json(
+    except AlreadyExists:
+        existing = call_api(
+            lambda: json_body(
                 core.read_namespaced_secret(secret_name, namespace, _preload_content=False),
                 server,
             ),
@@ -176,7 +176,7 @@ def install(
             secret_state = "unchanged"
         else:
             # A merge patch of data only keeps labels and annotations others have set.
-            _call(
+            call_api(
                 lambda: core.patch_namespaced_secret(
                     secret_name, namespace, {"data": data}, _preload_content=False
                 ),
@@ -188,11 +188,12 @@ def install(
     return InstallResult(secret=secret_state, webhook_configurations=tuple(reports))
 
 
-class _Conflict(Exception):
-    pass
+class AlreadyExists(Exception):
+    """A create answered 409: the object is there already."""
 
 
-def _json(response: Any, server: str) -> dict[str, Any]:
+def json_body(response: Any, server: str) -> dict[str, Any]:
+    """The JSON object of an API answer read with ``_preload_content=False``."""
     try:
         body = json.loads(response.data)
     except ValueError:
@@ -207,7 +208,7 @@ def _json(response: Any, server: str) -> dict[str, Any]:
     return body
 
 
-def _call(fn: Any, action: str, *, kind: str, name: str) -> Any:
+def call_api(fn: Any, action: str, *, kind: str, name: str) -> Any:
     """Run one API call and turn its failures into one clear line.
 
     The raw ApiException prints headers and the whole response body; an operator needs the
@@ -221,7 +222,7 @@ def _call(fn: Any, action: str, *, kind: str, name: str) -> Any:
     except ApiException as exc:
         message = _status_message(exc)
         if exc.status == 409 and action.startswith("create"):
-            raise _Conflict() from None
+            raise AlreadyExists() from None
         if exc.status == 403:
             raise InstallError(
                 f"cannot {action}: forbidden (HTTP 403): {message}; check the RBAC of the "

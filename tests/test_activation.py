@@ -1,0 +1,217 @@
+"""The Helm chart's hook commands (``gpu-admission webhooks ...``) against the fake API server
+(real kubernetes client, real API shapes) and, for activation, a real served webhook."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+
+from webhook.certs.activation import (
+    ActivationError,
+    activate_webhooks,
+    bootstrap_secret,
+    deactivate_webhooks,
+)
+from webhook.cli.main import main
+
+try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
+    from kubeapi import FakeKubeAPI, kube_api, kube_api_client, kube_api_kubeconfig  # noqa: F401
+    from serving import TEST_POLICY, Server, make_certificates
+except ImportError:  # pragma: no cover
+    from tests.kubeapi import (  # noqa: F401
+        FakeKubeAPI,
+        kube_api,
+        kube_api_client,
+        kube_api_kubeconfig,
+    )
+    from tests.serving import TEST_POLICY, Server, make_certificates
+
+REPO = Path(__file__).resolve().parents[1]
+NAMESPACE = "gpu-admission"
+
+
+def secret(api: FakeKubeAPI, name: str) -> dict[str, Any] | None:
+    return api.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{name}")
+
+
+def certificate(data: dict[str, str], key: str = "tls.crt") -> x509.Certificate:
+    return x509.load_pem_x509_certificate(base64.b64decode(data[key]))
+
+
+def add_namespace(api: FakeKubeAPI) -> None:
+    api.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+
+
+# ------------------------------------------------------------------ bootstrap
+
+
+def test_bootstrap_creates_the_secret_once_and_never_rekeys(kube_api, kube_api_client) -> None:
+    add_namespace(kube_api)
+    args = {"namespace": NAMESPACE, "secret_name": "gpu-admission-tls", "service": "gpu-admission"}
+    assert bootstrap_secret(kube_api_client, **args) == "created"
+    tls, ca = secret(kube_api, "gpu-admission-tls"), secret(kube_api, "gpu-admission-tls-ca")
+    assert tls["type"] == "kubernetes.io/tls" and set(tls["data"]) == {
+        "ca.crt",
+        "tls.crt",
+        "tls.key",
+    }
+    assert "ca.key" not in tls["data"]  # the Pods mount this one: no CA key in it
+    assert ca["data"]["ca.crt"] == tls["data"]["ca.crt"] and "ca.key" in ca["data"]
+    served = certificate(tls["data"])
+    names = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "gpu-admission.gpu-admission.svc" in names.get_values_for_type(x509.DNSName)
+
+    # An upgrade runs it again: nothing changes.
+    assert bootstrap_secret(kube_api_client, **args) == "kept"
+    assert secret(kube_api, "gpu-admission-tls") == tls
+
+    # Near the end of the serving certificate: renewed by the same CA, caBundle unchanged.
+    soon = served.not_valid_after_utc - timedelta(days=10)
+    assert bootstrap_secret(kube_api_client, now=soon, **args) == "renewed"
+    renewed = secret(kube_api, "gpu-admission-tls")["data"]
+    assert renewed["ca.crt"] == tls["data"]["ca.crt"]
+    assert renewed["tls.crt"] != tls["data"]["tls.crt"]
+    assert certificate(renewed).issuer == served.issuer
+
+
+def test_bootstrap_leaves_a_secret_it_did_not_make_alone(kube_api, kube_api_client) -> None:
+    add_namespace(kube_api)
+    theirs = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {"name": "gpu-admission-tls", "namespace": NAMESPACE},
+        "data": {"tls.crt": "eA==", "tls.key": "eA==", "ca.crt": "eA=="},
+    }
+    kube_api.add(theirs)
+    state = bootstrap_secret(
+        kube_api_client, namespace=NAMESPACE, secret_name="gpu-admission-tls", service="x"
+    )
+    assert state == "kept"
+    assert secret(kube_api, "gpu-admission-tls")["data"] == theirs["data"]
+    assert secret(kube_api, "gpu-admission-tls-ca") is None
+
+
+# ------------------------------------------------------------------ activate, deactivate
+
+
+def add_webhooks(api: FakeKubeAPI) -> None:
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(REPO / "manifests" / "webhooks")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for obj in yaml.safe_load_all(rendered):
+        obj["webhooks"][0]["failurePolicy"] = "Ignore"  # as the chart installs them
+        api.add(obj)
+
+
+def webhooks(api: FakeKubeAPI, kind: str) -> list[dict[str, Any]]:
+    path = f"/apis/admissionregistration.k8s.io/v1/{kind}/gpu-admission"
+    return api.get(path)["webhooks"]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory):
+    directory = tmp_path_factory.mktemp("activation")
+    pki = make_certificates(directory / "pki")
+    policy = directory / "policy.yaml"
+    policy.write_text(TEST_POLICY)
+    with Server(
+        policy=policy,
+        cert=pki.tls_cert,
+        key=pki.tls_key,
+        ca=pki.ca_cert,
+        log_path=directory / "server.log",
+        workers=1,
+    ) as server:
+        yield server, pki
+
+
+def add_tls_secret(api: FakeKubeAPI, ca_cert: Path) -> str:
+    bundle = base64.b64encode(ca_cert.read_bytes()).decode()
+    api.add(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": {"name": "gpu-admission-tls", "namespace": NAMESPACE},
+            "data": {"ca.crt": bundle, "tls.crt": "eA==", "tls.key": "eA=="},
+        }
+    )
+    return bundle
+
+
+def test_activate_waits_for_the_server_then_sets_the_ca_and_failure_policy(
+    kube_api, kube_api_kubeconfig, served, capsys
+) -> None:
+    server, pki = served
+    add_namespace(kube_api)
+    add_webhooks(kube_api)
+    bundle = add_tls_secret(kube_api, pki.ca_cert)
+    argv = ["webhooks", "activate", "--kubeconfig", str(kube_api_kubeconfig)]
+    argv += ["--readyz-url", f"https://127.0.0.1:{server.port}/readyz", "--timeout", "30"]
+    assert main(argv) == 0
+    assert "failurePolicy Fail" in capsys.readouterr().out
+    [validating] = webhooks(kube_api, "validatingwebhookconfigurations")
+    [mutating] = webhooks(kube_api, "mutatingwebhookconfigurations")
+    assert validating["clientConfig"]["caBundle"] == bundle == mutating["clientConfig"]["caBundle"]
+    assert validating["failurePolicy"] == "Fail"
+    assert mutating["failurePolicy"] == "Ignore"  # the mutating webhook always fails open
+
+    assert main(["webhooks", "deactivate", "--kubeconfig", str(kube_api_kubeconfig)]) == 0
+    assert webhooks(kube_api, "validatingwebhookconfigurations")[0]["failurePolicy"] == "Ignore"
+
+
+def test_activate_changes_nothing_unless_the_server_proves_the_secrets_ca(
+    kube_api, kube_api_client, served, tmp_path
+) -> None:
+    server, _ = served
+    add_namespace(kube_api)
+    add_webhooks(kube_api)
+    other = make_certificates(tmp_path / "other")  # a CA the server's certificate is not from
+    add_tls_secret(kube_api, other.ca_cert)
+    waits = []
+    with pytest.raises(ActivationError, match="did not answer 200"):
+        activate_webhooks(
+            kube_api_client,
+            namespace=NAMESPACE,
+            secret_name="gpu-admission-tls",
+            readyz_url=f"https://127.0.0.1:{server.port}/readyz",
+            validating="gpu-admission",
+            mutating="gpu-admission",
+            failure_policy="Fail",
+            timeout=0.5,
+            sleep=waits.append,
+        )
+    assert waits  # it retried
+    [validating] = webhooks(kube_api, "validatingwebhookconfigurations")
+    assert validating["failurePolicy"] == "Ignore" and "caBundle" not in validating["clientConfig"]
+
+
+def test_activate_without_the_secret_says_so(kube_api, kube_api_client) -> None:
+    add_namespace(kube_api)
+    with pytest.raises(ActivationError, match="not found"):
+        activate_webhooks(
+            kube_api_client,
+            namespace=NAMESPACE,
+            secret_name="gpu-admission-tls",
+            readyz_url="https://127.0.0.1:1/readyz",
+            validating="gpu-admission",
+            mutating="gpu-admission",
+            failure_policy="Fail",
+            timeout=0,
+        )
+
+
+def test_deactivate_of_a_missing_configuration_is_one_clear_error(kube_api, kube_api_client):
+    with pytest.raises(Exception, match="not found"):
+        deactivate_webhooks(kube_api_client, validating="gpu-admission")

@@ -1,0 +1,117 @@
+"""``gpu-admission webhooks``: what the Helm chart's hook Jobs run in the cluster, so that no
+step of an install, upgrade or uninstall leaves the fail-closed webhook without a Ready server
+it trusts (``webhook.certs.activation``). They use the Pod's service account."""
+
+from __future__ import annotations
+
+import argparse
+
+from webhook.certs.activation import activate_webhooks, bootstrap_secret, deactivate_webhooks
+from webhook.cli.common import add_command, add_command_group
+from webhook.cli.kube import api_client
+
+_EPILOG = """\
+examples (as the chart's hook Jobs run them, in the release's namespace):
+  gpu-admission webhooks bootstrap --namespace gpu-admission            # pre-install/upgrade
+  gpu-admission webhooks activate --namespace gpu-admission             # post-install/upgrade
+  gpu-admission webhooks deactivate                                     # pre-delete
+"""
+
+
+def add_subcommands(commands: argparse._SubParsersAction) -> None:
+    group = add_command_group(
+        commands,
+        "webhooks",
+        summary="the Helm chart's install steps: bootstrap the Secret, (de)activate webhooks",
+        description="What the Helm chart's hook Jobs run in the cluster: the self-signed TLS "
+        "Secret made once and never re-keyed; the webhooks activated (caBundle, failure "
+        "policy) once the server answers /readyz with that certificate; the validating "
+        "webhook made to fail open before an uninstall removes the server.",
+        epilog=_EPILOG,
+    )
+    bootstrap = add_command(
+        group,
+        "bootstrap",
+        summary="create the TLS Secret once; renew its certificate with the same CA",
+        description="Create the kubernetes.io/tls Secret with a new CA (kept in the Secret "
+        "NAME-ca, which no Pod mounts) unless it exists; renew the serving certificate with "
+        "the same CA when it has less than 30 days left. Never re-keys the CA.",
+        epilog=_EPILOG,
+    )
+    _cluster_options(bootstrap)
+    bootstrap.add_argument("--service", default="gpu-admission", help="Service (%(default)s)")
+    bootstrap.set_defaults(func=run_bootstrap)
+
+    activate = add_command(
+        group,
+        "activate",
+        summary="once the server is ready, set the webhooks' caBundle and failure policy",
+        description="Wait until https://SERVICE.NAMESPACE.svc/readyz answers 200 with a "
+        "certificate of the CA in the TLS Secret, then set that CA as the caBundle of both "
+        "webhook configurations and the validating webhook's failure policy.",
+        epilog=_EPILOG,
+    )
+    _cluster_options(activate)
+    activate.add_argument("--service", default="gpu-admission", help="Service (%(default)s)")
+    activate.add_argument(
+        "--readyz-url", metavar="URL", help="default: https://SERVICE.NAMESPACE.svc/readyz"
+    )
+    activate.add_argument("--validating", default="gpu-admission", metavar="NAME")
+    activate.add_argument("--mutating", default="gpu-admission", metavar="NAME")
+    activate.add_argument("--failure-policy", choices=("Fail", "Ignore"), default="Fail")
+    activate.add_argument("--timeout", type=float, default=300.0, help="seconds (%(default)s)")
+    activate.set_defaults(func=run_activate)
+
+    deactivate = add_command(
+        group,
+        "deactivate",
+        summary="make the validating webhook fail open (before an uninstall)",
+        description="Set failurePolicy Ignore on every webhook of the validating "
+        "configuration, so that removing the server blocks nothing.",
+        epilog=_EPILOG,
+    )
+    deactivate.add_argument("--kubeconfig", metavar="PATH")
+    deactivate.add_argument("--context")
+    deactivate.add_argument("--validating", default="gpu-admission", metavar="NAME")
+    deactivate.set_defaults(func=run_deactivate)
+
+
+def _cluster_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", metavar="PATH", help="default: in-cluster, else usual")
+    parser.add_argument("--context")
+    parser.add_argument("--namespace", default="gpu-admission", help="(%(default)s)")
+    parser.add_argument("--secret", default="gpu-admission-tls", help="(%(default)s)")
+
+
+def run_bootstrap(args: argparse.Namespace) -> int:
+    state = bootstrap_secret(
+        api_client(args.kubeconfig, args.context),
+        namespace=args.namespace,
+        secret_name=args.secret,
+        service=args.service,
+    )
+    print(f"Secret {args.namespace}/{args.secret}: {state}")
+    return 0
+
+
+def run_activate(args: argparse.Namespace) -> int:
+    url = args.readyz_url or f"https://{args.service}.{args.namespace}.svc/readyz"
+    for line in activate_webhooks(
+        api_client(args.kubeconfig, args.context),
+        namespace=args.namespace,
+        secret_name=args.secret,
+        readyz_url=url,
+        validating=args.validating,
+        mutating=args.mutating,
+        failure_policy=args.failure_policy,
+        timeout=args.timeout,
+    ):
+        print(line)
+    return 0
+
+
+def run_deactivate(args: argparse.Namespace) -> int:
+    print(
+        deactivate_webhooks(api_client(args.kubeconfig, args.context), validating=args.validating)
+    )
+    return 0
