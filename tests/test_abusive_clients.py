@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -204,3 +206,115 @@ def test_a_client_pipelining_hundreds_of_requests_does_not_hold_the_others(
     runner.join(timeout=60)
     assert answers and answers[0].count(b"HTTP/1.1 200") == 3001
     assert max(probes) < PROMPT_SECONDS, probes
+
+
+def tls_connection(server: Server) -> ssl.SSLSocket:
+    assert server.ca is not None
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    return client_context(server.ca).wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def test_bodies_announced_but_not_sent_take_no_room(server: Server) -> None:
+    # 600 bodies of one byte under the large-body size, announced and never sent: more than
+    # the small-body budget holds (32 MiB) if what is announced counted.
+    head = (
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 65535\r\n\r\n"
+    )
+    held = []
+    try:
+        for _ in range(600):
+            conn = tls_connection(server)
+            conn.sendall(head)
+            held.append(conn)
+        assert timed_review(server) < PROMPT_SECONDS
+    finally:
+        for conn in held:
+            conn.close()
+
+
+def test_an_unread_body_is_drained_within_the_headers_deadline_in_all(server: Server) -> None:
+    # A GET announcing a body it sends a byte at a time: the drain after the answer gives up
+    # at the headers' deadline, however often a byte arrives.
+    with tls_connection(server) as conn:
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+        started = time.monotonic()
+        conn.settimeout(0.5)
+        answer = b""
+        closed = False
+        while time.monotonic() - started < HEADERS_SECONDS + 5:
+            try:
+                conn.sendall(b"x")
+                chunk = conn.recv(65536)
+                if not chunk:
+                    closed = True
+                    break
+                answer += chunk
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+                break
+        assert answer.startswith(b"HTTP/1.1 200")
+        assert closed and time.monotonic() - started < HEADERS_SECONDS + 1.5
+
+
+def worker_rss_mib(server: Server) -> list[float]:
+    sizes = []
+    for pid in server.worker_pids():
+        status = Path(f"/proc/{pid}/status").read_text()
+        [rss] = [line for line in status.splitlines() if line.startswith("VmRSS:")]
+        sizes.append(int(rss.split()[1]) / 1024)
+    return sizes
+
+
+def test_a_review_built_to_exhaust_memory_costs_the_worker_nothing(server: Server) -> None:
+    pids = server.worker_pids()
+    review = json.loads(GPU_POD)
+    review["request"]["object"]["spec"]["containers"] += [{}] * 2_000_000  # 6 MiB of {}
+    body = json.dumps(review, separators=(",", ":")).encode()
+    conn = server.connection(timeout=60)
+    try:
+        started = time.monotonic()
+        reply = post_json(conn, "/validate", body)
+        took = time.monotonic() - started
+    finally:
+        conn.close()
+    # The child deciding it hit its memory cap: the review is not decided, the worker is fine.
+    assert reply.status in (413, 503), reply
+    assert took < 15
+    assert max(worker_rss_mib(server)) < 200
+    assert timed_review(server) < PROMPT_SECONDS
+    no_worker_lost(server, pids)
+
+
+def test_reviews_of_many_small_objects_do_not_hold_the_event_loop(server: Server) -> None:
+    """Small bodies whose decision is slow (thousands of empty containers, on an UPDATE that
+    judges both objects) sent together: they are decided off the event loop, one at a time,
+    and other reviews go on being answered."""
+    pids = server.worker_pids()
+    review = json.loads(GPU_POD)
+    spec = review["request"]["object"]["spec"]
+    spec["containers"] = [{"name": "a", "env": [{"name": "NVIDIA_VISIBLE_DEVICES"}] * 200}]
+    spec["containers"] += [{}] * 8000
+    review["request"]["operation"] = "UPDATE"
+    review["request"]["oldObject"] = review["request"]["object"]
+    body = json.dumps(review, separators=(",", ":")).encode()
+    assert len(body) < 64 * 1024
+    conns = [tls_connection(server) for _ in range(20)]
+    request = (
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    ) + body
+    try:
+        for conn in conns:
+            conn.sendall(request)
+        probes = [timed_review(server) for _ in range(10)]
+        for conn in conns:
+            conn.settimeout(60)
+            assert conn.recv(64).startswith((b"HTTP/1.1 200", b"HTTP/1.1 503"))
+    finally:
+        for conn in conns:
+            conn.close()
+    assert max(probes) < PROMPT_SECONDS, probes
+    no_worker_lost(server, pids)

@@ -615,3 +615,49 @@ def test_a_long_review_whose_decision_was_lost_is_503_and_a_warning(
     text = metrics_text(client)
     assert metric_value(text, "gpu_admission_requests_total", verdict="unavailable") == 1
     assert metric_value(text, "gpu_admission_requests_total", verdict="error") == 0
+
+
+def test_a_review_nested_deeper_than_python_can_print_is_a_400(
+    client: FlaskClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    import sys
+
+    body = json.loads(fixture_bytes(GPU_POD))
+    nested: Any = "sa"
+    for _ in range(1010):  # JSON (and orjson) allow 1,024 levels; Python's repr 1,000
+        nested = [nested]
+    body["request"]["object"]["spec"]["serviceAccountName"] = nested
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(5000)  # only to write the test's body
+    try:
+        text = json.dumps(body)
+    finally:
+        sys.setrecursionlimit(limit)
+    with caplog.at_level(logging.INFO, logger="webhook.app"):
+        reply = post(client, "/validate", text)
+    assert reply.status_code == 400 and reply.mimetype == JSON
+    assert "nested too deeply" in reply.get_json()["error"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_small_body_of_many_objects_is_decided_as_a_long_one(
+    store: PolicyStore, metrics: Metrics
+) -> None:
+    """Work grows with the objects of a review, not its bytes: thousands of empty containers
+    fit in a few kilobytes and would hold the event loop."""
+    long_runs = []
+
+    def run_long(work: Any) -> Any:
+        long_runs.append(1)
+        return work()
+
+    client = create_app(store, metrics=metrics, run_long=run_long).test_client()
+    typical = fixture_bytes(GPU_POD)
+    assert post(client, "/validate", typical).status_code == 200
+    assert long_runs == []
+    body = json.loads(typical)
+    body["request"]["object"]["spec"]["containers"] += [{}] * 2500
+    text = json.dumps(body)
+    assert len(text) < 64 * 1024
+    assert post(client, "/validate", text).status_code == 200
+    assert long_runs == [1]

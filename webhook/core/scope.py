@@ -91,7 +91,13 @@ def reach(view: PodView, policy: Policy) -> Reach:
 
 
 def asks_for_gpu(view: PodView, policy: Policy) -> bool:
-    """Whether a container asks for a GPU resource, misspelt ones included (for advice)."""
+    """Whether a container asks for a GPU resource, misspelt ones included (for advice).
+    Computed once per view: every finding's advice asks it, and a Pod with thousands of
+    containers and findings would otherwise pay their product."""
+    return view.memo(_asks_for_gpu, policy)
+
+
+def _asks_for_gpu(view: PodView, policy: Policy) -> bool:
     return any(
         _is_gpu_ask(name, policy) and (quantity is None or quantity != 0)
         for container in view.containers

@@ -32,7 +32,7 @@ from webhook.policy.model import Policy
 from webhook.server.child import ChildDecisionLost
 from webhook.server.logs import APP_LOGGER, DECISION_LOGGER, log_decision
 from webhook.server.metrics import ENDPOINTS, VERDICTS, Metrics
-from webhook.server.settings import LONG_BODY_BYTES, MAX_BODY_BYTES
+from webhook.server.settings import LONG_BODY_BYTES, LONG_BODY_OBJECTS, MAX_BODY_BYTES
 from webhook.server.store import PolicyStore
 
 JSON = "application/json"
@@ -158,16 +158,35 @@ def _uid(review: Any) -> Any:
     return admission_request.get("uid") if isinstance(admission_request, dict) else None
 
 
+# A long decision runs in a child whose memory is capped (the server's child.py).
+TOO_BIG_TO_JUDGE = "the review needs more memory to judge than one review may use"
+
+
+def _is_long(body: bytes) -> bool:
+    """Whether deciding ``body`` could take long: its size, or how many JSON objects and
+    arrays it holds (counting them is a byte scan, microseconds even for 64 KiB)."""
+    return len(body) >= LONG_BODY_BYTES or body.count(b"{") + body.count(b"[") >= LONG_BODY_OBJECTS
+
+
 def _decide_body(body: bytes, policy: Policy | None, problem: str | None, mutate: bool) -> _Outcome:
     """Decode and decide a request body: an :class:`_Outcome`, or :class:`_Refused`,
     :class:`RequestError` or :class:`_DecisionFailed`."""
-    review = _decode(body)
+    try:
+        review = _decode(body)
+    except MemoryError:
+        raise _Refused(413, TOO_BIG_TO_JUDGE) from None
     if policy is None:
         raise _Refused(503, f"no valid policy loaded: {problem}", "unavailable")
     try:
         decision = decide(review, policy, mutate=mutate)
     except RequestError:
         raise
+    except RecursionError:
+        # JSON allows 1,024 levels of nesting, more than Python's repr of a value can take;
+        # no object the API server accepts comes near it.
+        raise _Refused(400, "the review is nested too deeply to judge") from None
+    except MemoryError:
+        raise _Refused(413, TOO_BIG_TO_JUDGE) from None
     except Exception as exc:
         stack = "".join(traceback.format_tb(exc.__traceback__))
         raise _DecisionFailed(type(exc).__name__, stack, _uid(review)) from None
@@ -200,7 +219,8 @@ def create_app(
     patch it would apply in an audit annotation instead of returning it, whatever mode the
     policy asks for. ``readiness_checks`` are what /readyz consults besides the policy
     (certificates, draining). ``run_long`` runs the decoding and deciding of a body of
-    ``LONG_BODY_BYTES`` or more and returns its result, which it may pickle (the server runs
+    ``LONG_BODY_BYTES`` or more, or of ``LONG_BODY_OBJECTS`` JSON objects and arrays or more,
+    and returns its result, which it may pickle (the server runs
     it in a forked process, so that one big review does not stall the worker's other
     connections) or raises :class:`ChildDecisionLost` (answered 503); unset, it runs
     inline.
@@ -243,7 +263,7 @@ def create_app(
             if policy is not None and mutate:
                 policy = for_mutation(policy)
             problem = store.problem
-            if run_long is not None and len(body) >= LONG_BODY_BYTES:
+            if run_long is not None and _is_long(body):
                 outcome = run_long(lambda: _decide_body(body, policy, problem, mutate))
             else:
                 outcome = _decide_body(body, policy, problem, mutate)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import resource
 import signal
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -25,8 +26,14 @@ T = TypeVar("T")
 # only share a core with the first, and each child holds its decoded review (about 44 MiB
 # for the largest UPDATE).
 LONG_DECISIONS_AT_ONCE = 1
-# The API server has given up long before (its timeout is at most 30 s).
-LONG_DECISION_SECONDS = 30.0
+# The API server waits 5 s for this webhook (its manifests' timeoutSeconds; 30 s at most):
+# a decision still running after twice that has no one to answer. A review waits at most as
+# long for the child slot.
+LONG_DECISION_SECONDS = 10.0
+# What a child may allocate beyond what it inherits: the largest review the API server sends
+# (an UPDATE of two 3 MiB objects) takes about 45 MiB; a body built to take more (millions of
+# empty containers) gets a MemoryError, answered 413, instead of the Pod's memory.
+CHILD_MEMORY_BYTES = 160 * 1024 * 1024
 _slots: list[BoundedSemaphore] = []
 
 
@@ -43,7 +50,12 @@ def run_in_child(work: Callable[[], T]) -> T:
     At most ``LONG_DECISIONS_AT_ONCE`` run at a time per worker; a child that outlives
     ``LONG_DECISION_SECONDS`` is killed, and :class:`ChildDecisionLost` raised.
     """
-    with _long_decision_slots():
+    slots = _long_decision_slots()
+    if not slots.acquire(timeout=LONG_DECISION_SECONDS):
+        raise ChildDecisionLost(
+            f"no turn to decide a long review within {LONG_DECISION_SECONDS:g} s"
+        )
+    try:
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: decide, write, exit without running any of the worker
@@ -51,22 +63,42 @@ def run_in_child(work: Callable[[], T]) -> T:
                 # It lives for one decision: collecting its garbage is wasted time (a third
                 # of the decision for a 6 MiB review), the exit frees it all.
                 gc.disable()
+                _cap_memory(CHILD_MEMORY_BYTES)
                 os.close(read_end)
                 _write_all(write_end, _pickled_result(work))
             finally:
                 os._exit(0)
         os.close(write_end)
+        ended = ""
         try:
             data = _read_all(read_end, LONG_DECISION_SECONDS)
         finally:
             os.close(read_end)
-            _reap(pid)
+            ended = _reap(pid)
+    finally:
+        slots.release()
     if not data:
-        raise ChildDecisionLost("the process deciding a long review ended without an answer")
+        # A child past its memory cap may crash rather than raise MemoryError (native code
+        # aborts on a failed allocation): the cap kept the worker's memory, not the answer.
+        raise ChildDecisionLost(
+            f"the process deciding a long review ended without an answer ({ended})"
+        )
     status, value = pickle.loads(data)
     if status == "raised":
         raise value
     return value
+
+
+def _cap_memory(extra: int) -> None:
+    """Limit this process's data segment (heap and anonymous mappings) to what it has plus
+    ``extra`` bytes: past it, allocations fail with MemoryError."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        data_kib = next(int(line.split()[1]) for line in status if line.startswith("VmData:"))
+    limit = data_kib * 1024 + extra
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
 
 
 def _long_decision_slots() -> BoundedSemaphore:
@@ -102,12 +134,16 @@ def _read_all(fd: int, seconds: float) -> bytes:
     return b""
 
 
-def _reap(pid: int) -> None:
-    """Collect the child; one still running (out of time) is killed first."""
+def _reap(pid: int) -> str:
+    """Collect the child (one still running, out of time, is killed first); how it ended."""
     try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
+        done, status = os.waitpid(pid, os.WNOHANG)
         if done == 0:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+            return f"killed after {LONG_DECISION_SECONDS:g} s"
     except ChildProcessError:
-        pass  # collected already (gevent's child watcher)
+        return "collected elsewhere"  # by gevent's child watcher
+    if os.WIFSIGNALED(status):
+        return f"ended by signal {os.WTERMSIG(status)}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"

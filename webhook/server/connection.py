@@ -31,6 +31,13 @@ HEAD_BYTES_LIMIT = 16 * 1024
 # unpolled for milliseconds.
 READS_PER_TURN = 32
 _TURN_SECONDS = 1e-6
+# Before serving a request, the loop gets a turn if it had none for this long: a run of
+# requests decided back to back (each up to a few tens of milliseconds) must not keep the
+# deadlines' timers and gunicorn's heartbeat from running.
+TURN_DUE_SECONDS = 0.005
+# A request body is read (and charged to the worker's budget) this much at a time.
+BODY_PIECE_BYTES = 8192
+_last_turn = [0.0]
 
 
 class PhaseExpired(Exception):
@@ -52,6 +59,13 @@ def deadline(phase: str, seconds: float) -> Iterator[None]:
 def give_turn() -> None:
     """Let the event loop poll and serve the other connections."""
     gevent.sleep(_TURN_SECONDS)
+    _last_turn[0] = time.monotonic()
+
+
+def give_turn_if_due() -> None:
+    """A turn for the event loop if it had none for ``TURN_DUE_SECONDS``."""
+    if time.monotonic() - _last_turn[0] >= TURN_DUE_SECONDS:
+        give_turn()
 
 
 class PacedSocket:
@@ -120,17 +134,24 @@ def body_size(req: Any) -> int | None:
 
 
 class DeadlineBody:
-    """A request body (``wsgi.input``) that must be read before a deadline (``time.monotonic``).
+    """A request body (``wsgi.input``) that must be read before a deadline (``time.monotonic``),
+    charged to a ``budget`` of bytes as it arrives (the bytes a client announces cost nothing
+    until it sends them).
 
-    Past it, reading raises :class:`TimeoutError`, which the app answers with 408, and the
-    request is marked so that the connection closes after that answer.
+    Past the deadline, or when the budget has no room for the next piece before it, reading
+    raises :class:`TimeoutError`, which the app answers with 408, and the request is marked so
+    that the connection closes after that answer. ``charged`` is what the caller releases.
     """
 
-    def __init__(self, req: Any, deadline_at: float, seconds: float) -> None:
+    def __init__(
+        self, req: Any, deadline_at: float, seconds: float, budget: ByteBudget | None = None
+    ) -> None:
         self._req = req
         self._body = req.body
         self._seconds = seconds
         self._deadline = deadline_at
+        self._budget = budget
+        self.charged = 0
 
     def _within(self, read: Callable[[], T]) -> T:
         remaining = self._deadline - time.monotonic()
@@ -144,14 +165,38 @@ class DeadlineBody:
             self._req.must_close = True
             raise
 
+    def _charge(self, data: bytes) -> bytes:
+        if self._budget is not None and data:
+            if not self._budget.acquire(len(data), self._deadline):
+                raise TimeoutError(
+                    f"the request body got no room within {self._seconds:g} s: the worker "
+                    "holds as many request bodies as it may"
+                )
+            self.charged += len(data)
+        return data
+
+    def _read_pieces(self, size: int | None) -> bytes:
+        pieces = []
+        wanted = -1 if size is None or size < 0 else size
+        while wanted != 0:
+            piece = self._body.read(
+                BODY_PIECE_BYTES if wanted < 0 else min(wanted, BODY_PIECE_BYTES)
+            )
+            if not piece:
+                break
+            pieces.append(self._charge(piece))
+            if wanted > 0:
+                wanted -= len(piece)
+        return b"".join(pieces)
+
     def read(self, size: int | None = None) -> bytes:
-        return self._within(lambda: self._body.read(size))
+        return self._within(lambda: self._read_pieces(size))
 
     def readline(self, size: int | None = None) -> bytes:
-        return self._within(lambda: self._body.readline(size))
+        return self._within(lambda: self._charge(self._body.readline(size)))
 
     def readlines(self, size: int | None = None) -> list[bytes]:
-        return self._within(lambda: self._body.readlines(size))
+        return self._within(lambda: [self._charge(line) for line in self._body.readlines(size)])
 
     def __iter__(self) -> Iterator[bytes]:
         while line := self.readline():

@@ -25,6 +25,11 @@ MAX_BODY_BYTES = 7 * 1024 * 1024
 # A body this large takes milliseconds to a second to decode and decide: the app has it
 # decided in a child process, and a worker reads only a few such bodies at a time.
 LONG_BODY_BYTES = 64 * 1024
+# A decision's work grows with the objects and arrays of the review, not its bytes: a small
+# body of thousands of empty containers ({}) would hold the event loop for a tenth of a
+# second. One with this many is decided in a child too (a Pod as the API server sends it
+# has a few hundred).
+LONG_BODY_OBJECTS = 2000
 
 
 @dataclass(frozen=True)
@@ -42,8 +47,9 @@ class Deadlines:
     idle: float = 120.0
     # Writing a response: a client that does not read it is closed after this.
     write: float = 10.0
-    # Open connections per worker; far above the API server's pool (100 per host by default).
-    max_connections: int = 4096
+    # Open connections per worker; far above the API server's pool (100 per host by default),
+    # and what bounds a worker's memory for connections (about 50 KiB each when stalled).
+    max_connections: int = 1024
 
     def body(self, length: int) -> float:
         """The deadline of a body of ``length`` bytes (beyond the limit: the limit's)."""

@@ -19,11 +19,13 @@ Why this design
     runs. Reads give the event loop a turn every few calls and the head is read in linear
     time (:mod:`webhook.server.connection`), so no client can keep the loop busy.
 
-    Memory is bounded per worker: a head is at most ``HEAD_BYTES_LIMIT``; at most
-    ``LARGE_BODIES_AT_ONCE`` bodies of ``LONG_BODY_BYTES`` or more are read at a time and
-    smaller bodies share ``SMALL_BODY_BUDGET`` bytes; a body waits for room within its
-    deadline and is answered 503 past it. Chunked bodies, whose size is unknown until read,
-    are refused with 411: the API server always sends a Content-Length.
+    Memory is bounded per worker: connections by ``max_connections``; a head is at most
+    ``HEAD_BYTES_LIMIT``; at most ``LARGE_BODIES_AT_ONCE`` bodies of ``LONG_BODY_BYTES`` or
+    more are read at a time (others wait for a turn within their deadline, then get 503), and
+    smaller bodies share ``SMALL_BODY_BUDGET`` bytes, charged as they arrive (one that gets no
+    room before its deadline gets 408); a long decision's child has a capped memory. Chunked
+    bodies, whose size is unknown until read, are refused with 411: the API server always
+    sends a Content-Length.
 
 What it overrides of gunicorn's ``GeventWorker``
     ``init_process`` (JSON error pages, the body budgets) and ``handle`` (one connection,
@@ -38,6 +40,7 @@ import ssl
 import time
 from typing import Any
 
+import gevent
 from gevent.lock import BoundedSemaphore
 from gevent.socket import wait_read
 from gunicorn import http, util
@@ -51,6 +54,7 @@ from webhook.server.connection import (
     body_size,
     deadline,
     give_turn,
+    give_turn_if_due,
     read_head,
     write_json_error,
 )
@@ -103,8 +107,12 @@ class AdmissionWorker(GeventWorker):
                 if not self._serve(listener_name, req, client, addr, deadlines):
                     return
                 # Whatever the app left of the body is discarded now, under the headers'
-                # deadline; a body that failed leaves the next request's start unknown.
-                if not parser.finish_body(deadline=time.monotonic() + deadlines.headers):
+                # deadline (over the whole drain: gunicorn's bounds each read); a body that
+                # failed leaves the next request's start unknown.
+                drained = False
+                with gevent.Timeout(deadlines.headers, False):
+                    drained = parser.finish_body(deadline=time.monotonic() + deadlines.headers)
+                if not drained:
                     return
         except StopIteration:
             pass
@@ -149,29 +157,30 @@ class AdmissionWorker(GeventWorker):
             return False
         seconds = deadlines.body(size)
         body_deadline = time.monotonic() + seconds
-        # A body over the limit is refused unread: it takes no room.
+        # A body over the limit is refused unread: it takes no room. A large one takes a turn
+        # before it is read; smaller ones are charged to the budget as their bytes arrive.
         large = LONG_BODY_BYTES <= size <= MAX_BODY_BYTES
-        small = 0 < size < LONG_BODY_BYTES
-        if large:
-            room = self._large_bodies.acquire(timeout=max(body_deadline - time.monotonic(), 0))
-        else:
-            room = not small or self._small_bodies.acquire(size, body_deadline)
-        if not room:
-            self._refuse(client, 503, "Service Unavailable", "too many request bodies at once")
+        if large and not self._large_bodies.acquire(
+            timeout=max(body_deadline - time.monotonic(), 0)
+        ):
+            self._refuse(client, 503, "Service Unavailable", "too many large request bodies")
             return False
         # What the app reads has the body's deadline (counted from the end of the headers,
         # the wait for room included); the parser, which discards an unread rest before the
         # next request, reads the body itself.
         body = req.body
-        req.body = DeadlineBody(req, body_deadline, seconds)
+        charged = DeadlineBody(
+            req, body_deadline, seconds, budget=None if large else self._small_bodies
+        )
+        req.body = charged
         try:
+            give_turn_if_due()
             self.handle_request(listener_name, req, client, addr)
         finally:
             req.body = body
             if large:
                 self._large_bodies.release()
-            elif small:
-                self._small_bodies.release(size)
+            self._small_bodies.release(charged.charged)
         return True
 
     @staticmethod
