@@ -9,7 +9,11 @@ generated from it, because the places that read those copies cannot read the pac
 - ``manifests/base/policy.yaml``: kustomize's configMapGenerator reads only files inside its
   folder;
 - ``policies/examples/audit-rollout.yaml`` and ``manifests/overlays/audit/policy.yaml``: the
-  default policy with the overrides declared in :data:`AUDIT_ROLLOUT`, for the audit overlay.
+  default policy with the overrides declared in :data:`AUDIT_ROLLOUT`, for the audit overlay;
+- ``manifests/chart/files/policy.yaml``, ``audit-policy.yaml`` and ``webhooks.yaml``: the
+  chart's default and audit-only policies, and the rules and match conditions of the kustomize
+  webhooks (and the auditor role's rules), which the chart's templates read (a chart can read
+  only files inside it).
 
 Generated copies are the source's text with a few edits (a header, ``$schema`` paths, the
 values an override declares), so their comments stay; every edit is checked by loading the
@@ -93,7 +97,37 @@ def expected_files() -> dict[Path, str]:
             derived,
             "../../../policies/policy.schema.json",
         ),
+        Path("manifests/chart/files/policy.yaml"): with_note(
+            default, source, "../../../policies/policy.schema.json"
+        ),
+        Path("manifests/chart/files/audit-policy.yaml"): with_note(
+            audit, derived, "../../../policies/policy.schema.json"
+        ),
+        Path("manifests/chart/files/webhooks.yaml"): chart_webhooks(),
     }
+
+
+# The parts of the kustomize manifests the chart's templates take as they are: the webhooks'
+# rules and match conditions, and the auditor role's rules.
+CHART_WEBHOOK_SOURCES = (
+    "manifests/webhooks/validatingwebhookconfiguration.yaml",
+    "manifests/webhooks/mutatingwebhookconfiguration.yaml",
+    "manifests/base/auditor-clusterrole.yaml",
+)
+
+
+def chart_webhooks() -> str:
+    """What the chart's webhook and auditor templates read (``files/webhooks.yaml``)."""
+    validating, mutating, auditor = (
+        yaml.safe_load((REPO / path).read_text("utf-8")) for path in CHART_WEBHOOK_SOURCES
+    )
+    parts = {}
+    for name, config in (("validating", validating), ("mutating", mutating)):
+        [hook] = config["webhooks"]
+        parts[name] = {key: hook[key] for key in ("rules", "matchConditions") if key in hook}
+    parts["auditorRules"] = auditor["rules"]
+    note = generated_note(", ".join(CHART_WEBHOOK_SOURCES))
+    return note + yaml.safe_dump(parts, sort_keys=False, width=1 << 16)
 
 
 def with_note(text: str, source: str, schema_path: str) -> str:

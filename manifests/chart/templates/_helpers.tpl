@@ -1,0 +1,74 @@
+{{/* The name of every object: the release name when it names the chart, else prefixed. */}}
+{{- define "gpu-admission.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* What selects the webhook's Pods: the same as the kustomize manifests, no release label,
+so a selector never changes on an upgrade (Deployment selectors are immutable). */}}
+{{- define "gpu-admission.selectorLabels" -}}
+app.kubernetes.io/name: gpu-admission
+app.kubernetes.io/component: webhook
+{{- end -}}
+
+{{/* Labels of every object: part-of, as kustomize adds it, and Helm's own. */}}
+{{- define "gpu-admission.labels" -}}
+app.kubernetes.io/part-of: gpu-admission
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "gpu-admission.tlsSecret" -}}
+{{- .Values.certificates.secretName | default (printf "%s-tls" (include "gpu-admission.fullname" .)) -}}
+{{- end -}}
+
+{{- define "gpu-admission.policyConfigMap" -}}
+{{- .Values.policy.existingConfigMap | default (printf "%s-policy" (include "gpu-admission.fullname" .)) -}}
+{{- end -}}
+
+{{- define "gpu-admission.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* The validating webhook's failure policy once activated: audit-only installs fail open. */}}
+{{- define "gpu-admission.failurePolicy" -}}
+{{- if .Values.auditOnly -}}Ignore{{- else -}}{{ .Values.webhooks.validating.failurePolicy }}{{- end -}}
+{{- end -}}
+
+{{/* The namespaces never sent to the webhooks. */}}
+{{- define "gpu-admission.namespaceSelector" -}}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values:
+      {{- toYaml (concat (list "kube-system" .Release.Namespace) (compact (list .Values.webhooks.certificateProviderNamespace)) .Values.webhooks.extraExcludedNamespaces) | nindent 6 }}
+  - key: gpu-admission.io/ignore
+    operator: DoesNotExist
+{{- end -}}
+
+{{/* The pod and container security settings of every Pod of the chart. */}}
+{{- define "gpu-admission.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+fsGroup: 10001
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "gpu-admission.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
