@@ -85,7 +85,11 @@ class Cluster:
                 if bundle and "caBundle" not in hook.get("clientConfig", {}):
                     hook.setdefault("clientConfig", {})["caBundle"] = bundle
         if kind == "Deployment" and live is not None and live["spec"] != obj["spec"]:
-            self.ready.discard((namespace, name))  # a rollout: Ready again once waited for
+            # A rollout. With maxUnavailable 0 the old Pods serve until new ones are Ready,
+            # with the certificate they have: still served if the Secret is unchanged.
+            rolling = (obj["spec"].get("strategy") or {}).get("rollingUpdate") or {}
+            if rolling.get("maxUnavailable") != 0:
+                self.ready.discard((namespace, name))
         self.objects[key(obj)] = obj
         self.steps.append(f"apply {kind} {namespace}/{name}")
         self.check()
@@ -357,7 +361,8 @@ AUDIT_INSTALL = [
 
 
 def test_the_readme_has_the_blocks_this_test_plays() -> None:
-    assert set(BLOCKS) == {"Install", "Uninstall", "With cert-manager"}, BLOCKS
+    kustomize_blocks = {label for label in BLOCKS if not label.startswith("Helm")}
+    assert kustomize_blocks == {"Install", "Uninstall", "With cert-manager"}, BLOCKS
     assert any("rollout status" in line for line in INSTALL)
 
 
@@ -442,3 +447,330 @@ def test_the_model_refuses_counting_on_the_injector_for_the_first_calls() -> Non
     ]
     with pytest.raises(Unsafe, match="no caBundle"):
         play(Cluster(), commands)
+
+
+# ------------------------------------------------------------------ Helm
+#
+# Helm's behaviour, from its source (helm/helm v3.21.4 and main, v4): pkg/releaseutil
+# kind_sorter.go (InstallOrder, UninstallOrder; kinds it does not list go after the ones it
+# does, by kind name; v3 lists no webhook configuration kinds), pkg/action install.go,
+# upgrade.go, uninstall.go and hooks.go:
+# - install: pre-install hooks; every release object in InstallOrder, created one kind after
+#   another without waiting for readiness; (no --wait: no wait); post-install hooks;
+# - upgrade: pre-upgrade hooks; every object updated in InstallOrder (fields the chart leaves
+#   out are kept; fields it sets are set); post-upgrade hooks;
+# - uninstall: pre-delete hooks; every release object deleted in UninstallOrder; post-delete;
+# - hooks run one at a time, by weight, then name, then kind order; a Job hook must complete
+#   (else the release fails); "before-hook-creation" deletes the previous object of that name
+#   first, "hook-succeeded" deletes it once every hook of the event succeeded.
+
+INSTALL_ORDER_V3 = [
+    "PriorityClass", "Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange",
+    "PodSecurityPolicy", "PodDisruptionBudget", "ServiceAccount", "Secret", "SecretList",
+    "ConfigMap", "StorageClass", "PersistentVolume", "PersistentVolumeClaim",
+    "CustomResourceDefinition", "ClusterRole", "ClusterRoleList", "ClusterRoleBinding",
+    "ClusterRoleBindingList", "Role", "RoleList", "RoleBinding", "RoleBindingList", "Service",
+    "DaemonSet", "Pod", "ReplicationController", "ReplicaSet", "Deployment",
+    "HorizontalPodAutoscaler", "StatefulSet", "Job", "CronJob", "IngressClass", "Ingress",
+    "APIService",
+]  # fmt: skip
+INSTALL_ORDER_V4 = [
+    *INSTALL_ORDER_V3,
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+]
+UNINSTALL_ORDER_V3 = [
+    "APIService", "Ingress", "IngressClass", "Service", "CronJob", "Job", "StatefulSet",
+    "HorizontalPodAutoscaler", "Deployment", "ReplicaSet", "ReplicationController", "Pod",
+    "DaemonSet", "RoleBindingList", "RoleBinding", "RoleList", "Role", "ClusterRoleBindingList",
+    "ClusterRoleBinding", "ClusterRoleList", "ClusterRole", "CustomResourceDefinition",
+    "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "ConfigMap", "SecretList",
+    "Secret", "ServiceAccount", "PodDisruptionBudget", "PodSecurityPolicy", "LimitRange",
+    "ResourceQuota", "NetworkPolicy", "Namespace", "PriorityClass",
+]  # fmt: skip
+UNINSTALL_ORDER_V4 = [
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    *UNINSTALL_ORDER_V3,
+]
+HELM_ORDERS = {
+    "helm3": (INSTALL_ORDER_V3, UNINSTALL_ORDER_V3),
+    "helm4": (INSTALL_ORDER_V4, UNINSTALL_ORDER_V4),
+}
+
+
+def kind_sorted(objs: list[dict[str, Any]], order: list[str]) -> list[dict[str, Any]]:
+    """Helm's sort: listed kinds in their order, then the others by kind name (stable)."""
+
+    def rank(obj: dict[str, Any]) -> tuple[int, str]:
+        kind = obj["kind"]
+        return (order.index(kind), "") if kind in order else (len(order), kind)
+
+    return sorted(objs, key=rank)
+
+
+def hook_events(obj: dict[str, Any]) -> list[str]:
+    annotation = (obj["metadata"].get("annotations") or {}).get("helm.sh/hook", "")
+    return [event.strip() for event in annotation.split(",") if event.strip()]
+
+
+def helm_render(chart: str, release: str, namespace: str, values: dict[str, Any]) -> list[dict]:
+    import helm_python as helm
+
+    helm.disable_logging()
+    with helm.Chart.load(str(REPO / chart)) as loaded:
+        out = loaded.render(values=values, name=release, namespace=namespace)
+    return [
+        doc
+        for path, text in sorted(out.items())
+        if not path.endswith("NOTES.txt")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+
+
+@dataclass
+class HelmRelease:
+    name: str
+    namespace: str
+    manifest: list[dict[str, Any]]  # the release's own objects (hooks are not among them)
+    hooks: list[dict[str, Any]]
+
+
+class Helm:
+    """``helm install|upgrade|uninstall`` on the model, with one Helm version's kind orders."""
+
+    def __init__(self, cluster: Cluster, version: str) -> None:
+        self.cluster = cluster
+        self.install_order, self.uninstall_order = HELM_ORDERS[version]
+        self.releases: dict[str, HelmRelease] = {}
+
+    def run_hooks(self, release: HelmRelease, event: str) -> None:
+        hooks = [h for h in release.hooks if event in hook_events(h)]
+        weight = lambda h: int(h["metadata"]["annotations"].get("helm.sh/hook-weight", "0"))  # noqa: E731
+        hooks = kind_sorted(hooks, self.install_order)
+        hooks.sort(key=lambda h: (weight(h), h["metadata"]["name"]))
+        for hook in hooks:
+            if "before-hook-creation" in self._policies(hook) or "" == self._policies(hook):
+                self.cluster.delete(hook)
+            self.cluster.apply(hook)
+            if hook["kind"] == "Job":
+                self.run_job(hook)
+        for hook in reversed(hooks):
+            if "hook-succeeded" in self._policies(hook):
+                self.cluster.delete(hook)
+
+    @staticmethod
+    def _policies(hook: dict[str, Any]) -> str:
+        return hook["metadata"]["annotations"].get("helm.sh/hook-delete-policy", "")
+
+    def run_job(self, job: dict[str, Any]) -> None:
+        spec = job["spec"]["template"]["spec"]
+        namespace = job["metadata"]["namespace"]
+        if self.cluster.get("ServiceAccount", namespace, spec["serviceAccountName"]) is None:
+            raise StepFailed(f"Job {job['metadata']['name']}: no ServiceAccount to run as")
+        [container] = spec["containers"]
+        run_webhooks_command(self.cluster, container["args"])
+
+    def install(self, name: str, chart: str, namespace: str, values: dict[str, Any]) -> None:
+        objs = helm_render(chart, name, namespace, values)
+        release = HelmRelease(
+            name,
+            namespace,
+            [o for o in objs if not hook_events(o)],
+            [o for o in objs if hook_events(o)],
+        )
+        for obj in release.manifest:
+            obj["metadata"].setdefault("namespace", namespace)
+        self.run_hooks(release, "pre-install")
+        for obj in kind_sorted(release.manifest, self.install_order):
+            self.cluster.apply(obj)
+        self.run_hooks(release, "post-install")
+        self.releases[name] = release
+
+    def upgrade(self, name: str, chart: str, namespace: str, values: dict[str, Any]) -> None:
+        objs = helm_render(chart, name, namespace, values)
+        release = HelmRelease(
+            name,
+            namespace,
+            [o for o in objs if not hook_events(o)],
+            [o for o in objs if hook_events(o)],
+        )
+        for obj in release.manifest:
+            obj["metadata"].setdefault("namespace", namespace)
+        self.run_hooks(release, "pre-upgrade")
+        for obj in kind_sorted(release.manifest, self.install_order):
+            self.cluster.apply(obj)
+        old = {key(o) for o in self.releases[name].manifest} - {key(o) for o in release.manifest}
+        for obj in kind_sorted(
+            [o for o in self.releases[name].manifest if key(o) in old], self.install_order
+        ):
+            self.cluster.delete(obj)
+        self.run_hooks(release, "post-upgrade")
+        self.releases[name] = release
+
+    def uninstall(self, name: str) -> None:
+        release = self.releases.pop(name)
+        self.run_hooks(release, "pre-delete")
+        for obj in kind_sorted(release.manifest, self.uninstall_order):
+            self.cluster.delete(obj)
+        self.run_hooks(release, "post-delete")
+
+
+def run_webhooks_command(cluster: Cluster, args: list[str]) -> None:
+    """What ``gpu-admission webhooks ...`` does (webhook/certs/activation.py), on the model."""
+    command, options = args[1], dict(zip(args[2::2], args[3::2], strict=True))
+    namespace = options.get("--namespace", "gpu-admission")
+    secret_name = options.get("--secret", "gpu-admission-tls")
+    if command == "bootstrap":
+        if cluster.get("Secret", namespace, secret_name) is None:
+            ca = cluster.new_ca("bootstrap")
+            for name in (f"{secret_name}-ca", secret_name):
+                cluster.apply(
+                    {
+                        "kind": "Secret",
+                        "metadata": {"name": name, "namespace": namespace},
+                        "ca": ca,
+                        "self": ca,
+                    }
+                )
+        return
+    if command == "deactivate":
+        config = cluster.get("ValidatingWebhookConfiguration", "", options["--validating"])
+        if config is None:
+            raise StepFailed("deactivate: the validating webhook configuration is not there")
+        for hook in config["webhooks"]:
+            hook["failurePolicy"] = "Ignore"
+        cluster.steps.append("deactivate: the validating webhook fails open")
+        cluster.check()
+        return
+    assert command == "activate", args
+    cluster.settle_controllers()
+    secret = cluster.get("Secret", namespace, secret_name)
+    if secret is None:
+        raise StepFailed(f"activate: Secret {namespace}/{secret_name} not found")
+    service = options["--service"]
+    # It waits until /readyz answers with a certificate of the Secret's CA: the Deployment
+    # behind the Service is Ready, with that Secret mounted.
+    backing = [
+        k[2]
+        for k, obj in cluster.objects.items()
+        if k[0] == "Deployment" and k[1] == namespace and tls_secret_of(obj) == secret_name
+    ]
+    if not backing:
+        raise StepFailed(f"activate: no server behind Service {service} would ever answer")
+    cluster.rollout_status(namespace, backing[0])
+    for kind, option in (
+        ("ValidatingWebhookConfiguration", "--validating"),
+        ("MutatingWebhookConfiguration", "--mutating"),
+    ):
+        config = cluster.get(kind, "", options[option])
+        for hook in config["webhooks"]:
+            hook.setdefault("clientConfig", {})["caBundle"] = secret["ca"]
+            if kind == "ValidatingWebhookConfiguration":
+                hook["failurePolicy"] = options["--failure-policy"]
+        cluster.steps.append(f"activate {kind}")
+        cluster.check()
+
+
+def helm_command(helm: Helm, words: list[str]) -> None:
+    match words:
+        case ["helm", "install" | "upgrade" as action, name, chart, *rest]:
+            namespace, values = "default", {}
+            pairs = iter(rest)
+            for flag in pairs:
+                if flag == "--namespace":
+                    namespace = next(pairs)
+                elif flag == "--set":
+                    path, value = next(pairs).split("=", 1)
+                    target = values
+                    *parents, leaf = path.split(".")
+                    for parent in parents:
+                        target = target.setdefault(parent, {})
+                    target[leaf] = {"true": True, "false": False}.get(value, value)
+                else:
+                    raise AssertionError(f"the model does not know {flag}")
+            getattr(helm, action)(name, chart, namespace, values)
+        case ["helm", "uninstall", name, "--namespace", _]:
+            helm.uninstall(name)
+        case ["kubectl", "create", "namespace", namespace]:
+            helm.cluster.apply({"kind": "Namespace", "metadata": {"name": namespace}})
+        case ["kubectl", "label", "namespace", _, *_]:
+            pass  # labels the namespace: nothing the invariant reads
+        case _:
+            run_one(helm.cluster, words, None, None)
+
+
+def play_helm(helm: Helm, commands: list[str]) -> Helm:
+    for line in commands:
+        helm.cluster.steps.append(f"$ {line}")
+        helm_command(helm, shlex.split(line))
+    return helm
+
+
+HELM_BLOCKS = {label: lines for label, lines in BLOCKS.items() if label.startswith("Helm")}
+
+
+def test_the_readme_has_the_helm_blocks_this_test_plays() -> None:
+    assert set(HELM_BLOCKS) == {
+        "Helm install",
+        "Helm upgrade",
+        "Helm uninstall",
+        "Helm with cert-manager",
+    }, BLOCKS
+
+
+@pytest.mark.parametrize("version", list(HELM_ORDERS))
+def test_a_helm_install_upgrade_and_uninstall_never_leave_the_webhook_unserved(
+    version: str,
+) -> None:
+    helm = play_helm(Helm(Cluster(), version), HELM_BLOCKS["Helm install"])
+    validating = helm.cluster.get("ValidatingWebhookConfiguration", "", "gpu-admission")
+    assert validating["webhooks"][0]["failurePolicy"] == "Fail"  # activated
+    ca = helm.cluster.get("Secret", "gpu-admission", "gpu-admission-tls")["ca"]
+    play_helm(helm, HELM_BLOCKS["Helm upgrade"])
+    # The upgrade re-ran the bootstrap hook: the CA is the one the install made.
+    assert helm.cluster.get("Secret", "gpu-admission", "gpu-admission-tls")["ca"] == ca
+    assert validating is not None
+    play_helm(helm, HELM_BLOCKS["Helm uninstall"])
+    assert not [k for k in helm.cluster.objects if k[0] in WEBHOOK_KINDS]
+
+
+@pytest.mark.parametrize("version", list(HELM_ORDERS))
+def test_a_helm_install_with_cert_manager_never_leaves_the_webhook_unserved(version: str) -> None:
+    helm = play_helm(Helm(Cluster(), version), HELM_BLOCKS["Helm with cert-manager"])
+    validating = helm.cluster.get("ValidatingWebhookConfiguration", "", "gpu-admission")
+    assert validating["webhooks"][0]["failurePolicy"] == "Fail"
+
+
+def test_the_model_refuses_a_chart_whose_webhooks_fail_closed_from_the_start() -> None:
+    # Without the activation hook's ordering (a chart installing the webhook with Fail), the
+    # webhook would be registered right after the Deployment, before any Pod is Ready.
+    helm = Helm(Cluster(), "helm4")
+    play_helm(helm, HELM_BLOCKS["Helm install"][:-1])
+    original = helm_render
+
+    def failing_closed(*args: Any) -> list[dict]:
+        objs = original(*args)
+        for obj in objs:
+            if obj["kind"] == "ValidatingWebhookConfiguration":
+                obj["webhooks"][0]["failurePolicy"] = "Fail"
+                obj["webhooks"][0]["clientConfig"]["caBundle"] = "CA#0 (bootstrap)"
+        return objs
+
+    globals()["helm_render"] = failing_closed
+    try:
+        with pytest.raises(Unsafe, match="no Ready server"):
+            play_helm(helm, HELM_BLOCKS["Helm install"][-1:])
+    finally:
+        globals()["helm_render"] = original
+
+
+def test_the_model_refuses_an_uninstall_without_the_deactivation_hook() -> None:
+    # Helm 3 deletes webhook configurations after the Deployment: without the pre-delete hook
+    # the fail-closed webhook would outlive its server.
+    helm = play_helm(Helm(Cluster(), "helm3"), HELM_BLOCKS["Helm install"])
+    release = helm.releases["gpu-admission"]
+    release.hooks = [h for h in release.hooks if "pre-delete" not in hook_events(h)]
+    with pytest.raises(Unsafe, match="no Ready server|calls Service"):
+        helm.uninstall("gpu-admission")
