@@ -20,7 +20,10 @@ RUN pip wheel --wheel-dir /wheels . \
 
 # ---- runtime: no build tools, no pip in the venv, non-root ----
 FROM python:3.11-slim AS runtime
+# The release workflow passes pyproject.toml's version; the wheel inside has it already.
+ARG VERSION=dev
 LABEL org.opencontainers.image.title="gpu-admission" \
+      org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.description="Kubernetes admission webhook for GPU Pods" \
       org.opencontainers.image.licenses="Apache-2.0"
 ENV PYTHONDONTWRITEBYTECODE=1 \

