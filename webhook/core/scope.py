@@ -54,9 +54,16 @@ VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 NO_DEVICES = ("void", "none")
 
 
+# Every toolkit variable starts with it: the one test most environment variables get.
+TOOLKIT_PREFIX = "NVIDIA_"
+_TOOLKIT_NAMES = frozenset(WIDENING_VARIABLES + TUNING_VARIABLES)
+
+
 def is_toolkit_variable(name: object) -> bool:
-    return isinstance(name, str) and (
-        name in WIDENING_VARIABLES or name in TUNING_VARIABLES or name.startswith(REQUIRE_PREFIX)
+    return (
+        isinstance(name, str)
+        and name.startswith(TOOLKIT_PREFIX)
+        and (name in _TOOLKIT_NAMES or name.startswith(REQUIRE_PREFIX))
     )
 
 
