@@ -13,7 +13,8 @@ generated from it, because the places that read those copies cannot read the pac
 - ``manifests/chart/files/policy.yaml``, ``audit-policy.yaml`` and ``webhooks.yaml``: the
   chart's default and audit-only policies, and the rules and match conditions of the kustomize
   webhooks (and the auditor role's rules), which the chart's templates read (a chart can read
-  only files inside it).
+  only files inside it); ``prometheusrule-groups.yaml`` and ``grafana-dashboard.json``: the
+  alerts and the dashboard of manifests/monitoring.
 
 Generated copies are the source's text with a few edits (a header, ``$schema`` paths, the
 values an override declares), so their comments stay; every edit is checked by loading the
@@ -104,6 +105,10 @@ def expected_files() -> dict[Path, str]:
             audit, derived, "../../../policies/policy.schema.json"
         ),
         Path("manifests/chart/files/webhooks.yaml"): chart_webhooks(),
+        Path("manifests/chart/files/prometheusrule-groups.yaml"): chart_rule_groups(),
+        Path("manifests/chart/files/grafana-dashboard.json"): (
+            REPO / "manifests/monitoring/grafana-dashboard.json"
+        ).read_text("utf-8"),
     }
 
 
@@ -114,6 +119,15 @@ CHART_WEBHOOK_SOURCES = (
     "manifests/webhooks/mutatingwebhookconfiguration.yaml",
     "manifests/base/auditor-clusterrole.yaml",
 )
+
+
+def chart_rule_groups() -> str:
+    """The alert groups of manifests/monitoring/prometheusrule.yaml, for the chart."""
+    source = "manifests/monitoring/prometheusrule.yaml"
+    rule = yaml.safe_load((REPO / source).read_text("utf-8"))
+    return generated_note(source) + yaml.safe_dump(
+        {"groups": rule["spec"]["groups"]}, sort_keys=False, width=1 << 16
+    )
 
 
 def chart_webhooks() -> str:
