@@ -81,7 +81,9 @@ def test_bootstrap_creates_the_secret_once_and_never_rekeys(kube_api, kube_api_c
     assert certificate(renewed).issuer == served.issuer
 
 
-def test_bootstrap_leaves_a_secret_it_did_not_make_alone(kube_api, kube_api_client) -> None:
+def test_bootstrap_refuses_a_secret_it_did_not_make(kube_api, kube_api_client) -> None:
+    """One left by cert-manager or made by hand would never be renewed by this bootstrap:
+    the hook fails (the upgrade with it) and says what to do, and the Secret is untouched."""
     add_namespace(kube_api)
     theirs = {
         "apiVersion": "v1",
@@ -91,10 +93,10 @@ def test_bootstrap_leaves_a_secret_it_did_not_make_alone(kube_api, kube_api_clie
         "data": {"tls.crt": "eA==", "tls.key": "eA==", "ca.crt": "eA=="},
     }
     kube_api.add(theirs)
-    state = bootstrap_secret(
-        kube_api_client, namespace=NAMESPACE, secret_name="gpu-admission-tls", service="x"
-    )
-    assert state == "kept"
+    with pytest.raises(ActivationError, match="existingSecret"):
+        bootstrap_secret(
+            kube_api_client, namespace=NAMESPACE, secret_name="gpu-admission-tls", service="x"
+        )
     assert secret(kube_api, "gpu-admission-tls")["data"] == theirs["data"]
     assert secret(kube_api, "gpu-admission-tls-ca") is None
 
@@ -212,6 +214,49 @@ def test_activate_without_the_secret_says_so(kube_api, kube_api_client) -> None:
         )
 
 
-def test_deactivate_of_a_missing_configuration_is_one_clear_error(kube_api, kube_api_client):
-    with pytest.raises(Exception, match="not found"):
-        deactivate_webhooks(kube_api_client, validating="gpu-admission")
+def test_deactivate_of_a_deleted_configuration_is_done(kube_api, kube_api_client) -> None:
+    # After the README's break-glass (the configurations deleted), an uninstall still works.
+    assert "nothing to deactivate" in deactivate_webhooks(
+        kube_api_client, validating="gpu-admission"
+    )
+
+
+def test_bootstrap_renews_a_certificate_that_does_not_name_the_service(
+    kube_api, kube_api_client
+) -> None:
+    add_namespace(kube_api)
+    args = {"namespace": NAMESPACE, "secret_name": "gpu-admission-tls"}
+    assert bootstrap_secret(kube_api_client, service="gpu-admission", **args) == "created"
+    before = secret(kube_api, "gpu-admission-tls")["data"]
+    # The release renamed: its Service is another name, which the certificate must carry.
+    assert bootstrap_secret(kube_api_client, service="prod-gpu-admission", **args) == "renewed"
+    after = secret(kube_api, "gpu-admission-tls")["data"]
+    assert after["ca.crt"] == before["ca.crt"]  # same CA: the caBundle stays valid
+    names = certificate(after).extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    assert "prod-gpu-admission.gpu-admission.svc" in names.value.get_values_for_type(x509.DNSName)
+
+
+def test_activate_waits_for_a_secret_issued_late(kube_api, kube_api_client, served) -> None:
+    server, pki = served
+    add_namespace(kube_api)
+    add_webhooks(kube_api)
+    waits: list[float] = []
+
+    def issued_meanwhile(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 2:  # cert-manager issues it while activation waits
+            add_tls_secret(kube_api, pki.ca_cert)
+
+    activate_webhooks(
+        kube_api_client,
+        namespace=NAMESPACE,
+        secret_name="gpu-admission-tls",
+        readyz_url=f"https://127.0.0.1:{server.port}/readyz",
+        validating="gpu-admission",
+        mutating="gpu-admission",
+        failure_policy="Fail",
+        timeout=60,
+        sleep=issued_meanwhile,
+    )
+    assert len(waits) == 2
+    assert webhooks(kube_api, "validatingwebhookconfigurations")[0]["failurePolicy"] == "Fail"

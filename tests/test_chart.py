@@ -258,8 +258,8 @@ def test_hooks_order_the_install_and_run_the_chart_image() -> None:
     events = {name: job["metadata"]["annotations"]["helm.sh/hook"] for name, job in jobs.items()}
     assert events == {
         "gpu-admission-bootstrap": "pre-install,pre-upgrade",
-        "gpu-admission-activate": "post-install,post-upgrade",
-        "gpu-admission-deactivate": "pre-delete",
+        "gpu-admission-activate": "post-install,post-upgrade,post-rollback",
+        "gpu-admission-deactivate": "pre-delete,pre-rollback",
     }
     image = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
     for job in jobs.values():
@@ -267,6 +267,8 @@ def test_hooks_order_the_install_and_run_the_chart_image() -> None:
         assert container["image"] == image
         assert container["args"][0] == "webhooks"
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        # A pre-install hook runs before the quota that admits system-cluster-critical Pods.
+        assert "priorityClassName" not in job["spec"]["template"]["spec"]
     activate = jobs["gpu-admission-activate"]["spec"]["template"]["spec"]["containers"][0]
     assert activate["args"][activate["args"].index("--failure-policy") + 1] == "Fail"
     # Installed failing open: the activation hook tightens it once the server is Ready.
@@ -348,3 +350,30 @@ def test_the_service_monitor_scrapes_over_verified_tls() -> None:
     assert endpoint["scheme"] == "https" and endpoint["path"] == "/metrics"
     assert endpoint["tlsConfig"]["ca"] == {"secret": {"name": "gpu-admission-tls", "key": "ca.crt"}}
     assert endpoint["tlsConfig"]["serverName"] == "gpu-admission.gpu-admission.svc"
+
+
+def test_nothing_of_the_live_cluster_is_rendered_into_the_release() -> None:
+    # A rollback re-applies a stored revision without rendering it again: a caBundle or a
+    # failure policy looked up from the cluster at upgrade time would come back stale.
+    for template in (CHART / "templates").iterdir():
+        assert "lookup" not in template.read_text(), template.name
+    hook = one(render(), "ValidatingWebhookConfiguration")["webhooks"][0]
+    assert hook["failurePolicy"] == "Ignore" and "caBundle" not in hook["clientConfig"]
+
+
+def test_the_certificate_providers_namespace_is_excluded_only_with_cert_manager() -> None:
+    def excluded(values: dict[str, Any]) -> list[str]:
+        hook = one(render(values), "ValidatingWebhookConfiguration")["webhooks"][0]
+        return hook["namespaceSelector"]["matchExpressions"][0]["values"]
+
+    assert excluded({}) == ["kube-system", "gpu-admission"]
+    assert excluded({"certificates": {"source": "certManager"}})[-1] == "cert-manager"
+    assert excluded({"webhooks": {"extraExcludedNamespaces": None}}) == [
+        "kube-system",
+        "gpu-admission",
+    ]
+
+
+def test_audit_only_with_a_policy_of_ones_own_is_refused() -> None:
+    with pytest.raises(helm.HelmRenderError, match="auditOnly"):
+        render({"auditOnly": True, "policy": {"inline": "kind: GPUAdmissionPolicy"}})

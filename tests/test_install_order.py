@@ -544,6 +544,7 @@ class Helm:
         self.cluster = cluster
         self.install_order, self.uninstall_order = HELM_ORDERS[version]
         self.releases: dict[str, HelmRelease] = {}
+        self.history: dict[str, list[HelmRelease]] = {}
 
     def run_hooks(self, release: HelmRelease, event: str) -> None:
         hooks = [h for h in release.hooks if event in hook_events(h)]
@@ -587,6 +588,7 @@ class Helm:
             self.cluster.apply(obj)
         self.run_hooks(release, "post-install")
         self.releases[name] = release
+        self.history[name] = [release]
 
     def upgrade(self, name: str, chart: str, namespace: str, values: dict[str, Any]) -> None:
         objs = helm_render(chart, name, namespace, values)
@@ -608,6 +610,22 @@ class Helm:
             self.cluster.delete(obj)
         self.run_hooks(release, "post-upgrade")
         self.releases[name] = release
+        self.history[name].append(release)
+
+    def rollback(self, name: str, revision: int | None) -> None:
+        """``helm rollback``: the stored revision's objects and hooks, not rendered again."""
+        history = self.history[name]
+        target = history[-2] if revision is None else history[revision - 1]
+        self.run_hooks(target, "pre-rollback")
+        for obj in kind_sorted(target.manifest, self.install_order):
+            self.cluster.apply(obj)
+        current = self.releases[name]
+        gone = {key(o) for o in current.manifest} - {key(o) for o in target.manifest}
+        for obj in kind_sorted([o for o in current.manifest if key(o) in gone], self.install_order):
+            self.cluster.delete(obj)
+        self.run_hooks(target, "post-rollback")
+        self.releases[name] = target
+        history.append(target)
 
     def uninstall(self, name: str) -> None:
         release = self.releases.pop(name)
@@ -623,7 +641,10 @@ def run_webhooks_command(cluster: Cluster, args: list[str]) -> None:
     namespace = options.get("--namespace", "gpu-admission")
     secret_name = options.get("--secret", "gpu-admission-tls")
     if command == "bootstrap":
-        if cluster.get("Secret", namespace, secret_name) is None:
+        existing = cluster.get("Secret", namespace, secret_name)
+        if existing is not None and cluster.get("Secret", namespace, f"{secret_name}-ca") is None:
+            raise StepFailed(f"bootstrap: Secret {secret_name} was not made by it")
+        if existing is None:
             ca = cluster.new_ca("bootstrap")
             for name in (f"{secret_name}-ca", secret_name):
                 cluster.apply(
@@ -637,9 +658,7 @@ def run_webhooks_command(cluster: Cluster, args: list[str]) -> None:
         return
     if command == "deactivate":
         config = cluster.get("ValidatingWebhookConfiguration", "", options["--validating"])
-        if config is None:
-            raise StepFailed("deactivate: the validating webhook configuration is not there")
-        for hook in config["webhooks"]:
+        for hook in config["webhooks"] if config else ():
             hook["failurePolicy"] = "Ignore"
         cluster.steps.append("deactivate: the validating webhook fails open")
         cluster.check()
@@ -681,6 +700,8 @@ def helm_command(helm: Helm, words: list[str]) -> None:
             for flag in pairs:
                 if flag == "--namespace":
                     namespace = next(pairs)
+                elif flag == "--timeout":
+                    next(pairs)  # how long Helm waits for hooks: the model does not wait
                 elif flag == "--set":
                     path, value = next(pairs).split("=", 1)
                     target = values
@@ -691,8 +712,11 @@ def helm_command(helm: Helm, words: list[str]) -> None:
                 else:
                     raise AssertionError(f"the model does not know {flag}")
             getattr(helm, action)(name, chart, namespace, values)
-        case ["helm", "uninstall", name, "--namespace", _]:
+        case ["helm", "uninstall", name, "--namespace", _, *_]:
             helm.uninstall(name)
+        case ["helm", "rollback", name, *rest]:
+            revision = next((int(word) for word in rest if word.isdigit()), None)
+            helm.rollback(name, revision)
         case ["kubectl", "create", "namespace", namespace]:
             helm.cluster.apply({"kind": "Namespace", "metadata": {"name": namespace}})
         case ["kubectl", "label", "namespace", _, *_]:
@@ -715,6 +739,7 @@ def test_the_readme_has_the_helm_blocks_this_test_plays() -> None:
     assert set(HELM_BLOCKS) == {
         "Helm install",
         "Helm upgrade",
+        "Helm rollback",
         "Helm uninstall",
         "Helm with cert-manager",
     }, BLOCKS
@@ -731,7 +756,10 @@ def test_a_helm_install_upgrade_and_uninstall_never_leave_the_webhook_unserved(
     play_helm(helm, HELM_BLOCKS["Helm upgrade"])
     # The upgrade re-ran the bootstrap hook: the CA is the one the install made.
     assert helm.cluster.get("Secret", "gpu-admission", "gpu-admission-tls")["ca"] == ca
-    assert validating is not None
+    play_helm(helm, HELM_BLOCKS["Helm rollback"])
+    validating = helm.cluster.get("ValidatingWebhookConfiguration", "", "gpu-admission")
+    assert validating["webhooks"][0]["failurePolicy"] == "Fail"  # activated again
+    assert validating["webhooks"][0]["clientConfig"]["caBundle"] == ca
     play_helm(helm, HELM_BLOCKS["Helm uninstall"])
     assert not [k for k in helm.cluster.objects if k[0] in WEBHOOK_KINDS]
 

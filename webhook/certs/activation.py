@@ -48,8 +48,9 @@ def bootstrap_secret(
 ) -> str:
     """Make sure the ``kubernetes.io/tls`` Secret exists: "created" (a new CA, its key kept in
     the Secret ``<secret_name>-ca``, which no Pod mounts), "renewed" (the serving certificate
-    re-issued by the same CA), or "kept" (valid, or not made here: a Secret without a CA
-    Secret beside it belongs to someone else and is left as it is)."""
+    re-issued by the same CA: near its end, or not naming the Service), or "kept" (valid).
+    A Secret without its CA Secret beside it was not made here (a switch from cert-manager or
+    a Secret of one's own): it would never be renewed, so it is refused, naming what to do."""
     from kubernetes import client as k8s
 
     core = k8s.CoreV1Api(api_client)
@@ -58,8 +59,15 @@ def bootstrap_secret(
     tls = _read_secret(core, server, namespace, secret_name)
     ca = _read_secret(core, server, namespace, ca_name)
     now = now or datetime.now(UTC)
+    if tls is not None and ca is None:
+        raise ActivationError(
+            f"Secret {namespace}/{secret_name} exists but was not made by this bootstrap (no "
+            f"{ca_name} beside it), so nothing would renew it: use it with "
+            "certificates.source=existingSecret, or delete it to have one made"
+        )
     if tls is not None:
-        if ca is None or _not_after(tls) - now > RENEW_BEFORE:
+        names_service = f"{service}.{namespace}.svc" in _dns_names(tls)
+        if names_service and _not_after(tls) - now > RENEW_BEFORE:
             return "kept"
     with tempfile.TemporaryDirectory(prefix="gpu-admission-bootstrap-") as tmp:
         directory = Path(tmp)
@@ -149,6 +157,14 @@ def _create_secret(core: Any, namespace: str, name: str, kind: str, data: dict[s
     return True
 
 
+def _dns_names(secret: dict[str, Any]) -> list[str]:
+    pem = base64.b64decode(secret["data"][TLS_CERT])
+    names = x509.load_pem_x509_certificate(pem).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName
+    )
+    return names.value.get_values_for_type(x509.DNSName)
+
+
 def _not_after(secret: dict[str, Any]) -> datetime:
     pem = base64.b64decode(secret["data"][TLS_CERT])
     return x509.load_pem_x509_certificate(pem).not_valid_after_utc
@@ -186,15 +202,21 @@ def activate_webhooks(
 
     core = k8s.CoreV1Api(api_client)
     server = api_client.configuration.host
-    secret = _read_secret(core, server, namespace, secret_name)
-    if secret is None or CA_CERT not in (secret.get("data") or {}):
-        raise ActivationError(
-            f"Secret {namespace}/{secret_name} with a {CA_CERT} not found: the server has no "
-            "certificate yet (cert-manager issues it, or the bootstrap hook makes it)"
-        )
+    deadline = time.monotonic() + timeout
+    # cert-manager issues the Secret some time after the install: wait for it too.
+    while True:
+        secret = _read_secret(core, server, namespace, secret_name)
+        if secret is not None and CA_CERT in (secret.get("data") or {}):
+            break
+        if time.monotonic() >= deadline:
+            raise ActivationError(
+                f"Secret {namespace}/{secret_name} with a {CA_CERT} not found within "
+                f"{timeout:g} s: the server has no certificate (cert-manager issues it, or "
+                "the bootstrap hook makes it)"
+            )
+        sleep(2.0)
     bundle_b64 = secret["data"][CA_CERT]
     ca_pem = base64.b64decode(bundle_b64)
-    deadline = time.monotonic() + timeout
     while not probe(readyz_url, ca_pem):
         if time.monotonic() >= deadline:
             raise ActivationError(
@@ -213,8 +235,14 @@ def activate_webhooks(
 
 
 def deactivate_webhooks(api_client: Any, *, validating: str) -> str:
-    """Make the validating webhook fail open (before the server it calls goes away)."""
-    return _patch_webhooks(api_client, WEBHOOK_KINDS[0], validating, None, "Ignore")
+    """Make the validating webhook fail open (before the server it calls goes away). One
+    already deleted (the README's break-glass) is as good as deactivated."""
+    try:
+        return _patch_webhooks(api_client, WEBHOOK_KINDS[0], validating, None, "Ignore")
+    except InstallError as exc:
+        if "not found" not in str(exc):
+            raise
+        return f"{WEBHOOK_KINDS[0]}/{validating}: not there, nothing to deactivate"
 
 
 def _patch_webhooks(

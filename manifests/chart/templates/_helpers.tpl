@@ -46,7 +46,9 @@ matchExpressions:
   - key: kubernetes.io/metadata.name
     operator: NotIn
     values:
-      {{- toYaml (concat (list "kube-system" .Release.Namespace) (compact (list .Values.webhooks.certificateProviderNamespace)) .Values.webhooks.extraExcludedNamespaces) | nindent 6 }}
+      {{- $provider := list -}}
+      {{- if eq .Values.certificates.source "certManager" }}{{ $provider = compact (list .Values.webhooks.certificateProviderNamespace) }}{{ end }}
+      {{- toYaml (concat (list "kube-system" .Release.Namespace) $provider (.Values.webhooks.extraExcludedNamespaces | default list)) | nindent 6 }}
   - key: gpu-admission.io/ignore
     operator: DoesNotExist
 {{- end -}}
