@@ -943,3 +943,11 @@ def test_cluster_without_any_configuration_is_one_line(
         "configuration (no kubeconfig found): "
     )
     assert err.count("\n") == 1
+
+
+def test_the_table_names_every_skipped_object_and_why(tmp_path: Path, capsys) -> None:
+    path = write(tmp_path, "cm.yaml", CONFIG_MAP)
+    code, out, _ = audit(capsys, "-f", str(path))
+    assert code == 0
+    [skipped] = [line for line in out.splitlines() if line.startswith("SKIPPED")]
+    assert "ConfigMap/" in skipped and str(path) in skipped and "runs no Pods" in skipped

@@ -426,3 +426,32 @@ def test_a_missing_file_is_worded_the_same_by_every_command(tmp_path: Path, caps
         main(argv)
         err = capsys.readouterr().err
         assert expected in err, (argv, err)
+
+
+UNDECLARED_CUSTOM_RESOURCE = """\
+apiVersion: serving.example.io/v1
+kind: ModelServer
+metadata:
+  name: llm
+spec:
+  template:
+    spec:
+      containers:
+        - name: main
+          image: vllm
+          resources: {limits: {nvidia.com/gpu: "0.5"}}
+"""
+
+
+def test_every_skipped_object_is_named_with_why(tmp_path: Path, capsys) -> None:
+    path = write(tmp_path, "all.yaml", "\n---\n".join([CONFIG_MAP, UNDECLARED_CUSTOM_RESOURCE]))
+    code, out, _ = review(capsys, "-f", path)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("SKIPPED  ConfigMap/") and "runs no Pods of its own" in lines[0]
+    assert lines[1].startswith(f"SKIPPED  ModelServer/llm  ({path}:")
+    assert "not a workload this policy declares: add it to spec.workloads" in lines[1]
+    assert lines[-1].endswith("2 not a Pod or workload, skipped")
+    _, records = review_json(capsys, "-f", path)
+    assert [r["judged"] for r in records] == [False, False]
+    assert "spec.workloads" in records[1]["skipped"]

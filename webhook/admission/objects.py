@@ -42,6 +42,7 @@ class Outcome:
     allowed: bool
     findings: tuple[Finding, ...] = ()
     mutations: tuple[Mutation, ...] = ()
+    skipped: str = ""  # why an object was not judged, for the reports that name it
 
     @property
     def denied(self) -> tuple[Finding, ...]:
@@ -100,6 +101,22 @@ def admission_review(
     }
 
 
+NOT_AN_OBJECT = "not a Kubernetes object"
+# API groups of the Kubernetes API itself: a kind of these that the policy does not judge runs
+# no Pods of its own (a ConfigMap, a Service, a Role).
+_BUILT_IN_GROUPS = ("", "apps", "batch", "policy", "autoscaling", "networking.k8s.io")
+
+
+def _not_judged(group: str, kind: Any) -> str:
+    """Why an object of ``group``/``kind`` is not judged."""
+    if group in _BUILT_IN_GROUPS or group.endswith(".k8s.io"):
+        return f"a {kind} runs no Pods of its own: nothing to judge"
+    return (
+        f"{kind} ({group}) is not a workload this policy declares: add it to spec.workloads "
+        "(its group, kind and pod template paths) to judge the Pods it creates before they exist"
+    )
+
+
 def decide_object(
     obj: Any, policy: Policy, namespace: str, *, mutate: bool = False, override: bool = False
 ) -> Outcome:
@@ -109,14 +126,16 @@ def decide_object(
     own, as the request namespace does in the webhook (``review -n`` given explicitly).
     """
     if not isinstance(obj, dict):
-        return Outcome(obj, namespace, judged=False, allowed=True)
+        return Outcome(obj, namespace, judged=False, allowed=True, skipped=NOT_AN_OBJECT)
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     if not override:
         namespace = str(meta.get("namespace") or namespace)
     group = str(obj.get("apiVersion", "")).rpartition("/")[0]
     workload = policy.workloads.get((group, obj.get("kind")))
     if workload is None:
-        return Outcome(obj, namespace, judged=False, allowed=True)
+        return Outcome(
+            obj, namespace, judged=False, allowed=True, skipped=_not_judged(group, obj.get("kind"))
+        )
     # The API server validates what the mutating webhook returned: a Pod is judged patched.
     judges_patched = workload.kind == "Pod" and policy.mutation_applies
     mutations: tuple[Mutation, ...] = ()

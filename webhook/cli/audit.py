@@ -326,6 +326,9 @@ def table(audit: Audit, stream: TextIO) -> None:
     for item in audit.items:
         outcome = item.outcome
         if not outcome.judged:
+            stream.write(
+                f"SKIPPED  {item.document.describe()}  ({item.location}): {outcome.skipped}\n"
+            )
             continue
         shade = "red" if not outcome.allowed else ("yellow" if outcome.findings else "green")
         stream.write(

@@ -61,6 +61,7 @@ def outcome_record(document: Document, outcome: Outcome, *, with_mutation: bool)
         "name": meta.get("name") or meta.get("generateName"),
         "namespace": outcome.namespace,
         "judged": outcome.judged,
+        **({"skipped": outcome.skipped} if not outcome.judged else {}),
         "verdict": VERDICT[outcome.allowed],
         "violations": [finding_record(f, document) for f in outcome.findings],
     }
@@ -103,6 +104,8 @@ def table(
     colour = use_colour(stream)
     for document, outcome in rows:
         if not outcome.judged:
+            where = f"{document.source}:{document.line}"
+            stream.write(f"SKIPPED  {document.describe()}  ({where}): {outcome.skipped}\n")
             continue
         verdict = VERDICT[outcome.allowed]
         shade = (
