@@ -573,16 +573,28 @@ class Helm:
         [container] = spec["containers"]
         run_webhooks_command(self.cluster, container["args"])
 
-    def install(self, name: str, chart: str, namespace: str, values: dict[str, Any]) -> None:
+    @staticmethod
+    def render(name: str, chart: str, namespace: str, values: dict[str, Any]) -> HelmRelease:
         objs = helm_render(chart, name, namespace, values)
-        release = HelmRelease(
+        for obj in objs:
+            obj["metadata"].setdefault("namespace", namespace)
+        return HelmRelease(
             name,
             namespace,
             [o for o in objs if not hook_events(o)],
             [o for o in objs if hook_events(o)],
         )
-        for obj in release.manifest:
-            obj["metadata"].setdefault("namespace", namespace)
+
+    def replace(self, current: HelmRelease, target: HelmRelease) -> None:
+        """Apply ``target``'s objects, then delete those only ``current`` has (upgrade.go)."""
+        for obj in kind_sorted(target.manifest, self.install_order):
+            self.cluster.apply(obj)
+        gone = {key(o) for o in current.manifest} - {key(o) for o in target.manifest}
+        for obj in kind_sorted([o for o in current.manifest if key(o) in gone], self.install_order):
+            self.cluster.delete(obj)
+
+    def install(self, name: str, chart: str, namespace: str, values: dict[str, Any]) -> None:
+        release = self.render(name, chart, namespace, values)
         self.run_hooks(release, "pre-install")
         for obj in kind_sorted(release.manifest, self.install_order):
             self.cluster.apply(obj)
@@ -591,23 +603,9 @@ class Helm:
         self.history[name] = [release]
 
     def upgrade(self, name: str, chart: str, namespace: str, values: dict[str, Any]) -> None:
-        objs = helm_render(chart, name, namespace, values)
-        release = HelmRelease(
-            name,
-            namespace,
-            [o for o in objs if not hook_events(o)],
-            [o for o in objs if hook_events(o)],
-        )
-        for obj in release.manifest:
-            obj["metadata"].setdefault("namespace", namespace)
+        release = self.render(name, chart, namespace, values)
         self.run_hooks(release, "pre-upgrade")
-        for obj in kind_sorted(release.manifest, self.install_order):
-            self.cluster.apply(obj)
-        old = {key(o) for o in self.releases[name].manifest} - {key(o) for o in release.manifest}
-        for obj in kind_sorted(
-            [o for o in self.releases[name].manifest if key(o) in old], self.install_order
-        ):
-            self.cluster.delete(obj)
+        self.replace(self.releases[name], release)
         self.run_hooks(release, "post-upgrade")
         self.releases[name] = release
         self.history[name].append(release)
@@ -617,12 +615,7 @@ class Helm:
         history = self.history[name]
         target = history[-2] if revision is None else history[revision - 1]
         self.run_hooks(target, "pre-rollback")
-        for obj in kind_sorted(target.manifest, self.install_order):
-            self.cluster.apply(obj)
-        current = self.releases[name]
-        gone = {key(o) for o in current.manifest} - {key(o) for o in target.manifest}
-        for obj in kind_sorted([o for o in current.manifest if key(o) in gone], self.install_order):
-            self.cluster.delete(obj)
+        self.replace(self.releases[name], target)
         self.run_hooks(target, "post-rollback")
         self.releases[name] = target
         history.append(target)

@@ -26,7 +26,13 @@ from typing import Any
 
 from cryptography import x509
 
-from webhook.certs.install import AlreadyExists, InstallError, call_api, json_body
+from webhook.certs.install import (
+    AlreadyExists,
+    InstallError,
+    call_api,
+    json_body,
+    secret_body,
+)
 from webhook.certs.pki import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, generate
 
 # A serving certificate with less left than this is renewed by the next upgrade's hook.
@@ -129,22 +135,7 @@ def _read_secret(core: Any, server: str, namespace: str, name: str) -> dict[str,
 
 def _create_secret(core: Any, namespace: str, name: str, kind: str, data: dict[str, str]) -> bool:
     """Create a Secret; False when one of that name appeared meanwhile (it is kept)."""
-    from kubernetes import client as k8s
-
-    body = k8s.V1Secret(
-        api_version="v1",
-        kind="Secret",
-        metadata=k8s.V1ObjectMeta(
-            name=name,
-            namespace=namespace,
-            labels={
-                "app.kubernetes.io/name": "gpu-admission",
-                "app.kubernetes.io/component": "webhook-tls",
-            },
-        ),
-        type=kind,
-        data=data,
-    )
+    body = secret_body(name, namespace, kind, data)
     try:
         call_api(
             lambda: core.create_namespaced_secret(namespace, body, _preload_content=False),

@@ -134,20 +134,7 @@ def install(
         TLS_KEY: base64.b64encode(tls_key).decode("ascii"),
         CA_CERT: base64.b64encode(ca_crt).decode("ascii"),
     }
-    secret = k8s.V1Secret(
-        api_version="v1",
-        kind="Secret",
-        metadata=k8s.V1ObjectMeta(
-            name=secret_name,
-            namespace=namespace,
-            labels={
-                "app.kubernetes.io/name": "gpu-admission",
-                "app.kubernetes.io/component": "webhook-tls",
-            },
-        ),
-        type="kubernetes.io/tls",
-        data=data,
-    )
+    secret = secret_body(secret_name, namespace, "kubernetes.io/tls", data)
     what = f"Secret {namespace}/{secret_name}"
     try:
         call_api(
@@ -186,6 +173,26 @@ def install(
             )
             secret_state = "updated"
     return InstallResult(secret=secret_state, webhook_configurations=tuple(reports))
+
+
+def secret_body(name: str, namespace: str, secret_type: str, data: dict[str, str]) -> Any:
+    """A Secret of the webhook's certificates (``data`` base64-encoded), labelled as ours."""
+    from kubernetes import client as k8s
+
+    return k8s.V1Secret(
+        api_version="v1",
+        kind="Secret",
+        metadata=k8s.V1ObjectMeta(
+            name=name,
+            namespace=namespace,
+            labels={
+                "app.kubernetes.io/name": "gpu-admission",
+                "app.kubernetes.io/component": "webhook-tls",
+            },
+        ),
+        type=secret_type,
+        data=data,
+    )
 
 
 class AlreadyExists(Exception):
