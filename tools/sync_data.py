@@ -136,8 +136,13 @@ def chart_webhooks() -> str:
         yaml.safe_load((REPO / path).read_text("utf-8")) for path in CHART_WEBHOOK_SOURCES
     )
     parts = {}
-    for name, config in (("validating", validating), ("mutating", mutating)):
-        [hook] = config["webhooks"]
+    pod_hook, workloads_hook = validating["webhooks"]
+    [mutating_hook] = mutating["webhooks"]
+    for name, hook in (
+        ("validating", pod_hook),
+        ("workloads", workloads_hook),
+        ("mutating", mutating_hook),
+    ):
         parts[name] = {key: hook[key] for key in ("rules", "matchConditions") if key in hook}
     parts["auditorRules"] = auditor["rules"]
     note = generated_note(", ".join(CHART_WEBHOOK_SOURCES))

@@ -12,7 +12,7 @@ runs (the quantity rule), so that the user sees the policy's message instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +21,10 @@ from webhook.admission.request import RequestError, parse_request, workload_kind
 from webhook.admission.wire import AdmissionReviewResponse
 from webhook.checks.registry import BY_RULE, CHECKS
 from webhook.core.findings import Finding, Violation
-from webhook.core.pods import PodView, build_view, walk_templates
+from webhook.core.pods import PodView
 from webhook.core.pools import select_pool
 from webhook.core.scope import reach
+from webhook.core.targets import walk_views
 from webhook.policy.model import RULE_IDS, SECURITY_RULES, Policy, Scope, WorkloadKind
 
 # One more than the denial message lists: past that, judging a review stops (see decide()).
@@ -74,7 +75,7 @@ def decide(admission_review: Any, policy: Policy, *, mutate: bool) -> Decision:
     metadata = metadata if isinstance(metadata, dict) else {}
     namespace = request.get("namespace") or metadata.get("namespace") or "default"
     namespace = namespace if isinstance(namespace, str) else "default"
-    views = list(_views(obj, workload, namespace, policy))
+    views = list(walk_views(obj, workload, namespace, policy))
     if mutate:
         return _mutate(uid, request, obj, workload, views, policy)
 
@@ -94,7 +95,7 @@ def decide(admission_review: Any, policy: Policy, *, mutate: bool) -> Decision:
             enforced = {f.rule for f in findings if f.mode == "Enforce"}
             return updates.judge_update(
                 findings,
-                lambda: run_checks(_views(old, workload, namespace, policy), policy, enforced),
+                lambda: run_checks(walk_views(old, workload, namespace, policy), policy, enforced),
                 request,
                 obj,
                 old,
@@ -244,12 +245,3 @@ def _annotations(obj: Mapping) -> Mapping:
     metadata = obj.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     return annotations if isinstance(annotations, dict) else {}
-
-
-def _views(
-    obj: Mapping, workload: WorkloadKind, namespace: str, policy: Policy
-) -> Iterator[PodView]:
-    for path, identity, template in walk_templates(obj, workload):
-        view = build_view(workload.kind, path, template, namespace, policy, identity)
-        if view is not None:
-            yield view

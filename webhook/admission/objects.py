@@ -18,7 +18,7 @@ from webhook.admission import patch
 from webhook.admission.engine import decide
 from webhook.admission.wire import API_VERSION
 from webhook.core.findings import Finding
-from webhook.core.pods import walk_templates
+from webhook.core.targets import walk_templates
 from webhook.policy.model import Policy, RuleModes, WorkloadKind
 
 

@@ -34,6 +34,7 @@ from webhook.certs.install import (
     secret_body,
 )
 from webhook.certs.pki import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, generate
+from webhook.policy.workloads import WORKLOADS_WEBHOOK
 
 # A serving certificate with less left than this is renewed by the next upgrade's hook.
 RENEW_BEFORE = timedelta(days=30)
@@ -183,12 +184,14 @@ def activate_webhooks(
     mutating: str,
     failure_policy: str,
     timeout: float,
+    custom_resources_failure_policy: str = "Ignore",
     probe: Callable[[str, bytes], bool] = probe_readyz,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[str]:
     """Wait until ``readyz_url`` answers 200 over TLS verified with the CA of the Secret,
-    then set that CA as the caBundle of every webhook of both configurations and
-    ``failure_policy`` on the validating one. One line per configuration, for the log."""
+    then set that CA as the caBundle of every webhook of both configurations, and on the
+    validating one ``failure_policy`` (``custom_resources_failure_policy`` on its entry for
+    custom workload kinds). One line per configuration, for the log."""
     from kubernetes import client as k8s
 
     core = k8s.CoreV1Api(api_client)
@@ -218,7 +221,11 @@ def activate_webhooks(
     return [
         _patch_webhooks(api_client, kind, name, bundle_b64, policy)
         for kind, name, policy in (
-            (WEBHOOK_KINDS[0], validating, failure_policy),
+            (
+                WEBHOOK_KINDS[0],
+                validating,
+                {"": failure_policy, WORKLOADS_WEBHOOK: custom_resources_failure_policy},
+            ),
             (WEBHOOK_KINDS[1], mutating, None),
         )
         if name
@@ -229,7 +236,7 @@ def deactivate_webhooks(api_client: Any, *, validating: str) -> str:
     """Make the validating webhook fail open (before the server it calls goes away). One
     already deleted (the README's break-glass) is as good as deactivated."""
     try:
-        return _patch_webhooks(api_client, WEBHOOK_KINDS[0], validating, None, "Ignore")
+        return _patch_webhooks(api_client, WEBHOOK_KINDS[0], validating, None, {"": "Ignore"})
     except InstallError as exc:
         if "not found" not in str(exc):
             raise
@@ -237,8 +244,14 @@ def deactivate_webhooks(api_client: Any, *, validating: str) -> str:
 
 
 def _patch_webhooks(
-    api_client: Any, kind: str, name: str, bundle_b64: str | None, failure_policy: str | None
+    api_client: Any,
+    kind: str,
+    name: str,
+    bundle_b64: str | None,
+    failure_policies: dict[str, str] | None,
 ) -> str:
+    """Set the caBundle and the failure policy of each webhook: ``failure_policies`` maps a
+    webhook's name to its policy, ``""`` to the policy of the others."""
     from kubernetes import client as k8s
 
     admission = k8s.AdmissionregistrationV1Api(api_client)
@@ -275,9 +288,12 @@ def _patch_webhooks(
                     "value": bundle_b64,
                 }
             )
-        if failure_policy is not None and hook.get("failurePolicy") != failure_policy:
+        wanted = None
+        if failure_policies is not None:
+            wanted = failure_policies.get(hook["name"], failure_policies[""])
+        if wanted is not None and hook.get("failurePolicy") != wanted:
             changes.append(
-                {"op": "add", "path": f"/webhooks/{index}/failurePolicy", "value": failure_policy}
+                {"op": "add", "path": f"/webhooks/{index}/failurePolicy", "value": wanted}
             )
         if changes:
             ops += pinned + changes
@@ -288,6 +304,10 @@ def _patch_webhooks(
             kind=kind,
             name=name,
         )
-    policy = f", failurePolicy {failure_policy}" if failure_policy else ""
+    policy = ""
+    if failure_policies:
+        policy = ", failurePolicy " + ", ".join(
+            f"{value} ({key})" if key else value for key, value in failure_policies.items()
+        )
     state = "patched" if ops else "unchanged"
     return f"{kind}/{name}: {state}{policy}"

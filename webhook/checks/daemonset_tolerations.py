@@ -30,7 +30,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             shown = f"{taint['key']}={taint.get('value', '')}:{taint['effect']}"
             yield Violation(
                 rule=RULE,
-                path=f"{view.spec_path}.tolerations",
+                path=view.field_path("tolerations"),
                 value=shown,
                 message=f"the DaemonSet requests {', '.join(selection.requested)} but does not "
                 f"tolerate the GPU nodes' taint {shown}, so it runs on none of them",

@@ -21,7 +21,7 @@ RULE = "gpu-quantity"
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     for container in view.gpu_containers():
-        resources = container.spec["resources"]
+        resources = container.resources
         limits = resources.get("limits") if isinstance(resources.get("limits"), dict) else {}
         requests = resources.get("requests") if isinstance(resources.get("requests"), dict) else {}
         for name in container.gpu:
@@ -31,37 +31,37 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                     if bad:
                         yield Violation(
                             rule=RULE,
-                            path=f"{container.path}.resources.{where}[{name}]",
+                            path=f"{container.path}.{container.resources_field}.{where}[{name}]",
                             value=values[name],
                             message=bad[0],
                             hint=bad[1],
                             subject=container.name,
-                            field=f"{container.list_name}.resources.{where}[{name}]",
+                            field=f"{container.list_name}.{container.resources_field}.{where}[{name}]",
                         )
             if name in requests and name not in limits:
                 yield Violation(
                     rule=RULE,
-                    path=f"{container.path}.resources.limits[{name}]",
+                    path=f"{container.path}.{container.resources_field}.limits[{name}]",
                     value=None,
                     message=f"{name} must be set in limits: the API server and the device "
                     "plugin count GPUs from limits",
-                    hint=f"add resources.limits[{name}]: {_show(requests[name])}",
+                    hint=f"add {container.resources_field}.limits[{name}]: {_show(requests[name])}",
                     error_type="Required value",
                     subject=container.name,
-                    field=f"{container.list_name}.resources.limits[{name}]",
+                    field=f"{container.list_name}.{container.resources_field}.limits[{name}]",
                 )
             elif name in requests and name in limits:
                 request, limit = parse_quantity(requests[name]), parse_quantity(limits[name])
                 if request is not None and limit is not None and request != limit:
                     yield Violation(
                         rule=RULE,
-                        path=f"{container.path}.resources.requests[{name}]",
+                        path=f"{container.path}.{container.resources_field}.requests[{name}]",
                         value=requests[name],
                         message=f"must equal the limit ({_show(limits[name])}): GPUs cannot "
                         "be overcommitted",
                         hint=f"set requests[{name}] to {_show(limits[name])}, or drop the request",
                         subject=container.name,
-                        field=f"{container.list_name}.resources.requests[{name}]",
+                        field=f"{container.list_name}.{container.resources_field}.requests[{name}]",
                     )
 
 

@@ -8,7 +8,8 @@ removing one leading ``CAP_``. Warned: ``hostIPC`` (some MPS setups share the ho
 namespace) and ``SYS_PTRACE`` (profilers need it; reaching other tenants' processes also needs
 ``hostPID``, which is refused). Allowed: ``hostNetwork`` (multi-node training uses it),
 ``IPC_LOCK``, ``SYS_NICE``, ``SYS_RESOURCE`` (RDMA and NCCL need them) and every other
-capability.
+capability. Warned too: a field of a workload that can set any of these in ways nothing can
+judge before the Pod exists (Argo's ``podSpecPatch``); the Pod is judged when it is created.
 """
 
 from __future__ import annotations
@@ -41,10 +42,23 @@ def capability_name(raw: object) -> str:
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     spec = view.spec
+    for path, value in view.unjudged:
+        yield Violation(
+            rule=RULE,
+            path=path,
+            value=value,
+            message=f"{path.rpartition('.')[2]} can give the Pod any field, host access "
+            "included, and cannot be judged before the Pod exists: its Pod is judged when it "
+            "is created, and denied there if the patch breaks the policy",
+            hint="write the fields into the template itself, where they are judged now",
+            subject="spec",
+            field=path.rpartition(".")[2],
+            advisory=True,
+        )
     if spec.get("hostPID") is True:
         yield Violation(
             rule=RULE,
-            path=f"{view.spec_path}.hostPID",
+            path=view.field_path("hostPID"),
             value=True,
             message="hostPID shares the node's process namespace: "
             + advice.why(
@@ -61,7 +75,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     if spec.get("hostIPC") is True:
         yield Violation(
             rule=RULE,
-            path=f"{view.spec_path}.hostIPC",
+            path=view.field_path("hostIPC"),
             value=True,
             message="hostIPC shares the node's IPC namespace with the Pod",
             hint="remove hostIPC unless an MPS setup needs it",
@@ -70,7 +84,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             advisory=True,
         )
     yield from _host_process(
-        view, policy, spec.get("securityContext"), f"{view.spec_path}.securityContext", "spec"
+        view, policy, spec.get("securityContext"), view.field_path("securityContext"), "spec"
     )
     for container in view.containers:
         context = container.spec.get("securityContext")

@@ -46,7 +46,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         shown = f"{quote(raw)} (that is {quote(path)})" if path != raw else quote(raw)
         yield Violation(
             rule=RULE,
-            path=f"{view.spec_path}.volumes[{index}].hostPath.path",
+            path=f"{view.field_path('volumes')}[{index}].hostPath.path",
             value=raw,
             message=f"hostPath volume {quote(name)} mounts {shown}, which exposes "
             + advice.why(view, policy, reason),

@@ -33,8 +33,8 @@ from webhook.cli.cluster import (
 from webhook.cli.common import add_command, add_policy_argument, error, policy_from
 from webhook.cli.documents import Document, DocumentError, discover, parse, read_text
 from webhook.core.findings import Finding
-from webhook.policy.compile import LEGACY_GROUPS
 from webhook.policy.model import Policy
+from webhook.policy.workloads import LEGACY_GROUPS
 
 EXAMPLES = """\
 examples:
@@ -254,14 +254,19 @@ def audit_cluster(audit: Audit, args: argparse.Namespace) -> None:
             obj
             for workload in audit.policy.workloads.values()
             if workload.group not in LEGACY_GROUPS
+            and (namespace is None or workload.scope == "Namespaced")
             for obj in lister.objects(workload)
         ]
     finally:
         api_client.close()
-    if lister.not_served:
+    declared = [resource for resource, catalogued in lister.not_served if not catalogued]
+    if declared:
+        _note("not served by this cluster (CRD not installed), skipped: " + ", ".join(declared))
+    catalogued = len(lister.not_served) - len(declared)
+    if catalogued:
         _note(
-            "not served by this cluster (CRD not installed), skipped: "
-            + ", ".join(lister.not_served)
+            f"{catalogued} catalogued GPU workload kind(s) not installed in this cluster "
+            "(`gpu-admission policy workloads` lists the catalogue)"
         )
     by_uid = {meta(o)["uid"]: o for o in objects if meta(o).get("uid")}
     audited: dict[int, Audited] = {}  # by id() of the root object

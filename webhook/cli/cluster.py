@@ -132,7 +132,8 @@ class Lister:
         self.namespace = namespace
         self.timeout = timeout
         self.problems = problems
-        self.not_served: list[str] = []  # custom resources whose CRD is not installed
+        # Custom resources whose CRD is not installed, and whether they are catalogued kinds.
+        self.not_served: list[tuple[str, bool]] = []
         self._groups: dict[str, list[str]] | None = None  # discovered API group -> versions
         self._discovery_failed = False
 
@@ -156,7 +157,7 @@ class Lister:
                 item.setdefault("kind", workload.kind)
             return items
         if not self._discovery_failed:  # that is reported once, as a problem
-            self.not_served.append(resource)
+            self.not_served.append((resource, workload.catalogued))
         return []
 
     def _list_functions(self, workload: WorkloadKind) -> Iterator[Callable[..., Any]]:
@@ -173,7 +174,7 @@ class Lister:
             return
         custom = k8s.CustomObjectsApi(self.api_client)
         for version in self._versions(workload.group):
-            if self.namespace:
+            if self.namespace and workload.scope == "Namespaced":
                 yield partial(
                     custom.list_namespaced_custom_object,
                     workload.group,

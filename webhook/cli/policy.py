@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from webhook.cli import output, suites
+from webhook.cli import output, suites, workloads
 from webhook.cli.common import add_command, add_command_group, error
 from webhook.cli.documents import Document, DocumentError, discover, parse, read_text
-from webhook.policy.compile import LEGACY_GROUPS
 from webhook.policy.files import missing_file
 from webhook.policy.load import PolicyError, load_policy, schema
 from webhook.policy.model import Policy
+from webhook.policy.workloads import LEGACY_GROUPS
 
 DEFAULT_TESTS = "policies/tests"
 KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
@@ -173,6 +173,7 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
         "--suite", action="store_true", help="the schema of test suite files instead"
     )
     schema_parser.set_defaults(func=run_schema)
+    workloads.add_to(sub)
 
 
 # --- policy schema ----------------------------------------------------------------------
@@ -398,7 +399,8 @@ def coverage_errors(
             f"{name} is not sent to the validating webhook on {', '.join(missing)}: no rule of "
             f"the ValidatingWebhookConfiguration(s) in {manifests} covers it, so {consequence}; "
             f"add a rule with apiGroups [{json.dumps(group)}], resources [{resource}], "
-            f"operations [{', '.join(operations)}]"
+            f"operations [{', '.join(operations)}] (`gpu-admission webhooks rules` prints the "
+            "rules of every custom kind)"
         )
         index = next(
             (
@@ -409,7 +411,8 @@ def coverage_errors(
             None,
         )
         if index is None:
-            errors.append(f"{document.source}: built-in kind {kind}: {message}")
+            origin = "catalogued" if policy.workloads[(group, kind)].catalogued else "built-in"
+            errors.append(f"{document.source}: {origin} kind {kind}: {message}")
         else:
             path = f"spec.workloads[{index}]"
             errors.append(f"{document.source}:{document.line_of(path)}: {path}: {message}")

@@ -1,20 +1,25 @@
 """``gpu-admission webhooks``: what the Helm chart's hook Jobs run in the cluster, so that no
 step of an install, upgrade or uninstall leaves the fail-closed webhook without a Ready server
-it trusts (``webhook.certs.activation``). They use the Pod's service account."""
+it trusts (``webhook.certs.activation``; they use the Pod's service account), and the webhook
+rules a policy's custom workload kinds need (``rules``)."""
 
 from __future__ import annotations
 
 import argparse
 
+import yaml
+
 from webhook.certs.activation import activate_webhooks, bootstrap_secret, deactivate_webhooks
-from webhook.cli.common import add_command, add_command_group
+from webhook.cli.common import add_command, add_command_group, add_policy_argument, policy_from
 from webhook.cli.kube import api_client
+from webhook.policy.workloads import SPEC_CHANGED, WORKLOADS_WEBHOOK, custom_resource_rules
 
 _EPILOG = """\
 examples (as the chart's hook Jobs run them, in the release's namespace):
   gpu-admission webhooks bootstrap --namespace gpu-admission            # pre-install/upgrade
   gpu-admission webhooks activate --namespace gpu-admission             # post-install/upgrade
   gpu-admission webhooks deactivate                                     # pre-delete
+  gpu-admission webhooks rules --policy my-policy.yaml   # rules for the custom workload kinds
 """
 
 
@@ -59,6 +64,12 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
     activate.add_argument("--validating", default="gpu-admission", metavar="NAME")
     activate.add_argument("--mutating", default="gpu-admission", metavar="NAME")
     activate.add_argument("--failure-policy", choices=("Fail", "Ignore"), default="Fail")
+    activate.add_argument(
+        "--custom-resources-failure-policy",
+        choices=("Fail", "Ignore"),
+        default="Ignore",
+        help=f"of the {WORKLOADS_WEBHOOK} webhook (%(default)s)",
+    )
     activate.add_argument("--timeout", type=float, default=300.0, help="seconds (%(default)s)")
     activate.set_defaults(func=run_activate)
 
@@ -74,6 +85,18 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
     deactivate.add_argument("--context")
     deactivate.add_argument("--validating", default="gpu-admission", metavar="NAME")
     deactivate.set_defaults(func=run_deactivate)
+
+    rules = add_command(
+        group,
+        "rules",
+        summary="print the webhook rules and match conditions for a policy's custom kinds",
+        description=f"Print, as YAML, the rules and match conditions of the {WORKLOADS_WEBHOOK} "
+        "webhook for every custom workload kind the policy judges (the catalogue and its "
+        "spec.workloads): paste them into the ValidatingWebhookConfiguration.",
+        epilog=_EPILOG,
+    )
+    add_policy_argument(rules)
+    rules.set_defaults(func=run_rules)
 
 
 def _cluster_options(parser: argparse.ArgumentParser) -> None:
@@ -104,9 +127,21 @@ def run_activate(args: argparse.Namespace) -> int:
         validating=args.validating,
         mutating=args.mutating,
         failure_policy=args.failure_policy,
+        custom_resources_failure_policy=args.custom_resources_failure_policy,
         timeout=args.timeout,
     ):
         print(line)
+    return 0
+
+
+def run_rules(args: argparse.Namespace) -> int:
+    policy = policy_from(args)
+    entry = {
+        "name": WORKLOADS_WEBHOOK,
+        "matchConditions": [{"name": "spec-changed", "expression": SPEC_CHANGED}],
+        "rules": custom_resource_rules(policy.workloads.values()),
+    }
+    print(yaml.safe_dump(entry, sort_keys=False, width=1 << 16), end="")
     return 0
 
 

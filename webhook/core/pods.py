@@ -12,12 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from webhook.policy.model import (
-    EachItem,
-    EachValue,
-    FieldStep,
     Policy,
-    TemplatePath,
-    WorkloadKind,
 )
 from webhook.policy.quantity import Quantity, parse_quantity
 
@@ -42,6 +37,14 @@ class ContainerView:
     # Asks for a GPU the policy knows (not e.g. the network operator's nvidia.com/hostdev), in
     # any quantity but a clean zero: read through ``webhook.core.scope.requests_gpu``.
     requests_declared_gpu: bool = False
+    # The field of ``spec`` with the ResourceRequirements: ``resources`` but in a catalogued
+    # container-like object (Trainer's ``resourcesPerNode``).
+    resources_field: str = "resources"
+
+    @property
+    def resources(self) -> Mapping:
+        resources = self.spec.get(self.resources_field)
+        return resources if isinstance(resources, dict) else {}
 
     @property
     def asks_for_vendor_resource(self) -> bool:
@@ -55,7 +58,7 @@ class ContainerView:
         return self.list_name == "initContainers" and self.spec.get("restartPolicy") == "Always"
 
     def resource_path(self, name: str) -> str:
-        return f"{self.path}.resources.{self.gpu[name][1]}[{name}]"
+        return f"{self.path}.{self.resources_field}.{self.gpu[name][1]}[{name}]"
 
 
 @dataclass(slots=True)
@@ -70,6 +73,10 @@ class PodView:
     service_account: str
     identity: str = ""  # the template's place, with list items named (see walk_templates)
     gpu_relevant: bool = False
+    # Fields that change the Pod in ways nothing can judge before it exists: (path, value).
+    unjudged: tuple[tuple[str, Any], ...] = ()
+    # Pod-level fields taken from another object (an Argo Workflow's spec): field -> its path.
+    inherited: Mapping[str, str] = field(default_factory=dict)
     _memo: dict = field(default_factory=dict, repr=False)
 
     def memo(self, compute: Callable[[PodView, Policy], Memoized], policy: Policy) -> Memoized:
@@ -80,6 +87,10 @@ class PodView:
         except KeyError:
             value = self._memo[compute] = compute(self, policy)
             return value
+
+    def field_path(self, name: str) -> str:
+        """The path of a pod-level field, in the object it was written in."""
+        return self.inherited.get(name) or f"{self.spec_path}.{name}"
 
     @property
     def annotations(self) -> Mapping:
@@ -151,8 +162,10 @@ def _dig(obj: Any, *keys: str) -> Any:
     return obj
 
 
-def _container_gpu(container: Mapping, policy: Policy) -> dict[str, tuple[Any, str]]:
-    resources = container.get("resources")
+def _container_gpu(
+    container: Mapping, policy: Policy, resources_field: str = "resources"
+) -> dict[str, tuple[Any, str]]:
+    resources = container.get(resources_field)
     if not isinstance(resources, dict):
         return {}
     found: dict[str, tuple[Any, str]] = {}
@@ -163,6 +176,18 @@ def _container_gpu(container: Mapping, policy: Policy) -> dict[str, tuple[Any, s
                 if isinstance(name, str) and policy.is_vendor_resource(name):
                     found[name] = (value, where)
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSource:
+    """Where a container of a view is: its list (or field) name, index, object and path."""
+
+    list_name: str
+    index: int
+    spec: Mapping
+    path: str
+    resources_field: str = "resources"
+    fallback_name: str = ""  # for a container object without a name (Trainer's trainer)
 
 
 def build_view(
@@ -179,44 +204,84 @@ def build_view(
         return None
     prefix = f"{template_path}." if template_path else ""
     metadata = template.get("metadata")
-    spec_path = f"{prefix}spec"
-    containers: list[ContainerView] = []
-    declared = policy.declared_names
-    for list_name in CONTAINER_LISTS:
-        items = spec.get(list_name)
+    return view_of(
+        kind,
+        spec,
+        f"{prefix}spec",
+        metadata if isinstance(metadata, dict) else {},
+        f"{prefix}metadata",
+        list(listed_containers(spec, f"{prefix}spec")),
+        namespace,
+        policy,
+        identity,
+    )
+
+
+def listed_containers(
+    spec: Mapping, spec_path: str, lists: tuple[tuple[str, ...], ...] = ()
+) -> Iterator[ContainerSource]:
+    """The containers of a PodSpec's lists, and of more lists at ``lists`` (field paths)."""
+    for fields in (*((name,) for name in CONTAINER_LISTS), *lists):
+        items: Any = spec
+        for name in fields:
+            items = items.get(name) if isinstance(items, dict) else None
         if not isinstance(items, list):
             continue
+        list_name = ".".join(fields)
         for index, container in enumerate(items):
-            if not isinstance(container, dict):
-                continue
-            gpu = _container_gpu(container, policy)
-            quantities = {n: parse_quantity(v) for n, (v, _) in gpu.items()} if gpu else {}
-            containers.append(
-                ContainerView(
-                    list_name=list_name,
-                    index=index,
-                    spec=container,
-                    name=str(container.get("name", f"#{index}")),
-                    path=f"{spec_path}.{list_name}[{index}]",
-                    gpu=gpu,
-                    gpu_quantity=quantities,
-                    requests_declared_gpu=any(
-                        (q is None or q != 0) and (n in declared or n in policy.retired)
-                        for n, q in quantities.items()
-                    ),
+            if isinstance(container, dict):
+                yield ContainerSource(
+                    list_name, index, container, f"{spec_path}.{list_name}[{index}]"
                 )
+
+
+def view_of(
+    kind: str,
+    spec: Mapping,
+    spec_path: str,
+    metadata: Mapping,
+    metadata_path: str,
+    sources: list[ContainerSource],
+    namespace: str,
+    policy: Policy,
+    identity: str = "",
+    unjudged: tuple[tuple[str, Any], ...] = (),
+) -> PodView:
+    """A view of pod-level fields and containers, wherever in an object they are written."""
+    containers: list[ContainerView] = []
+    declared = policy.declared_names
+    for source in sources:
+        container = source.spec
+        gpu = _container_gpu(container, policy, source.resources_field)
+        quantities = {n: parse_quantity(v) for n, (v, _) in gpu.items()} if gpu else {}
+        containers.append(
+            ContainerView(
+                list_name=source.list_name,
+                index=source.index,
+                spec=container,
+                name=str(container.get("name") or source.fallback_name or f"#{source.index}"),
+                path=source.path,
+                gpu=gpu,
+                gpu_quantity=quantities,
+                requests_declared_gpu=any(
+                    (q is None or q != 0) and (n in declared or n in policy.retired)
+                    for n, q in quantities.items()
+                ),
+                resources_field=source.resources_field,
             )
+        )
     service_account = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
     view = PodView(
         kind=kind,
         spec_path=spec_path,
-        metadata_path=f"{prefix}metadata",
+        metadata_path=metadata_path,
         spec=spec,
-        metadata=metadata if isinstance(metadata, dict) else {},
+        metadata=metadata,
         containers=tuple(containers),
         namespace=namespace,
         service_account=str(service_account),
         identity=identity,
+        unjudged=unjudged,
     )
     view.gpu_relevant = _gpu_relevant(view, policy)
     return view
@@ -250,44 +315,3 @@ def _gpu_relevant(view: PodView, policy: Policy) -> bool:
         isinstance(t.get("key"), str) and t["key"] in policy.gpu_taint_keys
         for t in view.tolerations()
     )
-
-
-def walk_templates(obj: Mapping, workload: WorkloadKind) -> Iterator[tuple[str, str, Mapping]]:
-    """Every (field path, identity, PodTemplateSpec) that the workload kind declares in the
-    object. The identity names list items by their ``name`` (JobSet's replicatedJobs, Ray's
-    workerGroupSpecs by ``groupName``) instead of their position, so that an UPDATE that
-    reorders or inserts items is matched by name."""
-    for template in workload.templates:
-        yield from _walk(obj, template, 0, "", "")
-
-
-def _walk(
-    node: Any, template: TemplatePath, step: int, path: str, identity: str
-) -> Iterator[tuple[str, str, Mapping]]:
-    if step == len(template.steps):
-        if isinstance(node, dict):
-            yield path, identity, node
-        return
-    kind = template.steps[step]
-    if isinstance(kind, FieldStep):
-        if isinstance(node, dict) and kind.name in node:
-            child = f"{path}.{kind.name}" if path else kind.name
-            child_identity = f"{identity}.{kind.name}" if identity else kind.name
-            yield from _walk(node[kind.name], template, step + 1, child, child_identity)
-    elif isinstance(kind, EachValue):
-        if isinstance(node, dict):
-            for key, value in node.items():
-                yield from _walk(value, template, step + 1, f"{path}[{key}]", f"{identity}[{key}]")
-    elif isinstance(kind, EachItem) and isinstance(node, list):
-        for index, value in enumerate(node):
-            name = _item_name(value)
-            item = f"[name={name}]" if name is not None else f"[{index}]"
-            yield from _walk(value, template, step + 1, f"{path}[{index}]", identity + item)
-
-
-def _item_name(item: Any) -> str | None:
-    if isinstance(item, dict):
-        for key in ("name", "groupName"):
-            if isinstance(item.get(key), str):
-                return item[key]
-    return None

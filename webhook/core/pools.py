@@ -225,10 +225,10 @@ def _pend_forever(
                 f"{wanted}: it would pend forever"
             )
         path = (
-            f"{view.spec_path}.nodeSelector"
+            view.field_path("nodeSelector")
             if view.node_selector()
             else (
-                f"{view.spec_path}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                f"{view.field_path('affinity')}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
             )
         )
         value: object = dict(view.node_selector()) or "nodeSelectorTerms"

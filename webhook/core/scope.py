@@ -137,8 +137,7 @@ def _own_signal(view: PodView, policy: Policy) -> str | None:
         for name in container.gpu:
             if _is_gpu_ask(name, policy):
                 return f"it asks for {name}"
-        resources = container.spec.get("resources")
-        if isinstance(resources, dict) and resources.get("claims"):
+        if container.resources.get("claims"):
             return "it has a DRA resource claim"
         for _, var in env_entries(container):
             if is_toolkit_variable(var.get("name")):

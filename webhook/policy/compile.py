@@ -10,10 +10,7 @@ from types import MappingProxyType
 from webhook.policy import mig
 from webhook.policy.model import (
     RULE_IDS,
-    EachItem,
-    EachValue,
     Exemption,
-    FieldStep,
     NamespaceMatcher,
     NamespaceOverride,
     Policy,
@@ -21,63 +18,11 @@ from webhook.policy.model import (
     ResourceSpec,
     RuleMode,
     RuleModes,
-    TemplatePath,
-    TemplateStep,
-    WorkloadKind,
 )
 from webhook.policy.names import near_miss_key, normalise_host_path
+from webhook.policy.workloads import compile_workloads
 
 DEFAULT_RULE_MODES = {"gpuPods": "Enforce", "otherPods": "Audit"}
-EACH_VALUE = EachValue()
-EACH_ITEM = EachItem()
-
-# Old manifests still carry the apps kinds under "extensions", but no API a supported cluster
-# serves has it: judged in files, never listed in a cluster or sent by a webhook rule.
-LEGACY_GROUPS = frozenset({"extensions"})
-
-# Built-in kinds whose pod templates are judged. "extensions" is the group that old manifests
-# (and `kubectl get` output of old clusters) still carry for the apps kinds.
-BUILTIN_WORKLOADS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
-    ("", "Pod", "pods", ("",)),
-    ("", "ReplicationController", "replicationcontrollers", ("spec.template",)),
-    ("apps", "Deployment", "deployments", ("spec.template",)),
-    ("apps", "ReplicaSet", "replicasets", ("spec.template",)),
-    ("apps", "StatefulSet", "statefulsets", ("spec.template",)),
-    ("apps", "DaemonSet", "daemonsets", ("spec.template",)),
-    ("extensions", "Deployment", "deployments", ("spec.template",)),
-    ("extensions", "ReplicaSet", "replicasets", ("spec.template",)),
-    ("extensions", "DaemonSet", "daemonsets", ("spec.template",)),
-    ("batch", "Job", "jobs", ("spec.template",)),
-    ("batch", "CronJob", "cronjobs", ("spec.jobTemplate.spec.template",)),
-)
-
-
-# --- Template paths ---------------------------------------------------------------------
-
-_SEGMENT = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*|\*)(?P<items>\[\*\])?\Z")
-
-
-class TemplatePathError(ValueError):
-    """A workload's template path that is not ``field.field``, ``*`` and ``[*]``."""
-
-
-def compile_template_path(text: str) -> TemplatePath:
-    """``spec.replicatedJobs[*].template.spec.template`` to steps; "" is the object itself."""
-    steps: list[TemplateStep] = []
-    if text:
-        for segment in text.split("."):
-            match = _SEGMENT.match(segment)
-            if match is None:
-                raise TemplatePathError(
-                    f"invalid template path {text!r} at {segment!r}: use field names joined by "
-                    "'.', '*' for every value of a map and '[*]' for every item of a list"
-                )
-            steps.append(EACH_VALUE if match["name"] == "*" else FieldStep(match["name"]))
-            if match["items"]:
-                steps.append(EACH_ITEM)
-    return TemplatePath(text=text, steps=tuple(steps))
-
-
 # --- Compilation ------------------------------------------------------------------------
 
 
@@ -186,18 +131,7 @@ def compile_policy(doc: dict, source: str, digest: str) -> Policy:
         )
         for e in spec.get("exemptions", [])
     )
-    workloads: dict[tuple[str, str], WorkloadKind] = {}
-    for group, kind, resource, paths in BUILTIN_WORKLOADS:
-        workloads[(group, kind)] = WorkloadKind(
-            group, kind, resource, tuple(compile_template_path(p) for p in paths)
-        )
-    for w in spec.get("workloads", []):
-        workloads[(w["group"], w["kind"])] = WorkloadKind(
-            w["group"],
-            w["kind"],
-            w.get("resource", w["kind"].lower() + "s"),
-            tuple(compile_template_path(p) for p in w["templates"]),
-        )
+    workloads = compile_workloads(spec)
     domains = tuple(spec.get("vendorDomains", ["nvidia.com"]))
     declared = set(resources_)
     for pool in pools:
@@ -238,7 +172,7 @@ def compile_policy(doc: dict, source: str, digest: str) -> Policy:
         rules=rules,
         namespace_overrides=overrides,
         exemptions=exemptions,
-        workloads=MappingProxyType(workloads),
+        workloads=workloads,
         declared_names=frozenset(declared),
         companion_names=frozenset(spec.get("companionResources", [])),
         near_misses=MappingProxyType({near_miss_key(n): n for n in sorted(declared)}),

@@ -15,9 +15,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from webhook.policy import mig
-from webhook.policy.compile import BUILTIN_WORKLOADS, TemplatePathError, compile_template_path
 from webhook.policy.lines import LineFinder, render_path
 from webhook.policy.model import SOFTWARE_SHARING, Exemption, Policy, PolicyWarning
+from webhook.policy.workloads import (
+    BUILTIN_WORKLOADS,
+    TemplatePathError,
+    catalogued_kinds,
+    compile_template_path,
+    entry_paths,
+)
 
 LABEL_SELECTOR_KEYS = ("labels", "matchLabels", "objectSelector", "podSelector", "selector")
 _GLOB = re.compile(r"[*?\[]")
@@ -177,20 +183,36 @@ def semantic_errors(doc: dict, lines: LineFinder) -> list[str]:
 
     _lint_reserved_pools(spec.get("pools", []), err)
 
-    seen_kinds = {(g, k) for g, k, _, _ in BUILTIN_WORKLOADS}
+    built_in = {(g, k) for g, k, _, _ in BUILTIN_WORKLOADS}
+    seen_kinds: set[tuple[str, str]] = set()
     for i, workload in enumerate(spec.get("workloads", [])):
         key = (workload["group"], workload["kind"])
-        if key in seen_kinds:
+        if key in built_in or key in seen_kinds:
             err(
                 ["spec", "workloads", i],
                 f"duplicate workload kind {workload['kind']} in group {workload['group']!r}",
             )
         seen_kinds.add(key)
-        for j, template in enumerate(workload["templates"]):
+        for where, text in entry_paths(workload):
             try:
-                compile_template_path(template)
+                compile_template_path(text)
             except TemplatePathError as exc:
-                err(["spec", "workloads", i, "templates", j], str(exc))
+                err(["spec", "workloads", i, *where], str(exc))
+        for j, target in enumerate(workload.get("resources", [])):
+            if not re.search(r"(?:^|\.)[A-Za-z_][A-Za-z0-9_]*$", target["path"]):
+                err(
+                    ["spec", "workloads", i, "resources", j, "path"],
+                    f"invalid resources path {target['path']!r}: it must end in the field that "
+                    "holds the ResourceRequirements",
+                )
+    catalogued = catalogued_kinds()
+    for i, kind in enumerate(spec.get("catalogue", {}).get("disabled", [])):
+        if (kind["group"], kind["kind"]) not in catalogued:
+            err(
+                ["spec", "catalogue", "disabled", i],
+                f"{kind['kind']} in group {kind['group']!r} is not in the catalogue: "
+                "nothing to switch off",
+            )
 
     for i, override in enumerate(spec.get("namespaceOverrides", [])):
         for j, pattern in enumerate(override["namespaces"]):

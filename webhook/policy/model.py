@@ -138,12 +138,48 @@ class TemplatePath:
     steps: tuple[TemplateStep, ...]
 
 
+TargetShape = Literal["template", "podSpec", "container", "resources"]
+
+
+@dataclass(frozen=True, slots=True)
+class PodTarget:
+    """Where a workload kind keeps one kind of pod definition, in one of four shapes:
+
+    - ``template``: a PodTemplateSpec (``metadata`` and ``spec``);
+    - ``podSpec``: a PodSpec inline at ``path`` (KServe's predictor), with ``containers``
+      (fields of it holding one container each), ``container_lists`` (more lists of them),
+      ``inherit`` (an object whose pod-level fields every match gets too: an Argo Workflow's
+      ``spec`` for its templates) and ``unjudged`` (fields that change the Pod in ways nothing
+      can judge before it exists: Argo's ``podSpecPatch``);
+    - ``container``: one container, without pod-level fields;
+    - ``resources``: ResourceRequirements inside a container-like object (its parent, whose
+      env and security context are judged too), with ``pod_fields`` the object(s) holding the
+      pod-level fields of the same Pods (Trainer's TrainJob: ``resourcesPerNode`` and its
+      ``podSpecOverrides``).
+    """
+
+    shape: TargetShape
+    path: TemplatePath
+    containers: tuple[str, ...] = ()
+    container_lists: tuple[tuple[str, ...], ...] = ()
+    inherit: TemplatePath | None = None
+    unjudged: tuple[str, ...] = ()
+    pod_fields: TemplatePath | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadKind:
     group: str
     kind: str
     resource: str
-    templates: tuple[TemplatePath, ...]
+    targets: tuple[PodTarget, ...]
+    scope: Literal["Namespaced", "Cluster"] = "Namespaced"
+    catalogued: bool = False  # from the built-in catalogue of GPU workload kinds
+
+    @property
+    def built_in(self) -> bool:
+        """A kind of the Kubernetes API itself (its webhook rules fail closed)."""
+        return self.group in ("", "apps", "batch", "extensions")
 
 
 @dataclass(frozen=True, slots=True)

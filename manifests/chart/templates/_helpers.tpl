@@ -40,6 +40,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if .Values.auditOnly -}}Ignore{{- else -}}{{ .Values.webhooks.validating.failurePolicy }}{{- end -}}
 {{- end -}}
 
+{{- define "gpu-admission.customResourcesFailurePolicy" -}}
+{{- if .Values.auditOnly -}}Ignore{{- else -}}{{ .Values.webhooks.customResources.failurePolicy }}{{- end -}}
+{{- end -}}
+
 {{/* The namespaces never sent to the webhooks. */}}
 {{- define "gpu-admission.namespaceSelector" -}}
 matchExpressions:

@@ -1,0 +1,222 @@
+"""Finding a workload's Pods in its object: the views of every ``PodTarget`` of its kind.
+
+A target is a path (``spec.templates[*]``) and a shape (``webhook.policy.model.PodTarget``).
+Each match becomes one ``PodView``, with field paths into the object as written, so that a
+finding names the field to change whichever shape the kind uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from webhook.core.pods import (
+    ContainerSource,
+    PodView,
+    build_view,
+    listed_containers,
+    view_of,
+)
+from webhook.policy.model import (
+    EachItem,
+    EachValue,
+    FieldStep,
+    PodTarget,
+    Policy,
+    TemplatePath,
+    WorkloadKind,
+)
+
+# The pod-level fields of a PodSpec (core/v1): what an ``inherit`` object passes on. The
+# container lists are not among them: an inherited object's containers are not the Pod's.
+POD_LEVEL_FIELDS = frozenset(
+    {
+        "activeDeadlineSeconds",
+        "affinity",
+        "automountServiceAccountToken",
+        "dnsConfig",
+        "dnsPolicy",
+        "enableServiceLinks",
+        "hostAliases",
+        "hostIPC",
+        "hostNetwork",
+        "hostPID",
+        "hostUsers",
+        "hostname",
+        "imagePullSecrets",
+        "nodeName",
+        "nodeSelector",
+        "os",
+        "priorityClassName",
+        "resourceClaims",
+        "runtimeClassName",
+        "schedulerName",
+        "schedulingGates",
+        "securityContext",
+        "serviceAccount",
+        "serviceAccountName",
+        "shareProcessNamespace",
+        "tolerations",
+        "topologySpreadConstraints",
+        "volumes",
+    }
+)
+
+
+def walk_path(obj: Any, path: TemplatePath) -> Iterator[tuple[str, str, Mapping]]:
+    """Every (field path, identity, object) that ``path`` reaches in ``obj``. The identity names
+    list items by their ``name`` (JobSet's replicatedJobs, Ray's workerGroupSpecs by
+    ``groupName``) instead of their position, so that an UPDATE that reorders or inserts items
+    is matched by name."""
+    yield from _walk(obj, path, 0, "", "")
+
+
+def walk_templates(obj: Mapping, workload: WorkloadKind) -> Iterator[tuple[str, str, Mapping]]:
+    """Every (field path, identity, PodTemplateSpec) of the kind's template targets: the Pods a
+    controller would create from them as written (what the mutating webhook would see)."""
+    for target in workload.targets:
+        if target.shape == "template":
+            yield from walk_path(obj, target.path)
+
+
+def walk_views(
+    obj: Mapping, workload: WorkloadKind, namespace: str, policy: Policy
+) -> Iterator[PodView]:
+    """A view of every Pod definition the kind declares in the object."""
+    kind = workload.kind
+    for target in workload.targets:
+        if target.shape == "template":
+            for path, identity, template in walk_path(obj, target.path):
+                view = build_view(kind, path, template, namespace, policy, identity)
+                if view is not None:
+                    yield view
+        elif target.shape == "podSpec":
+            yield from _pod_spec_views(obj, kind, target, namespace, policy)
+        elif target.shape == "container":
+            for path, identity, container in walk_path(obj, target.path):
+                parent, _, name = path.rpartition(".")
+                source = ContainerSource(name, 0, container, path, fallback_name=name)
+                yield view_of(kind, {}, parent, {}, parent, [source], namespace, policy, identity)
+        else:
+            yield from _resources_views(obj, kind, target, namespace, policy)
+
+
+def _pod_spec_views(
+    obj: Mapping, kind: str, target: PodTarget, namespace: str, policy: Policy
+) -> Iterator[PodView]:
+    inherited: tuple[str, Mapping] | None = None
+    if target.inherit is not None:
+        inherited = next(((p, o) for p, _, o in walk_path(obj, target.inherit)), None)
+    for path, identity, spec in walk_path(obj, target.path):
+        sources = list(listed_containers(spec, path, target.container_lists))
+        for name in target.containers:
+            container = spec.get(name)
+            if isinstance(container, dict):
+                sources.append(
+                    ContainerSource(name, 0, container, f"{path}.{name}", fallback_name=name)
+                )
+        unjudged = [(f"{path}.{f}", spec[f]) for f in target.unjudged if spec.get(f)]
+        merged: Mapping = spec
+        from_elsewhere: dict[str, str] = {}
+        if inherited is not None:
+            if not sources:
+                continue  # an Argo steps or dag template: it runs no Pod of its own
+            where, fields = inherited
+            merged, from_elsewhere = _inherit(fields, where, spec)
+            unjudged += [(f"{where}.{f}", fields[f]) for f in target.unjudged if fields.get(f)]
+        metadata = spec.get("metadata")
+        view = view_of(
+            kind,
+            merged,
+            path,
+            metadata if isinstance(metadata, dict) else {},
+            f"{path}.metadata",
+            sources,
+            namespace,
+            policy,
+            identity,
+            tuple(unjudged),
+        )
+        view.inherited = from_elsewhere
+        yield view
+
+
+def _inherit(fields: Mapping, where: str, own: Mapping) -> tuple[dict, dict[str, str]]:
+    """``own`` with the pod-level fields it does not set taken from ``fields`` (at ``where``),
+    and the paths of those. Volumes of both are kept (a Workflow's volumes are every
+    template's), numbered after the template's own."""
+    merged = dict(own)
+    paths: dict[str, str] = {}
+    for name in POD_LEVEL_FIELDS.intersection(fields):
+        if name not in own:
+            merged[name] = fields[name]
+            paths[name] = f"{where}.{name}"
+        elif name == "volumes" and isinstance(own[name], list) and isinstance(fields[name], list):
+            merged[name] = [*own[name], *fields[name]]
+    return merged, paths
+
+
+def _resources_views(
+    obj: Mapping, kind: str, target: PodTarget, namespace: str, policy: Policy
+) -> Iterator[PodView]:
+    field = target.path.steps[-1]
+    assert isinstance(field, FieldStep)  # compile_workload refuses anything else
+    holder = TemplatePath(target.path.text.rpartition(".")[0], target.path.steps[:-1])
+    for path, identity, container in walk_path(obj, holder):
+        if field.name not in container:
+            continue
+        name = path.rpartition(".")[2] or kind
+        source = ContainerSource(
+            name, 0, container, path, resources_field=field.name, fallback_name=name
+        )
+        matches = list(walk_path(obj, target.pod_fields)) if target.pod_fields else []
+        if not matches:
+            yield view_of(kind, {}, path, {}, path, [source], namespace, policy, identity)
+        for pod_path, pod_identity, pod in matches:
+            sources = [source]
+            if pod is not container:
+                sources += listed_containers(pod, pod_path)
+            metadata = pod.get("metadata")
+            yield view_of(
+                kind,
+                pod,
+                pod_path,
+                metadata if isinstance(metadata, dict) else {},
+                f"{pod_path}.metadata",
+                sources,
+                namespace,
+                policy,
+                f"{identity}@{pod_identity}",
+            )
+
+
+def _walk(
+    node: Any, path: TemplatePath, step: int, where: str, identity: str
+) -> Iterator[tuple[str, str, Mapping]]:
+    if step == len(path.steps):
+        if isinstance(node, dict):
+            yield where, identity, node
+        return
+    kind = path.steps[step]
+    if isinstance(kind, FieldStep):
+        if isinstance(node, dict) and kind.name in node:
+            child = f"{where}.{kind.name}" if where else kind.name
+            child_identity = f"{identity}.{kind.name}" if identity else kind.name
+            yield from _walk(node[kind.name], path, step + 1, child, child_identity)
+    elif isinstance(kind, EachValue):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from _walk(value, path, step + 1, f"{where}[{key}]", f"{identity}[{key}]")
+    elif isinstance(kind, EachItem) and isinstance(node, list):
+        for index, value in enumerate(node):
+            name = _item_name(value)
+            item = f"[name={name}]" if name is not None else f"[{index}]"
+            yield from _walk(value, path, step + 1, f"{where}[{index}]", identity + item)
+
+
+def _item_name(item: Any) -> str | None:
+    if isinstance(item, dict):
+        for key in ("name", "groupName"):
+            if isinstance(item.get(key), str):
+                return item[key]
+    return None

@@ -1,0 +1,218 @@
+"""The workload kinds a policy judges: the built-in Kubernetes kinds, the catalogue of GPU
+workload kinds (``data/catalogue.yaml``), and a policy's own ``spec.workloads``, each compiled
+to the places (``PodTarget``) where its Pods are defined."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from functools import cache
+from importlib import resources
+from types import MappingProxyType
+
+import yaml
+
+from webhook.policy import schemas
+from webhook.policy.model import (
+    EachItem,
+    EachValue,
+    FieldStep,
+    PodTarget,
+    TemplatePath,
+    TemplateStep,
+    WorkloadKind,
+)
+
+EACH_VALUE = EachValue()
+EACH_ITEM = EachItem()
+
+# Old manifests still carry the apps kinds under "extensions", but no API a supported cluster
+# serves has it: judged in files, never listed in a cluster or sent by a webhook rule.
+LEGACY_GROUPS = frozenset({"extensions"})
+
+# Built-in kinds whose pod templates are judged. "extensions" is the group that old manifests
+# (and `kubectl get` output of old clusters) still carry for the apps kinds.
+BUILTIN_WORKLOADS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("", "Pod", "pods", ("",)),
+    ("", "ReplicationController", "replicationcontrollers", ("spec.template",)),
+    ("apps", "Deployment", "deployments", ("spec.template",)),
+    ("apps", "ReplicaSet", "replicasets", ("spec.template",)),
+    ("apps", "StatefulSet", "statefulsets", ("spec.template",)),
+    ("apps", "DaemonSet", "daemonsets", ("spec.template",)),
+    ("extensions", "Deployment", "deployments", ("spec.template",)),
+    ("extensions", "ReplicaSet", "replicasets", ("spec.template",)),
+    ("extensions", "DaemonSet", "daemonsets", ("spec.template",)),
+    ("batch", "Job", "jobs", ("spec.template",)),
+    ("batch", "CronJob", "cronjobs", ("spec.jobTemplate.spec.template",)),
+)
+
+_SEGMENT = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*|\*)(?P<items>\[\*\])?\Z")
+
+
+class TemplatePathError(ValueError):
+    """A workload's path that is not ``field.field``, ``*`` and ``[*]``."""
+
+
+class CatalogueError(Exception):
+    """The packaged catalogue does not load: a packaging defect, not a user error."""
+
+
+def compile_template_path(text: str) -> TemplatePath:
+    """``spec.replicatedJobs[*].template.spec.template`` to steps; "" is the object itself."""
+    steps: list[TemplateStep] = []
+    if text:
+        for segment in text.split("."):
+            match = _SEGMENT.match(segment)
+            if match is None:
+                raise TemplatePathError(
+                    f"invalid path {text!r} at {segment!r}: use field names joined by "
+                    "'.', '*' for every value of a map and '[*]' for every item of a list"
+                )
+            steps.append(EACH_VALUE if match["name"] == "*" else FieldStep(match["name"]))
+            if match["items"]:
+                steps.append(EACH_ITEM)
+    return TemplatePath(text=text, steps=tuple(steps))
+
+
+def entry_paths(entry: Mapping) -> Iterable[tuple[tuple[str | int, ...], str]]:
+    """Every path a ``spec.workloads`` entry names, with where it is (for the lint)."""
+    for i, text in enumerate(entry.get("templates", ())):
+        yield ("templates", i), text
+    for i, text in enumerate(entry.get("containers", ())):
+        yield ("containers", i), text
+    for i, target in enumerate(entry.get("podSpecs", ())):
+        yield ("podSpecs", i, "path"), target["path"]
+        if "inherit" in target:
+            yield ("podSpecs", i, "inherit"), target["inherit"]
+    for i, target in enumerate(entry.get("resources", ())):
+        yield ("resources", i, "path"), target["path"]
+        if "podFields" in target:
+            yield ("resources", i, "podFields"), target["podFields"]
+
+
+def compile_workload(entry: Mapping, *, catalogued: bool = False) -> WorkloadKind:
+    """A ``spec.workloads`` entry (or a catalogue entry) that passed the schema and the lint."""
+    targets = [PodTarget("template", compile_template_path(p)) for p in entry.get("templates", ())]
+    for target in entry.get("podSpecs", ()):
+        targets.append(
+            PodTarget(
+                "podSpec",
+                compile_template_path(target["path"]),
+                containers=tuple(target.get("containers", ())),
+                container_lists=tuple(
+                    tuple(p.split(".")) for p in target.get("containerLists", ())
+                ),
+                inherit=compile_template_path(target["inherit"]) if "inherit" in target else None,
+                unjudged=tuple(target.get("unjudged", ())),
+            )
+        )
+    targets += [
+        PodTarget("container", compile_template_path(p)) for p in entry.get("containers", ())
+    ]
+    for target in entry.get("resources", ()):
+        path = compile_template_path(target["path"])
+        if not path.steps or not isinstance(path.steps[-1], FieldStep):
+            raise TemplatePathError(
+                f"invalid resources path {target['path']!r}: it must end in the field that holds "
+                "the ResourceRequirements"
+            )
+        targets.append(
+            PodTarget(
+                "resources",
+                path,
+                pod_fields=compile_template_path(target["podFields"])
+                if "podFields" in target
+                else None,
+            )
+        )
+    return WorkloadKind(
+        entry["group"],
+        entry["kind"],
+        entry.get("resource", entry["kind"].lower() + "s"),
+        tuple(targets),
+        scope=entry.get("scope", "Namespaced"),
+        catalogued=catalogued,
+    )
+
+
+@cache
+def catalogue() -> tuple[dict, ...]:
+    """The catalogue's entries, checked once against the policy schema's workload shape."""
+    text = resources.files("webhook.policy").joinpath("data/catalogue.yaml").read_text("utf-8")
+    entries = yaml.safe_load(text)["workloads"]
+    schema = schemas.load("policy.schema.json")
+    validator = schemas.validator("policy.schema.json").evolve(
+        schema={**schema["$defs"]["workload"], "$defs": schema["$defs"]}
+    )
+    for entry in entries:
+        errors = sorted(validator.iter_errors(entry), key=str)
+        if errors:
+            raise CatalogueError(f"catalogue entry {entry.get('kind')!r}: {errors[0].message}")
+    return tuple(entries)
+
+
+def catalogued_kinds() -> frozenset[tuple[str, str]]:
+    return frozenset((e["group"], e["kind"]) for e in catalogue())
+
+
+def compile_workloads(spec: Mapping) -> MappingProxyType:
+    """(group, kind) -> WorkloadKind: the built-in kinds, the catalogue without the kinds the
+    policy switches off, and the policy's own (which win over the catalogue's of one kind)."""
+    workloads: dict[tuple[str, str], WorkloadKind] = {}
+    for group, kind, resource, paths in BUILTIN_WORKLOADS:
+        workloads[(group, kind)] = WorkloadKind(
+            group,
+            kind,
+            resource,
+            tuple(PodTarget("template", compile_template_path(p)) for p in paths),
+        )
+    disabled = {(d["group"], d["kind"]) for d in spec.get("catalogue", {}).get("disabled", ())}
+    for entry in catalogue():
+        if (entry["group"], entry["kind"]) not in disabled:
+            workloads[(entry["group"], entry["kind"])] = compile_workload(entry, catalogued=True)
+    for entry in spec.get("workloads", ()):
+        workloads[(entry["group"], entry["kind"])] = compile_workload(entry)
+    return MappingProxyType(workloads)
+
+
+# The validating webhook's entry for custom resources (manifests/webhooks): its rules are
+# generated from the policy (``gpu-admission webhooks rules``) and checked for drift by a test.
+WORKLOADS_WEBHOOK = "workloads.validate.gpu-admission.io"
+# Sent on CREATE, and on UPDATE only when the spec changed: an operator's status updates never
+# wait on the webhook. Objects without a spec (never the catalogue's kinds) are sent.
+SPEC_CHANGED = (
+    "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) "
+    "|| object.spec != oldObject.spec"
+)
+
+
+def custom_resource_rules(workloads: Iterable[WorkloadKind]) -> list[dict]:
+    """The webhook rules of the custom workload kinds: one per API group, in first-seen order,
+    resources sorted, every version (operators serve several), either scope."""
+    by_group: dict[str, set[str]] = {}
+    for workload in workloads:
+        if not workload.built_in:
+            by_group.setdefault(workload.group, set()).add(workload.resource)
+    return [
+        {
+            "apiGroups": [group],
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": sorted(resources),
+            "scope": "*",
+        }
+        for group, resources in by_group.items()
+    ]
+
+
+def read_rules(workloads: Iterable[WorkloadKind]) -> list[dict]:
+    """RBAC rules to get and list every kind the policy judges (``audit --cluster``), one per
+    API group in first-seen order; the legacy group is never served."""
+    by_group: dict[str, set[str]] = {}
+    for workload in workloads:
+        if workload.group not in LEGACY_GROUPS:
+            by_group.setdefault(workload.group, set()).add(workload.resource)
+    return [
+        {"apiGroups": [group], "resources": sorted(resources), "verbs": ["get", "list"]}
+        for group, resources in by_group.items()
+    ]
