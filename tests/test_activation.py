@@ -20,6 +20,7 @@ from webhook.certs.activation import (
     deactivate_webhooks,
 )
 from webhook.cli.main import main
+from webhook.policy.workloads import WORKLOADS_WEBHOOK
 
 try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
     from kubeapi import FakeKubeAPI, kube_api, kube_api_client, kube_api_kubeconfig  # noqa: F401
@@ -163,14 +164,24 @@ def test_activate_waits_for_the_server_then_sets_the_ca_and_failure_policy(
     argv += ["--readyz-url", f"https://127.0.0.1:{server.port}/readyz", "--timeout", "30"]
     assert main(argv) == 0
     assert "failurePolicy Fail" in capsys.readouterr().out
-    [validating] = webhooks(kube_api, "validatingwebhookconfigurations")
+    validating, custom_kinds = webhooks(kube_api, "validatingwebhookconfigurations")
     [mutating] = webhooks(kube_api, "mutatingwebhookconfigurations")
     assert validating["clientConfig"]["caBundle"] == bundle == mutating["clientConfig"]["caBundle"]
+    assert custom_kinds["clientConfig"]["caBundle"] == bundle
     assert validating["failurePolicy"] == "Fail"
+    # The custom kinds' entry keeps failing open: their Pods are judged fail-closed anyway.
+    assert custom_kinds["name"] == WORKLOADS_WEBHOOK and custom_kinds["failurePolicy"] == "Ignore"
     assert mutating["failurePolicy"] == "Ignore"  # the mutating webhook always fails open
 
     assert main(["webhooks", "deactivate", "--kubeconfig", str(kube_api_kubeconfig)]) == 0
-    assert webhooks(kube_api, "validatingwebhookconfigurations")[0]["failurePolicy"] == "Ignore"
+    hooks = webhooks(kube_api, "validatingwebhookconfigurations")
+    assert [h["failurePolicy"] for h in hooks] == ["Ignore", "Ignore"]
+
+    # A chart value can make the custom kinds' entry fail closed too.
+    argv += ["--custom-resources-failure-policy", "Fail"]
+    assert main(argv) == 0
+    hooks = webhooks(kube_api, "validatingwebhookconfigurations")
+    assert [h["failurePolicy"] for h in hooks] == ["Fail", "Fail"]
 
 
 def test_activate_changes_nothing_unless_the_server_proves_the_secrets_ca(
@@ -195,8 +206,9 @@ def test_activate_changes_nothing_unless_the_server_proves_the_secrets_ca(
             sleep=waits.append,
         )
     assert waits  # it retried
-    [validating] = webhooks(kube_api, "validatingwebhookconfigurations")
-    assert validating["failurePolicy"] == "Ignore" and "caBundle" not in validating["clientConfig"]
+    for validating in webhooks(kube_api, "validatingwebhookconfigurations"):
+        assert validating["failurePolicy"] == "Ignore"
+        assert "caBundle" not in validating["clientConfig"]
 
 
 def test_activate_without_the_secret_says_so(kube_api, kube_api_client) -> None:

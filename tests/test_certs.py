@@ -713,7 +713,7 @@ def test_cli_install_into_a_stream_sets_every_ca_bundle_for_kubectl_apply(
         hooks = [
             h for o in objects if o["kind"].endswith("WebhookConfiguration") for h in o["webhooks"]
         ]
-        assert len(hooks) == 2
+        assert len(hooks) == 3  # Pods and built-in kinds, custom kinds, mutating
         assert all(h["clientConfig"]["caBundle"] == expected for h in hooks)
         assert [o for o in objects if o["kind"] == "ConfigMap"] == [yaml.safe_load(CONFIG_MAP_YAML)]
         applied = subprocess.run(

@@ -15,6 +15,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from webhook.policy.load import default_policy_path, load_policy
+from webhook.policy.workloads import (
+    SPEC_CHANGED,
+    WORKLOADS_WEBHOOK,
+    custom_resource_rules,
+    read_rules,
+)
+
 REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = REPO / "manifests"
 K8S_VERSION = "1.32"
@@ -48,7 +56,7 @@ VALIDATING_FAILURE_POLICY = {
     "cert-manager": "Fail",
 }
 
-EXPECTED_VALIDATING_RESOURCES = {
+BUILT_IN_VALIDATING_RESOURCES = {
     ("", "pods"),
     ("", "pods/ephemeralcontainers"),
     ("", "replicationcontrollers"),
@@ -58,14 +66,11 @@ EXPECTED_VALIDATING_RESOURCES = {
     ("apps", "daemonsets"),
     ("batch", "jobs"),
     ("batch", "cronjobs"),
-    ("kubeflow.org", "pytorchjobs"),
-    ("kubeflow.org", "tfjobs"),
-    ("kubeflow.org", "mpijobs"),
-    ("ray.io", "rayjobs"),
-    ("ray.io", "rayclusters"),
-    ("jobset.x-k8s.io", "jobsets"),
-    ("leaderworkerset.x-k8s.io", "leaderworkersets"),
-    ("batch.volcano.sh", "jobs"),
+}
+# The custom kinds come from the default policy (its catalogue): generated, not listed here.
+DEFAULT_POLICY = load_policy(default_policy_path())
+EXPECTED_VALIDATING_RESOURCES = BUILT_IN_VALIDATING_RESOURCES | {
+    (w.group, w.resource) for w in DEFAULT_POLICY.workloads.values() if not w.built_in
 }
 BUILTIN_GROUPS = {"", "apps", "batch"}
 
@@ -161,10 +166,15 @@ def selector_matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return True
 
 
-def webhook(objs, kind: str) -> dict[str, Any]:
+def webhook(objs, kind: str, name: str | None = None) -> dict[str, Any]:
+    """A webhook of the configuration: the first (Pods and the built-in kinds), or by name.
+    The validating configuration has a second one, for custom workload kinds."""
     webhooks = one(objs, kind, "gpu-admission")["webhooks"]
-    assert len(webhooks) == 1
-    return webhooks[0]
+    assert len(webhooks) == (2 if kind == "ValidatingWebhookConfiguration" else 1)
+    if name is None:
+        return webhooks[0]
+    [hook] = [h for h in webhooks if h["name"] == name]
+    return hook
 
 
 def validate_cert_manager(obj: dict[str, Any]) -> list[str]:
@@ -475,12 +485,13 @@ def test_service_maps_443_to_8443():
     ("kind", "hook_name", "path", "timeout"),
     [
         ("ValidatingWebhookConfiguration", "validate.gpu-admission.io", "/validate", 5),
+        ("ValidatingWebhookConfiguration", WORKLOADS_WEBHOOK, "/validate", 5),
         ("MutatingWebhookConfiguration", "mutate.gpu-admission.io", "/mutate", 3),
     ],
 )
 def test_webhook_common_fields(name, kind, hook_name, path, timeout):
     objs = render(name)
-    hook = webhook(objs, kind)
+    hook = webhook(objs, kind, hook_name)
     assert hook["name"] == hook_name
     assert hook["admissionReviewVersions"] == ["v1"]
     assert hook["sideEffects"] == "None"
@@ -504,7 +515,12 @@ def test_webhook_common_fields(name, kind, hook_name, path, timeout):
 @pytest.mark.parametrize("kind", ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"])
 def test_webhook_namespace_selector(name, kind):
     objs = render(name)
-    selector = webhook(objs, kind)["namespaceSelector"]
+    selectors = [h["namespaceSelector"] for h in one(objs, kind, "gpu-admission")["webhooks"]]
+    for selector in selectors:
+        check_namespace_selector(name, objs, selector)
+
+
+def check_namespace_selector(name: str, objs: list, selector: dict) -> None:
     expressions = selector["matchExpressions"]
     # cert-manager's namespace only where cert-manager issues the certificate: elsewhere it
     # would be a namespace anyone allowed to create one could use to be judged by nothing.
@@ -537,12 +553,23 @@ def test_failure_policies(name):
     expected = VALIDATING_FAILURE_POLICY[name]
     assert webhook(objs, "ValidatingWebhookConfiguration")["failurePolicy"] == expected
     assert webhook(objs, "MutatingWebhookConfiguration")["failurePolicy"] == "Ignore"
+    # Custom workload kinds fail open: their Pods are judged fail-closed when created.
+    hook = webhook(objs, "ValidatingWebhookConfiguration", WORKLOADS_WEBHOOK)
+    assert hook["failurePolicy"] == "Ignore"
 
 
 @all_renders
 def test_validating_rules(name):
     objs = render(name)
     assert validating_rule_resources(objs) == EXPECTED_VALIDATING_RESOURCES
+    assert {
+        r
+        for rule in webhook(objs, "ValidatingWebhookConfiguration")["rules"]
+        for r in rule["apiGroups"]
+    } <= BUILTIN_GROUPS
+    for rule in webhook(objs, "ValidatingWebhookConfiguration", WORKLOADS_WEBHOOK)["rules"]:
+        assert not set(rule["apiGroups"]) & BUILTIN_GROUPS, "custom kinds only"
+        assert rule["apiVersions"] == ["*"] and rule["scope"] == "*", rule
     for rule in webhook(objs, "ValidatingWebhookConfiguration")["rules"]:
         assert sorted(rule["operations"]) == ["CREATE", "UPDATE"], rule
         assert rule.get("scope", "*") in {"Namespaced", "*"}
@@ -552,6 +579,26 @@ def test_validating_rules(name):
         else:
             assert not groups & BUILTIN_GROUPS, "do not mix built-in and CRD groups in a rule"
             assert rule["apiVersions"] == ["*"], rule
+
+
+@all_renders
+def test_custom_kind_rules_are_generated_from_the_policy(name):
+    """The shipped rules for custom kinds are exactly what `gpu-admission webhooks rules`
+    generates from the default policy: no kind judged but never sent, none sent for nothing."""
+    hook = webhook(render(name), "ValidatingWebhookConfiguration", WORKLOADS_WEBHOOK)
+    assert hook["rules"] == custom_resource_rules(DEFAULT_POLICY.workloads.values())
+    assert hook["matchConditions"] == [{"name": "spec-changed", "expression": SPEC_CHANGED}]
+
+
+def test_the_chart_reads_the_generated_rules():
+    files = yaml.safe_load((REPO / "manifests/chart/files/webhooks.yaml").read_text("utf-8"))
+    assert files["workloads"]["rules"] == custom_resource_rules(DEFAULT_POLICY.workloads.values())
+    assert files["auditorRules"] == read_rules(DEFAULT_POLICY.workloads.values())
+
+
+def test_the_auditor_role_reads_exactly_the_judged_kinds():
+    role = one(render("base"), "ClusterRole", "gpu-admission-auditor")
+    assert role["rules"] == read_rules(DEFAULT_POLICY.workloads.values())
 
 
 def test_validating_rule_resources_helper():

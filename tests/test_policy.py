@@ -231,7 +231,7 @@ def test_invalid_template_path_is_refused() -> None:
             templates: ["spec.workers[].template"]
         """
     )
-    assert "invalid template path 'spec.workers[].template'" in str(error)
+    assert "invalid path 'spec.workers[].template'" in str(error)
 
 
 def test_every_error_is_reported_at_once() -> None:
