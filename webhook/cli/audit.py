@@ -32,6 +32,13 @@ from webhook.cli.cluster import (
 )
 from webhook.cli.common import add_command, add_policy_argument, error, policy_from
 from webhook.cli.documents import Document, DocumentError, discover, parse, read_text
+from webhook.cli.reports import (
+    REPORT_APIS,
+    Applied,
+    ReportAPI,
+    apply_reports,
+    policy_reports,
+)
 from webhook.core.findings import Finding
 from webhook.policy.model import Policy
 from webhook.policy.workloads import LEGACY_GROUPS
@@ -84,6 +91,7 @@ class Audit:
     respect_modes: bool
     items: list[Audited] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    applied: Applied | None = None  # what --apply did
 
     @property
     def exit_code(self) -> int:
@@ -144,7 +152,25 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
         help="with --cluster: give up on an API request after this long (default: 30)",
     )
     parser.add_argument(
-        "-o", "--output", choices=("table", "json", "junit", "sarif"), default="table"
+        "-o",
+        "--output",
+        choices=("table", "json", "junit", "sarif", "policyreport"),
+        default="table",
+        help="policyreport: one report per workload with findings, judged with the policy's "
+        "own modes (as the webhook judges), as YAML (default: table)",
+    )
+    parser.add_argument(
+        "--report-api",
+        choices=tuple(REPORT_APIS),
+        default="wgpolicyk8s",
+        help="with -o policyreport: wgpolicyk8s.io/v1alpha2 PolicyReports (default) or "
+        "openreports.io/v1alpha1 Reports",
+    )
+    parser.add_argument(
+        "--apply",
+        action="store_true",
+        help="with --cluster -o policyreport: write the reports with server-side apply and "
+        "delete the ones of workloads now clean or gone; print one summary line",
     )
     parser.set_defaults(func=run)
 
@@ -162,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpu-admission audit: error: {usage}", file=sys.stderr)
         return 2
     policy = policy_from(args)
-    audit = Audit(policy if args.respect_modes else enforce_everything(policy), args.respect_modes)
+    respect = args.respect_modes or args.output == "policyreport"
+    audit = Audit(policy if respect else enforce_everything(policy), respect)
     if args.cluster:
         try:
             audit_cluster(audit, args)
@@ -173,11 +200,16 @@ def run(args: argparse.Namespace) -> int:
         audit_files(audit, args.files, args.namespace or "default", debug=args.debug)
     for problem in audit.problems:
         error(problem.message)
-    render(audit, args.output, sys.stdout)
+    if args.apply:
+        # The findings are in the reports: only what could not be read or judged fails.
+        return 2 if audit.problems or audit.applied is None else 0
+    render(audit, args.output, sys.stdout, REPORT_APIS[args.report_api])
     return audit.exit_code
 
 
 def _usage_error(args: argparse.Namespace) -> str | None:
+    if args.apply and not (args.cluster and args.output == "policyreport"):
+        return "--apply writes reports to a cluster: use it with --cluster -o policyreport"
     if args.cluster:
         if args.output == "sarif":
             return "-o sarif points at files; with --cluster use -o table, json or junit"
@@ -247,18 +279,28 @@ def audit_cluster(audit: Audit, args: argparse.Namespace) -> None:
     """List the policy's workload kinds in the cluster and decide every object that no other
     reported object owns; the owned ones are listed under their owner."""
     api_client, default_namespace = connect(args.kubeconfig, args.context)
-    namespace = None if args.all_namespaces else (args.namespace or default_namespace)
-    lister = Lister(api_client, namespace, args.request_timeout, audit.problems)
     try:
-        objects = [
-            obj
-            for workload in audit.policy.workloads.values()
-            if workload.group not in LEGACY_GROUPS
-            and (namespace is None or workload.scope == "Namespaced")
-            for obj in lister.objects(workload)
-        ]
+        namespace = None if args.all_namespaces else (args.namespace or default_namespace)
+        lister = Lister(api_client, namespace, args.request_timeout, audit.problems)
+        _judge_cluster(audit, lister, namespace, debug=args.debug)
+        if args.apply:
+            api = REPORT_APIS[args.report_api]
+            audit.applied = apply_reports(
+                lister, api, policy_reports(audit.policy, audit.items, api), namespace
+            )
+            print(audit.applied.line(api))
     finally:
         api_client.close()
+
+
+def _judge_cluster(audit: Audit, lister: Lister, namespace: str | None, *, debug: bool) -> None:
+    objects = [
+        obj
+        for workload in audit.policy.workloads.values()
+        if workload.group not in LEGACY_GROUPS
+        and (namespace is None or workload.scope == "Namespaced")
+        for obj in lister.objects(workload)
+    ]
     declared = [resource for resource, catalogued in lister.not_served if not catalogued]
     if declared:
         _note("not served by this cluster (CRD not installed), skipped: " + ", ".join(declared))
@@ -281,7 +323,7 @@ def audit_cluster(audit: Audit, args: argparse.Namespace) -> None:
                 Document(str(ref), 1, 1, obj),
                 str(ref),
                 ref.namespace or "default",
-                debug=args.debug,
+                debug=debug,
             )
             if item is not None:
                 audited[id(obj)] = item
@@ -295,8 +337,11 @@ def audit_cluster(audit: Audit, args: argparse.Namespace) -> None:
 # ------------------------------------------------------------------------------ rendering
 
 
-def render(audit: Audit, fmt: str, stream: TextIO) -> None:
-    if fmt == "table":
+def render(audit: Audit, fmt: str, stream: TextIO, report_api: ReportAPI) -> None:
+    if fmt == "policyreport":
+        for report in policy_reports(audit.policy, audit.items, report_api):
+            stream.write("---\n" + output.to_yaml(report))
+    elif fmt == "table":
         table(audit, stream)
     elif fmt == "json":
         output.dump(records(audit), "json", stream)

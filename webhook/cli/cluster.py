@@ -145,7 +145,7 @@ class Lister:
         builtin = (workload.group, workload.kind) in BUILTIN_LISTS
         for list_page in self._list_functions(workload):
             try:
-                items, api_version = self._paginate(list_page)
+                items, api_version = self.paginate(list_page)
             except ApiException as exc:
                 if exc.status == 404 and not builtin:
                     continue  # this version does not serve the kind; try the group's next
@@ -196,7 +196,7 @@ class Lister:
         if self._groups is None:
             self._groups = {}
             try:
-                discovery = self._call(k8s.ApisApi(self.api_client).get_api_versions)
+                discovery = self.call(k8s.ApisApi(self.api_client).get_api_versions)
             except ApiException as exc:
                 self._discovery_failed = True
                 self.problems.append(
@@ -213,7 +213,7 @@ class Lister:
                 self._groups[entry["name"]] = sorted(versions, key=lambda v: v != preferred)
         return self._groups.get(group, [])
 
-    def _paginate(self, list_page: Callable[..., Any]) -> tuple[list[dict], str]:
+    def paginate(self, list_page: Callable[..., Any]) -> tuple[list[dict], str]:
         from kubernetes.client.exceptions import ApiException
 
         items: list[dict] = []
@@ -221,7 +221,7 @@ class Lister:
         restarted = False
         while True:
             try:
-                page = self._call(list_page, limit=PAGE_SIZE, _continue=token)
+                page = self.call(list_page, limit=PAGE_SIZE, _continue=token)
             except ApiException as exc:
                 if exc.status == 410 and token and not restarted:
                     # The continue token outlived the API server's snapshot (410 Expired).
@@ -234,7 +234,7 @@ class Lister:
             if not token:
                 return items, page.get("apiVersion", "")
 
-    def _call(self, function: Callable[..., Any], **kwargs: Any) -> dict:
+    def call(self, function: Callable[..., Any], **kwargs: Any) -> dict:
         """One request, its JSON body as sent (no model round trip that drops fields)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError

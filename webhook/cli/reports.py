@@ -1,0 +1,335 @@
+"""Policy reports of an audit (``audit --cluster -o policyreport [--apply]``): one report per
+judged workload with findings, in the format that Kyverno, Kubewarden and Policy Reporter read
+(``wgpolicyk8s.io/v1alpha2``, or its successor ``openreports.io/v1alpha1``), written with
+server-side apply and pruned by label.
+
+A report's scope is the workload as written (a Deployment, a PyTorchJob), not each Pod it owns:
+what owners create is listed under them by the audit and judged again at creation. A workload
+without findings has no report: ``--apply`` deletes the one it had. Reports carry no result
+timestamps, so that a rerun over an unchanged cluster changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from webhook.core.findings import Finding, render_value
+from webhook.policy.model import SECURITY_RULES, Policy
+
+MANAGER = "gpu-admission"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+SELECTOR = f"{MANAGED_BY_LABEL}={MANAGER}"
+SOURCE = "gpu-admission"
+
+
+@dataclass(frozen=True, slots=True)
+class ReportAPI:
+    """One report API: its group and version, and the kinds and resources of its namespaced
+    and cluster-scoped reports."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    cluster_kind: str
+    cluster_plural: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+REPORT_APIS = {
+    "wgpolicyk8s": ReportAPI(
+        "wgpolicyk8s.io",
+        "v1alpha2",
+        "PolicyReport",
+        "policyreports",
+        "ClusterPolicyReport",
+        "clusterpolicyreports",
+    ),
+    "openreports": ReportAPI(
+        "openreports.io", "v1alpha1", "Report", "reports", "ClusterReport", "clusterreports"
+    ),
+}
+
+# How much a finding of a rule weighs: the security rules keep tenants off the node; the GPU
+# rules keep Pods schedulable and on their pools; the last two are hygiene.
+SEVERITY = {
+    "privileged": "high",
+    "host-devices": "high",
+    "device-visibility": "high",
+    "host-access": "high",
+    "gpu-quantity": "medium",
+    "resource-name": "medium",
+    "sharing-mode": "medium",
+    "pool-access": "medium",
+    "topology": "low",
+    "daemonset-tolerations": "low",
+}
+RESULT = {"Enforce": "fail", "Audit": "fail", "Warn": "warn"}
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """The judged workload a report is about."""
+
+    api_version: str
+    kind: str
+    namespace: str  # "" for a cluster-scoped object
+    name: str
+    uid: str = ""
+
+    def reference(self) -> dict[str, str]:
+        ref = {"apiVersion": self.api_version, "kind": self.kind, "name": self.name}
+        if self.namespace:
+            ref["namespace"] = self.namespace
+        if self.uid:
+            ref["uid"] = self.uid
+        return ref
+
+
+def report_name(subject: Subject) -> str:
+    """``gpu-admission-<kind>-<name>-<hash>``: stable across runs, readable, and distinct for
+    kinds of one name in different groups (a batch Job and a Volcano Job). At most 253
+    characters, the limit of a custom object's name."""
+    group = subject.api_version.rpartition("/")[0]
+    digest = hashlib.sha256(
+        f"{group}/{subject.kind}/{subject.namespace}/{subject.name}".encode()
+    ).hexdigest()[:8]
+    stem = f"{MANAGER}-{subject.kind.lower()}-{subject.name}"[: 253 - 9]
+    return f"{stem.rstrip('-.')}-{digest}"
+
+
+def build_report(
+    api: ReportAPI, policy: Policy, subject: Subject, findings: Iterable[Finding]
+) -> dict[str, Any] | None:
+    """The report of one workload's findings, or None when it has none."""
+    results = [_result(policy, subject, finding) for finding in findings]
+    if not results:
+        return None
+    summary = {key: 0 for key in ("pass", "fail", "warn", "error", "skip")}
+    for result in results:
+        summary[result["result"]] += 1
+    metadata: dict[str, Any] = {
+        "name": report_name(subject),
+        "labels": {MANAGED_BY_LABEL: MANAGER, "gpu-admission.io/policy": policy.name[:63]},
+    }
+    if subject.namespace:
+        metadata["namespace"] = subject.namespace
+    report: dict[str, Any] = {
+        "apiVersion": api.api_version,
+        "kind": api.kind if subject.namespace else api.cluster_kind,
+        "metadata": metadata,
+        "scope": subject.reference(),
+        "summary": summary,
+        "results": results,
+    }
+    if api.group == "openreports.io":
+        report["source"] = SOURCE
+    return report
+
+
+def _result(policy: Policy, subject: Subject, finding: Finding) -> dict[str, Any]:
+    violation = finding.violation
+    properties = {"mode": finding.mode, "field": violation.path}
+    if finding.template:
+        properties["template"] = finding.template
+    if finding.scope:
+        properties["scope"] = finding.scope
+    return {
+        "source": SOURCE,
+        "policy": policy.name,
+        "rule": finding.rule,
+        "category": "GPU security" if finding.rule in SECURITY_RULES else "GPU scheduling",
+        "severity": SEVERITY.get(finding.rule, "medium"),
+        "result": RESULT[finding.mode],
+        "scored": True,
+        "message": _message(violation),
+        "resources": [subject.reference()],
+        "properties": properties,
+    }
+
+
+def _message(violation: Any) -> str:
+    """The violation as review prints it, without the value of an environment variable: a
+    report is read by everyone who may view its namespace, and a value set from a Secret or
+    ConfigMap must not be copied there."""
+    if ".env[" in violation.path or ".envFrom[" in violation.path:
+        return f"{violation.path}: {violation.error_type}: {violation.detail()}"
+    rendered = violation.render()
+    if isinstance(violation.value, str | int | float | bool):
+        return rendered
+    # Structured values (a whole volume, a patch) are named, not copied.
+    return rendered.replace(render_value(violation.value), "(see the object)", 1)
+
+
+def policy_reports(policy: Policy, items: Iterable[Any], api: ReportAPI) -> list[dict[str, Any]]:
+    """One report per judged object with findings, in the order they were judged. ``items``
+    are the audit's: a ``document`` (its ``obj``) and the ``outcome`` decided on it."""
+    reports = []
+    for item in items:
+        obj = item.document.obj
+        if not item.outcome.judged or not isinstance(obj, dict):
+            continue
+        group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+        workload = policy.workloads.get((group, obj.get("kind")))
+        cluster_scoped = workload is not None and workload.scope == "Cluster"
+        metadata = obj.get("metadata") or {}
+        subject = Subject(
+            str(obj.get("apiVersion", "")),
+            str(obj.get("kind", "")),
+            "" if cluster_scoped else item.outcome.namespace,
+            str(metadata.get("name", "")),
+            str(metadata.get("uid", "")),
+        )
+        report = build_report(api, policy, subject, item.outcome.findings)
+        if report is not None:
+            reports.append(report)
+    return reports
+
+
+def to_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, sort_keys=True)
+
+
+@dataclass(slots=True)
+class Applied:
+    """What ``--apply`` did, for its one summary line."""
+
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    pruned: int = 0
+    missing_crd: str = ""  # the report kind whose CRD is not installed: nothing written
+
+    def line(self, api: ReportAPI) -> str:
+        if self.missing_crd:
+            return (
+                f"reports: none written: {self.missing_crd} is not served by this cluster "
+                f"(install the {api.group} CRDs, or use the chart's value that does)"
+            )
+        return (
+            f"reports ({api.api_version}): {self.created} created, {self.updated} updated, "
+            f"{self.unchanged} unchanged, {self.pruned} pruned"
+        )
+
+
+def apply_reports(
+    lister: Any, api: ReportAPI, reports: list[dict[str, Any]], namespace: str | None
+) -> Applied:
+    """Write ``reports`` with server-side apply, then delete the reports this tool wrote
+    before that are no longer among them (their workloads became clean or went away): in
+    ``namespace``, or with None in every namespace and at cluster scope."""
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    custom = k8s.CustomObjectsApi(lister.api_client)
+    applied = Applied()
+    existing = _existing(lister, custom, api, namespace)
+    if existing is None:
+        applied.missing_crd = f"{api.kind}.{api.group}"
+        return applied
+    wanted: set[tuple[str, str]] = set()
+    for report in reports:
+        meta = report["metadata"]
+        key = (meta.get("namespace", ""), meta["name"])
+        wanted.add(key)
+        before = existing.get(key)
+        body = json.loads(to_json(report))
+        try:
+            after = lister.call(_apply_call(custom, api, meta), body=body)
+        except ApiException as exc:
+            if exc.status == 404:
+                applied.missing_crd = f"{report['kind']}.{api.group}"
+                return applied
+            raise
+        if before is None:
+            applied.created += 1
+        elif after["metadata"].get("resourceVersion") != before:
+            applied.updated += 1
+        else:
+            applied.unchanged += 1
+    for report_namespace, name in sorted(set(existing) - wanted):
+        if report_namespace:
+            delete: Any = custom.delete_namespaced_custom_object
+            args: tuple = (api.group, api.version, report_namespace, api.plural, name)
+        else:
+            delete = custom.delete_cluster_custom_object
+            args = (api.group, api.version, api.cluster_plural, name)
+        try:
+            lister.call(partial(delete, *args))
+        except ApiException as exc:
+            if exc.status != 404:  # gone already: as good as pruned
+                raise
+        applied.pruned += 1
+    return applied
+
+
+def _apply_call(custom: Any, api: ReportAPI, meta: dict[str, Any]) -> Any:
+    """A server-side apply of one report (``application/apply-patch+yaml``; JSON is YAML)."""
+    options = {
+        "field_manager": MANAGER,
+        "force": True,
+        "_content_type": "application/apply-patch+yaml",
+    }
+    if "namespace" in meta:
+        return lambda body, **kw: custom.patch_namespaced_custom_object(
+            api.group,
+            api.version,
+            meta["namespace"],
+            api.plural,
+            meta["name"],
+            body,
+            **options,
+            **kw,
+        )
+    return lambda body, **kw: custom.patch_cluster_custom_object(
+        api.group, api.version, api.cluster_plural, meta["name"], body, **options, **kw
+    )
+
+
+def _existing(
+    lister: Any, custom: Any, api: ReportAPI, namespace: str | None
+) -> dict[tuple[str, str], str] | None:
+    """(namespace, name) -> resourceVersion of the reports this tool wrote; None when the
+    report CRD is not installed."""
+    from kubernetes.client.exceptions import ApiException
+
+    pages: list[Any] = []
+    if namespace:
+        pages.append(
+            lambda **kw: custom.list_namespaced_custom_object(
+                api.group, api.version, namespace, api.plural, label_selector=SELECTOR, **kw
+            )
+        )
+    else:
+        pages.append(
+            lambda **kw: custom.list_cluster_custom_object(
+                api.group, api.version, api.plural, label_selector=SELECTOR, **kw
+            )
+        )
+        pages.append(
+            lambda **kw: custom.list_cluster_custom_object(
+                api.group, api.version, api.cluster_plural, label_selector=SELECTOR, **kw
+            )
+        )
+    found: dict[tuple[str, str], str] = {}
+    for index, list_page in enumerate(pages):
+        try:
+            items, _ = lister.paginate(list_page)
+        except ApiException as exc:
+            if exc.status == 404:
+                if index == 0:
+                    return None
+                continue  # the cluster report kind alone missing: namespaced reports only
+            raise
+        for item in items:
+            meta = item.get("metadata") or {}
+            found[(meta.get("namespace", ""), meta["name"])] = meta.get("resourceVersion", "")
+    return found
