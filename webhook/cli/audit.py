@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TextIO
 
 from webhook.admission.objects import Outcome, decide_object, enforce_everything
-from webhook.cli import output, sarif
+from webhook.cli import junit, output, preflight, sarif
 from webhook.cli.cluster import (
     ClusterError,
     Lister,
@@ -39,7 +38,7 @@ from webhook.cli.reports import (
     apply_reports,
     policy_reports,
 )
-from webhook.core.findings import Finding
+from webhook.policy.load import load_policy
 from webhook.policy.model import Policy
 from webhook.policy.workloads import LEGACY_GROUPS
 
@@ -51,6 +50,8 @@ examples:
   gpu-admission audit -f manifests/ --policy policy.yaml --respect-modes
   gpu-admission audit --cluster -A                     # every namespace of the current context
   gpu-admission audit --cluster -n ml --context prod -o json
+  gpu-admission audit --cluster -A -o policyreport --apply   # reports for Policy Reporter
+  gpu-admission audit -f manifests/ --policy new.yaml --against old.yaml   # policy pre-flight
 
 By default every rule the policy turns on is evaluated as Enforce: the report answers "what
 would this policy block?". --respect-modes keeps the policy's Enforce/Warn/Audit modes.
@@ -64,8 +65,6 @@ exit status: 0 when nothing would be denied, 1 when something would, 2 on usage,
 connection errors and when an input could not be read or an object could not be judged (the
 report covers the rest).
 """
-
-MODE_WORD = {"Enforce": "deny", "Warn": "warn", "Audit": "audit"}
 
 
 @dataclass(slots=True)
@@ -167,6 +166,13 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
         "openreports.io/v1alpha1 Reports",
     )
     parser.add_argument(
+        "--against",
+        metavar="OLD_POLICY",
+        help="pre-flight of a policy change: list the objects that --policy would start "
+        "denying, stop denying or warn about differently than OLD_POLICY, each with its own "
+        "modes (-o table or json); exit 1 when something would start being denied",
+    )
+    parser.add_argument(
         "--apply",
         action="store_true",
         help="with --cluster -o policyreport: write the reports with server-side apply and "
@@ -188,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpu-admission audit: error: {usage}", file=sys.stderr)
         return 2
     policy = policy_from(args)
+    if args.against:
+        return _preflight(policy, args)
     respect = args.respect_modes or args.output == "policyreport"
     audit = Audit(policy if respect else enforce_everything(policy), respect)
     if args.cluster:
@@ -207,7 +215,29 @@ def run(args: argparse.Namespace) -> int:
     return audit.exit_code
 
 
+def _preflight(policy: Policy, args: argparse.Namespace) -> int:
+    new, old = Audit(policy, True), Audit(load_policy(args.against), True)
+    if args.cluster:
+        try:
+            audit_cluster(new, args, against=old)
+        except ClusterError as exc:
+            error(str(exc))
+            return 2
+    else:
+        for audit in (new, old):
+            audit_files(audit, args.files, args.namespace or "default", debug=args.debug)
+    for problem in new.problems + old.problems:
+        error(problem.message)
+    changes = preflight.compare(old.items, new.items)
+    preflight.render(changes, old.policy.name, new.policy.name, args.output, sys.stdout)
+    if new.problems or old.problems:
+        return 2
+    return 1 if any(c.verdict == "starts denying" for c in changes) else 0
+
+
 def _usage_error(args: argparse.Namespace) -> str | None:
+    if args.against and (args.output not in ("table", "json") or args.apply):
+        return "--against compares two policies: use -o table or json, without --apply"
     if args.apply and not (args.cluster and args.output == "policyreport"):
         return "--apply writes reports to a cluster: use it with --cluster -o policyreport"
     if args.cluster:
@@ -275,14 +305,15 @@ def _note(message: str) -> None:
 # -------------------------------------------------------------------------------- cluster
 
 
-def audit_cluster(audit: Audit, args: argparse.Namespace) -> None:
+def audit_cluster(audit: Audit, args: argparse.Namespace, against: Audit | None = None) -> None:
     """List the policy's workload kinds in the cluster and decide every object that no other
-    reported object owns; the owned ones are listed under their owner."""
+    reported object owns; the owned ones are listed under their owner. With ``against``, the
+    same objects (one listing) are decided by its policy too."""
     api_client, default_namespace = connect(args.kubeconfig, args.context)
     try:
         namespace = None if args.all_namespaces else (args.namespace or default_namespace)
         lister = Lister(api_client, namespace, args.request_timeout, audit.problems)
-        _judge_cluster(audit, lister, namespace, debug=args.debug)
+        _judge_cluster([audit] if against is None else [audit, against], lister, namespace, args)
         if args.apply:
             api = REPORT_APIS[args.report_api]
             audit.applied = apply_reports(
@@ -293,10 +324,13 @@ def audit_cluster(audit: Audit, args: argparse.Namespace) -> None:
         api_client.close()
 
 
-def _judge_cluster(audit: Audit, lister: Lister, namespace: str | None, *, debug: bool) -> None:
+def _judge_cluster(
+    audits: list[Audit], lister: Lister, namespace: str | None, args: argparse.Namespace
+) -> None:
+    kinds = {key: w for audit in reversed(audits) for key, w in audit.policy.workloads.items()}
     objects = [
         obj
-        for workload in audit.policy.workloads.values()
+        for workload in kinds.values()
         if workload.group not in LEGACY_GROUPS
         and (namespace is None or workload.scope == "Namespaced")
         for obj in lister.objects(workload)
@@ -311,6 +345,13 @@ def _judge_cluster(audit: Audit, lister: Lister, namespace: str | None, *, debug
             "(`gpu-admission policy workloads` lists the catalogue)"
         )
     by_uid = {meta(o)["uid"]: o for o in objects if meta(o).get("uid")}
+    for audit in audits:
+        _decide_roots(audit, objects, by_uid, debug=args.debug)
+
+
+def _decide_roots(
+    audit: Audit, objects: list[dict], by_uid: dict[str, dict], *, debug: bool
+) -> None:
     audited: dict[int, Audited] = {}  # by id() of the root object
     owned: list[tuple[dict, dict]] = []
     for obj in objects:
@@ -346,7 +387,7 @@ def render(audit: Audit, fmt: str, stream: TextIO, report_api: ReportAPI) -> Non
     elif fmt == "json":
         output.dump(records(audit), "json", stream)
     elif fmt == "junit":
-        stream.write(junit(audit))
+        stream.write(junit.report(audit.items, audit.problems))
     else:
         rows = [(i.document, i.outcome) for i in audit.items]
         errors = [(p.source, p.message) for p in audit.problems]
@@ -387,8 +428,9 @@ def table(audit: Audit, stream: TextIO) -> None:
         )
         for finding in outcome.findings:
             line = item.line_of(finding.path)
+            word = output.MODE_WORD[finding.mode]
             stream.write(
-                f"  {MODE_WORD[finding.mode]:<5} [{finding.rule}] {finding.violation.render()}"
+                f"  {word:<5} [{finding.rule}] {finding.violation.render()}"
                 + (f"  (line {line})" if line is not None else "")
                 + "\n"
             )
@@ -423,49 +465,3 @@ def summary(audit: Audit) -> str:
     if len(audit.problems) > unread:
         parts.append(f"{len(audit.problems) - unread} could not be judged (see the errors above)")
     return "; ".join(parts)
-
-
-def junit(audit: Audit) -> str:
-    """One testsuite, one testcase per judged object, a failure per object that would be
-    denied; inputs that could not be read and objects that could not be judged are errors."""
-    judged = [i for i in audit.items if i.outcome.judged]
-    suite = ET.Element(
-        "testsuite",
-        name="gpu-admission audit",
-        tests=str(len(judged) + len(audit.problems)),
-        failures=str(sum(1 for i in judged if not i.outcome.allowed)),
-        errors=str(len(audit.problems)),
-        skipped="0",
-    )
-    for item in judged:
-        classname = item.ref.namespace if item.ref else item.document.source
-        case = ET.SubElement(
-            suite, "testcase", classname=classname or "cluster", name=item.document.describe()
-        )
-        if not item.outcome.allowed:
-            denied = item.outcome.denied
-            rules = sorted({f.rule for f in denied})
-            failure = ET.SubElement(
-                case,
-                "failure",
-                type="denied",
-                message=f"would be denied: {len(denied)} violation(s) of {', '.join(rules)}",
-            )
-            failure.text = "\n".join(_finding_line(item, f) for f in denied)
-        others = [f for f in item.outcome.findings if f.mode != "Enforce"]
-        if others:
-            ET.SubElement(case, "system-out").text = "\n".join(
-                _finding_line(item, f) for f in others
-            )
-    for problem in audit.problems:
-        case = ET.SubElement(suite, "testcase", classname=problem.source, name=problem.stage)
-        kind = "unreadable" if problem.stage == "read" else "unjudgeable"
-        ET.SubElement(case, "error", type=kind, message=problem.message)
-    ET.indent(suite)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suite, "unicode") + "\n"
-
-
-def _finding_line(item: Audited, finding: Finding) -> str:
-    line = item.line_of(finding.path)
-    where = f" (line {line})" if line is not None else ""
-    return f"{MODE_WORD[finding.mode]} [{finding.rule}] {finding.violation.render()}{where}"

@@ -25,6 +25,10 @@ class _NoAliasDumper(yaml.SafeDumper):
         return True
 
 
+# How a finding's mode is printed: what it does to the request.
+MODE_WORD = {"Enforce": "deny", "Warn": "warn", "Audit": "audit"}
+
+
 def to_yaml(data: Any) -> str:
     """YAML of a report or an object, in the order its keys were given, without aliases."""
     return yaml.dump(
@@ -119,7 +123,7 @@ def table(
             f"(namespace {outcome.namespace}, {where})\n"
         )
         for finding in outcome.findings:
-            mode = {"Enforce": "deny", "Warn": "warn", "Audit": "audit"}[finding.mode]
+            mode = MODE_WORD[finding.mode]
             line = document.line_of(finding.path)
             stream.write(
                 f"  {mode:<5} [{finding.rule}] {finding.violation.render()}  (line {line})\n"

@@ -23,6 +23,7 @@ from typing import Any
 import jsonschema
 
 from webhook.admission.objects import Outcome, decide_object
+from webhook.cli import output
 from webhook.cli.documents import Document, DocumentError, discover, parse, read_text
 from webhook.policy import schemas
 from webhook.policy.files import missing_file
@@ -32,7 +33,6 @@ from webhook.policy.model import RULE_IDS, Policy
 
 SUITE_SUFFIXES = (".test.yaml", ".test.yml")
 MODE_KEYS = (("denied", "Enforce"), ("warned", "Warn"), ("audited", "Audit"))
-MODE_WORD = {"Enforce": "deny", "Warn": "warn", "Audit": "audit"}
 _DOTTED = re.compile(r"(?:[^.\[\]]+|\[[^\]]*\])(?:\.[^.\[\]]+|\[[^\]]*\])*\Z")
 _DOTTED_STEP = re.compile(r"([^.\[\]]+)|\[([^\]]*)\]")
 _NEEDS_BRACKETS = re.compile(r"[./\[\]]")
@@ -322,7 +322,7 @@ def run_case(suite: Suite, case: Case) -> CaseResult:
     ]
     judged = [o for o in outcomes if o.judged]
     violations = tuple(
-        f"{MODE_WORD[f.mode]} [{f.rule}] {_label(o)}: {f.violation.render()}"
+        f"{output.MODE_WORD[f.mode]} [{f.rule}] {_label(o)}: {f.violation.render()}"
         for o in judged
         for f in o.findings
     )
