@@ -84,8 +84,16 @@ def keyed(objs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
         {"certificates": {"source": "existingSecret", "secretName": "mine"}},
         {"auditOnly": True, "networkPolicy": {"enabled": False}},
         {"policy": {"existingConfigMap": "my-policy"}},
+        {"backgroundAudit": {"enabled": True, "installCRDs": True, "reportAPI": "openreports"}},
     ],
-    ids=["defaults", "cert-manager", "existing-secret", "audit-only", "existing-policy"],
+    ids=[
+        "defaults",
+        "cert-manager",
+        "existing-secret",
+        "audit-only",
+        "existing-policy",
+        "background-audit",
+    ],
 )
 def test_the_chart_lints_clean_with_helms_own_linter(values: dict[str, Any]) -> None:
     report = helm.lint(str(CHART), values, strict=True, kube_version="v1.30.0")
@@ -183,8 +191,12 @@ CRD_SCHEMAS = REPO / "tests" / "schemas"
 
 @pytest.mark.parametrize(
     "values",
-    [{}, {"certificates": {"source": "certManager"}, "serviceMonitor": {"enabled": True}}],
-    ids=["defaults", "cert-manager-and-servicemonitor"],
+    [
+        {},
+        {"certificates": {"source": "certManager"}, "serviceMonitor": {"enabled": True}},
+        {"backgroundAudit": {"enabled": True, "installCRDs": True}},
+    ],
+    ids=["defaults", "cert-manager-and-servicemonitor", "background-audit"],
 )
 def test_every_object_is_valid_against_its_schema(values: dict[str, Any]) -> None:
     import json

@@ -14,7 +14,8 @@ generated from it, because the places that read those copies cannot read the pac
   chart's default and audit-only policies, and the rules and match conditions of the kustomize
   webhooks (and the auditor role's rules), which the chart's templates read (a chart can read
   only files inside it); ``prometheusrule-groups.yaml`` and ``grafana-dashboard.json``: the
-  alerts and the dashboard of manifests/monitoring.
+  alerts and the dashboard of manifests/monitoring; ``crds/``: the report CRDs of
+  manifests/crds, which the chart installs on request.
 
 Generated copies are the source's text with a few edits (a header, ``$schema`` paths, the
 values an override declares), so their comments stay; every edit is checked by loading the
@@ -109,6 +110,10 @@ def expected_files() -> dict[Path, str]:
         Path("manifests/chart/files/grafana-dashboard.json"): (
             REPO / "manifests/monitoring/grafana-dashboard.json"
         ).read_text("utf-8"),
+        **{
+            Path("manifests/chart/files/crds") / crd.name: crd.read_text("utf-8")
+            for crd in sorted((REPO / "manifests/crds").glob("*.yaml"))
+        },
     }
 
 
@@ -238,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     for path, text in expected_files().items():
         target = REPO / path
         if not target.is_file() or target.read_text("utf-8") != text:
+            target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, "utf-8")
             print(f"wrote {path}")
     return 0
