@@ -25,11 +25,64 @@ What it serves, for any resource type (built-in ones are known; others are regis
   ``labelSelector`` and ``fieldSelector`` (equality and set-based forms);
 - ``GET``/``POST``/``PUT``/``PATCH``/``DELETE`` of one object; PATCH understands JSON patch
   (``application/json-patch+json``), JSON merge patch, and strategic merge patch (applied
-  as a merge patch, which is exact for the objects the tests use);
+  as a merge patch, which is exact for the objects the tests use), and server-side apply;
 - ``Status`` objects for 400/403/404/409/410/415/422 as the real API server words them;
+- a resource type that is neither built in nor registered answers 404 as kube-apiserver
+  does for a CRD that is not installed (below);
 - injected failures: ``forbid(path)`` answers 403, ``fail(path, status)`` answers any status
   (``expire_continue()`` gives the 410 ``Expired`` of a stale continue token);
 - ``requests``: every request received, in order, with its parsed body.
+
+Server-side apply (``PATCH`` with ``Content-Type: application/apply-patch+yaml``, a YAML or
+JSON body; ``fieldManager`` is required, ``force`` optional). With the ``kubernetes`` client
+(37.x takes a dict body, not text, and sends it as JSON, which is YAML)::
+
+    response = kubernetes.client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        "wgpolicyk8s.io", "v1alpha2", namespace, "policyreports", name, report,
+        field_manager="gpu-admission", force=True,
+        _content_type="application/apply-patch+yaml", _preload_content=False,
+    )  # patch_cluster_custom_object(group, version, plural, name, body, ...) likewise
+    stored = json.loads(response.data)  # response.status: 201 created, 200 otherwise
+
+``_preload_content=False`` matters: the client maps only a 200 answer of these methods to a
+body, so an apply that creates the object (201, as the real server answers) returns None.
+Without ``_content_type`` the client sends a JSON merge patch, and ``force`` is then refused
+with 422 as the real server does. What apply does here, as kube-apiserver does it
+(k8s.io/apiserver pkg/endpoints/handlers/patch.go, k8s.io/apimachinery
+pkg/util/managedfields):
+
+- a missing object is created, answering 201 Created (an update answers 200);
+- 422 ``Invalid`` without ``fieldManager``; 400 when apiVersion/kind of the body are not those
+  of the URL (``invalid object type: <group>/<version>, Kind=<kind>``), when
+  ``metadata.name`` is not the URL's, or when the body carries ``metadata.managedFields``;
+- an existing object becomes: itself, less the fields this manager applied last time and
+  applies no more (unless another apply manager owns them; a parent map left empty goes
+  too), with the applied configuration merged in: maps are merged key by key, lists and
+  scalars replaced whole. Simplification: the real server merges by the type's schema
+  (lists with ``x-kubernetes-list-type: map``/``set`` item by item, ``x-kubernetes-map-type:
+  atomic`` maps replaced whole); CRD lists are atomic unless marked, so report objects merge
+  the same way, except Kyverno's ``scope`` (an atomic map) which is merged here. Null
+  values in the configuration are dropped;
+- ``metadata.managedFields`` holds one ``operation: Apply`` entry per manager (``fieldsV1``
+  of the applied leaves; a list is one leaf). A field another apply manager owns with a
+  different value is a 409 conflict, worded as the real one, unless ``force=true`` takes it
+  over. PUT and the other patches record no managers (the real server records ``Update``
+  entries);
+- an apply that changes nothing keeps the resourceVersion (and the entry's time), as the
+  real storage skips a write of identical bytes; anything else bumps it.
+
+Unserved resources: for a path under a built-in group/version (``/api/v1/things``) the
+server's router answers a 404 ``Status`` ("the server could not find the requested
+resource", ``details: {}``, k8s.io/apiserver pkg/server/handler.go). A group/version/resource
+no CRD serves falls through to the end of the handler chain (k8s.io/apiextensions-apiserver
+pkg/apiserver/customresource_handler.go -> k8s.io/apiserver
+pkg/util/notfoundhandler/not_found_handler.go), which in every release through 1.36 and in
+1.37.0-beta.0 is ``http.NotFound``: status 404, ``text/plain; charset=utf-8``, body ``404 page
+not found``; the client raises ``ApiException(status=404, reason="Not Found")`` with that
+body, which is not JSON. kubernetes/kubernetes#138219 (merged later) makes it a ``Status``
+with reason ``NotFound``, message "the server could not find the requested resource" and no
+details; ``FakeKubeAPI(json_not_found=True)`` answers so. DELETE of a custom resource answers
+the generic registry's ``Status`` (``status: Success``, details name/group/kind=plural/uid).
 """
 
 from __future__ import annotations
@@ -83,6 +136,18 @@ BUILTIN: dict[tuple[str, str, str], tuple[str, bool]] = {
     (ADMISSION, "v1", "mutatingwebhookconfigurations"): ("MutatingWebhookConfiguration", False),
     ("scheduling.k8s.io", "v1", "priorityclasses"): ("PriorityClass", False),
     ("node.k8s.io", "v1", "runtimeclasses"): ("RuntimeClass", False),
+}
+
+BUILTIN_GROUP_VERSIONS = {(group, version) for group, version, _ in BUILTIN}
+APPLY = "application/apply-patch+yaml"
+JSON_TYPE = "application/json"
+NOT_FOUND_TEXT = "404 page not found\n"  # Go's http.NotFound
+UNSERVED = "the server could not find the requested resource"
+# What the field manager strips from an applied configuration before it owns its fields.
+_NOT_OWNED = {("apiVersion",), ("kind",), ("metadata",)} | {
+    ("metadata", key)
+    for key in "name namespace uid resourceVersion generation creationTimestamp".split()
+    + ["managedFields", "selfLink"]
 }
 
 _VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
@@ -193,8 +258,11 @@ class _Target:
 class FakeKubeAPI:
     """The fake API server; start it with ``with FakeKubeAPI() as api:`` or ``start()``."""
 
-    def __init__(self, *, tls: bool = True, cert_dir: str | Path | None = None) -> None:
+    def __init__(
+        self, *, tls: bool = True, cert_dir: str | Path | None = None, json_not_found: bool = False
+    ) -> None:
         self.tls = tls
+        self.json_not_found = json_not_found  # see the module docstring: Unserved resources
         self.requests: list[RecordedRequest] = []
         self._lock = threading.RLock()
         self._resources: dict[tuple[str, str, str], _Resource] = {
@@ -363,6 +431,41 @@ class FakeKubeAPI:
             obj = resource.objects.get((target.namespace or "", target.name))
             return copy.deepcopy(obj) if obj is not None else None
 
+    def items(self, path: str) -> list[dict]:
+        """Every stored object of a resource type, at its collection path across namespaces
+        (``/apis/wgpolicyk8s.io/v1alpha2/policyreports``)."""
+        target = _parse_path(path)
+        if target is None or target.name is not None:
+            raise ValueError(f"{path} is not the path of a collection")
+        with self._lock:
+            resource = self._resources.get((target.group, target.version, target.plural))
+            objects = resource.objects.values() if resource is not None else ()
+            return [copy.deepcopy(o) for o in objects]
+
+    def replace(self, obj: dict, *, plural: str | None = None) -> dict:
+        """Store a new version of an object that exists (a controller's or a user's update),
+        with a new resourceVersion."""
+        group, _, version = obj["apiVersion"].rpartition("/")
+        plural = plural or _plural_of(group, version, obj["kind"])
+        key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        with self._lock:
+            resource = self._resources[(group, version, plural)]
+            existing = resource.objects[key]
+            stored = copy.deepcopy(obj)
+            stored["metadata"] = {**existing["metadata"], **stored["metadata"]}
+            stored["metadata"]["resourceVersion"] = self._next_resource_version()
+            resource.objects[key] = stored
+            return copy.deepcopy(stored)
+
+    def remove(self, path: str) -> None:
+        """Delete the object at an API path, as if someone deleted it."""
+        target = _parse_path(path)
+        if target is None or target.name is None:
+            raise ValueError(f"{path} is not the path of one object")
+        with self._lock:
+            resource = self._resources[(target.group, target.version, target.plural)]
+            del resource.objects[(target.namespace or "", target.name)]
+
     def forbid(self, path: str, *, method: str | None = None) -> None:
         """Answer 403 Forbidden to requests whose path matches the glob (``*`` spans ``/``)."""
         self._add_rule(_Rule(path, method, 403, None, None, remaining=None))
@@ -439,16 +542,22 @@ class FakeKubeAPI:
                 parsed_body = json.loads(body)
             except ValueError:
                 parsed_body = body.decode("utf-8", "replace")
+                if headers.get("content-type", "").split(";")[0].strip() == APPLY:
+                    try:
+                        parsed_body = yaml.load(parsed_body, Loader=_YamlLoader)
+                    except yaml.YAMLError:
+                        pass
         with self._lock:
             self.requests.append(RecordedRequest(method, path, query, headers, parsed_body))
             try:
-                return 200, self._dispatch(method, path, query, headers, parsed_body, body)
+                answer = self._dispatch(method, path, query, headers, parsed_body, body)
             except ApiError as exc:
                 return exc.code, exc.body
+            return answer if isinstance(answer, tuple) else (200, answer)
 
     def _dispatch(
         self, method: str, path: str, query: dict, headers: dict, body: Any, raw: bytes
-    ) -> dict:
+    ) -> dict | tuple[int, dict]:
         target = _parse_path(path)
         for rule in self._rules:
             if rule.matches(method, path, query) and rule.remaining != 0:
@@ -458,10 +567,10 @@ class FakeKubeAPI:
         if path == "/version" and method == "GET":
             return {"major": "1", "minor": "31", "gitVersion": "v1.31.0", "platform": "fake"}
         if target is None:
-            raise ApiError(404, "the server could not find the requested resource")
+            raise self._unserved(path)
         resource = self._resources.get((target.group, target.version, target.plural))
         if resource is None or (target.namespace is not None and not resource.namespaced):
-            raise ApiError(404, "the server could not find the requested resource")
+            raise self._unserved(path)
         if target.name is None:
             if method == "GET":
                 if query.get("watch", [""])[0] in ("true", "1"):
@@ -473,9 +582,14 @@ class FakeKubeAPI:
                 return self._create(target, resource, body)
             raise ApiError(405, f"{method} is not supported on a collection")
         if resource.namespaced and target.namespace is None:
-            raise ApiError(404, "the server could not find the requested resource")
+            raise self._unserved(path)
         key = (target.namespace or "", target.name)
         existing = resource.objects.get(key)
+        content_type = headers.get("content-type", "").split(";")[0].strip()
+        if method == "PATCH":
+            _check_patch_options(content_type, query)
+            if content_type == APPLY:
+                return self._apply(target, resource, existing, body, query)
         if existing is None:
             raise ApiError(
                 404,
@@ -489,12 +603,29 @@ class FakeKubeAPI:
         if method == "PUT":
             return self._replace(target, resource, existing, body)
         if method == "PATCH":
-            content_type = headers.get("content-type", "").split(";")[0].strip()
             return self._patch(target, resource, existing, content_type, body, raw)
         if method == "DELETE":
             del resource.objects[key]
-            return status(200, "", details={"name": target.name, "kind": target.plural})
+            if resource.builtin:
+                return status(200, "", details={"name": target.name, "kind": target.plural})
+            # Custom resources: the generic registry's answer (finalizeDelete), no code/message.
+            details = {"name": target.name, "group": target.group, "kind": target.plural}
+            details["uid"] = existing["metadata"]["uid"]
+            deleted = {k: v for k, v in status(200, "").items() if k not in ("code", "message")}
+            return {**deleted, "details": details}
         raise ApiError(405, f"{method} is not supported")
+
+    def _unserved(self, path: str) -> ApiError:
+        """The 404 of a path nothing serves (module docstring: Unserved resources)."""
+        error = ApiError(404, UNSERVED)
+        match = _PATH.match(path)  # served by the router of a built-in group/version?
+        if match and (match["group"] or "", match["version"] or match["core_version"]) in (
+            BUILTIN_GROUP_VERSIONS
+        ):
+            error.body["details"] = {}
+        elif not self.json_not_found:
+            error.body = NOT_FOUND_TEXT
+        return error
 
     def _rule_error(self, rule: _Rule, method: str, target: _Target | None) -> ApiError:
         if rule.code == 403 and rule.message is None and target is not None:
@@ -636,6 +767,94 @@ class FakeKubeAPI:
             )
         return self._store_update(target, resource, existing, patched)
 
+    def _apply(
+        self, target: _Target, resource: _Resource, existing: dict | None, body: Any, query: dict
+    ) -> dict | tuple[int, dict]:
+        """Server-side apply (module docstring)."""
+        if not isinstance(body, dict):
+            raise ApiError(400, "error decoding patch: the body is not a YAML or JSON object")
+        if (body.get("apiVersion"), body.get("kind")) != (target.api_version, resource.kind):
+            group, _, version = str(body.get("apiVersion") or "").rpartition("/")
+            kind = body.get("kind") or ""
+            raise ApiError(400, f"invalid object type: {group}/{version}, Kind={kind}")
+        body = _without_nulls(body)
+        metadata = body.get("metadata") or {}
+        if metadata.get("managedFields") is not None:
+            raise ApiError(400, "metadata.managedFields must be nil")
+        if resource.namespaced and metadata.get("namespace", target.namespace) != target.namespace:
+            raise ApiError(
+                400,
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request",
+            )
+        if metadata.get("name", "") != target.name:
+            raise ApiError(
+                400,
+                f"the name of the object ({metadata.get('name', '')}) does not match the name "
+                f"on the URL ({target.name})",
+            )
+        manager, force = query["fieldManager"][0], query.get("force", [""])[0] == "true"
+        live = existing or {}
+        entries = copy.deepcopy(live.get("metadata", {}).get("managedFields") or [])
+        sets = {
+            e["manager"]: _paths_of(e.get("fieldsV1") or {})
+            for e in entries
+            if e.get("operation") == "Apply"
+        }
+        before = sets.pop(manager, set())
+        applied = {p for p in _leaves(body) if p[:2] not in _NOT_OWNED}
+        conflicts = sorted(
+            (other, path)
+            for other, paths in sets.items()
+            for path in applied & paths
+            if _at(live, path) != _at(body, path)
+        )
+        if conflicts and not force:
+            raise _conflict_error(conflicts)
+        for other, path in conflicts:
+            sets[other].discard(path)
+        obj = copy.deepcopy(live) or {"metadata": {"name": target.name}}
+        still_owned = applied.union(*sets.values())
+        for path in sorted(before - still_owned, key=len, reverse=True):
+            _remove(obj, path)
+        _merge_applied(obj, body)
+        obj["apiVersion"], obj["kind"] = target.api_version, resource.kind
+        unchanged = _unmanaged(obj) == _unmanaged(live)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        managed: list[dict] = []
+        mine = {
+            "manager": manager,
+            "operation": "Apply",
+            "apiVersion": target.api_version,
+            "time": now,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": _fields_v1(applied),
+        }
+        for entry in entries:
+            if entry.get("operation") == "Apply":
+                if entry["manager"] == manager:
+                    mine["time"] = entry.get("time", now) if unchanged else now
+                    entry = mine
+                elif sets[entry["manager"]]:
+                    entry["fieldsV1"] = _fields_v1(sets[entry["manager"]])
+                else:
+                    continue  # forced out of every field it had
+            managed.append(entry)
+        if mine not in managed:
+            managed.append(mine)
+        # A manager that owns nothing has no entry, and an empty list is left out.
+        managed = [entry for entry in managed if entry is not mine or applied]
+        obj["metadata"]["managedFields"] = managed
+        if not managed:
+            del obj["metadata"]["managedFields"]
+        if existing is None:
+            stored = self._prepare_new(obj, resource, target.namespace)
+            resource.objects[(target.namespace or "", target.name or "")] = stored
+            return 201, copy.deepcopy(stored)
+        if obj == existing:
+            return copy.deepcopy(existing)
+        return self._store_update(target, resource, existing, obj)
+
     def _check_body(self, target: _Target, resource: _Resource, body: Any) -> dict:
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
@@ -720,9 +939,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         headers = {k.lower(): v for k, v in self.headers.items()}
         code, payload = self.server.api._handle(self.command, self.path, headers, body)
-        data = json.dumps(payload).encode("utf-8")
+        text = isinstance(payload, str)  # Go's http.Error: a plain-text 404
+        data = payload.encode("utf-8") if text else json.dumps(payload).encode("utf-8")
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/plain; charset=utf-8" if text else JSON_TYPE)
+        if text:
+            self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
@@ -776,6 +998,136 @@ def _normalize(obj: dict, kind: str) -> None:
         for key, value in (obj.pop("stringData") or {}).items():
             data[key] = base64.b64encode(str(value).encode()).decode()
         obj["data"] = data
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """YAML as the API server reads it (sigs.k8s.io/yaml): timestamps stay strings."""
+
+
+_YamlLoader.yaml_implicit_resolvers = {
+    first: [r for r in resolvers if r[0] != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _check_patch_options(content_type: str, query: dict) -> None:
+    """ValidatePatchOptions (k8s.io/apimachinery pkg/apis/meta/v1/validation)."""
+    if content_type == APPLY and not query.get("fieldManager", [""])[0]:
+        field, detail = "fieldManager", "Required value: is required for apply patch"
+        cause = "FieldValueRequired"
+    elif content_type != APPLY and "force" in query:
+        field, detail = "force", "Forbidden: may not be specified for non-apply patch"
+        cause = "FieldValueForbidden"
+    else:
+        return
+    raise ApiError(
+        422,
+        f'PatchOptions.meta.k8s.io "" is invalid: {field}: {detail}',
+        reason="Invalid",
+        group="meta.k8s.io",
+        kind="PatchOptions",
+        causes=[{"reason": cause, "message": detail, "field": field}],
+    )
+
+
+def _conflict_error(conflicts: list[tuple[str, tuple[str, ...]]]) -> ApiError:
+    """An apply conflict as k8s.io/apimachinery pkg/util/managedfields/internal/conflict.go
+    words it."""
+
+    def dotted(path: tuple[str, ...]) -> str:
+        return "".join(f".{key}" for key in path)
+
+    if len(conflicts) == 1:
+        manager, path = conflicts[0]
+        message = f"Apply failed with 1 conflict: conflict with {json.dumps(manager)}: "
+        message += dotted(path)
+    else:
+        lines = []
+        for manager in sorted({m for m, _ in conflicts}):
+            lines.append(f"conflicts with {json.dumps(manager)}:")
+            lines += [f"- {dotted(p)}" for m, p in conflicts if m == manager]
+        message = f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
+    causes = [
+        {"reason": "FieldManagerConflict", "message": f"conflict with {json.dumps(m)}"}
+        | {"field": dotted(p)}
+        for m, p in conflicts
+    ]
+    return ApiError(409, message, reason="Conflict", causes=causes)
+
+
+def _unmanaged(obj: dict) -> dict:
+    """The object without metadata.managedFields."""
+    metadata = {k: v for k, v in obj.get("metadata", {}).items() if k != "managedFields"}
+    return {**obj, "metadata": metadata}
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def _leaves(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """The paths an applied configuration sets: a map's keys, down to a non-map or {}."""
+    if isinstance(value, dict) and value:
+        for key, item in value.items():
+            yield from _leaves(item, (*path, key))
+    elif path:
+        yield path
+
+
+def _fields_v1(paths: Iterable[tuple[str, ...]]) -> dict:
+    """FieldsV1 of a set of leaf paths: ``{"f:spec": {"f:x": {}}}``."""
+    root: dict = {}
+    for path in sorted(paths):
+        node = root
+        for key in path:
+            node = node.setdefault(f"f:{key}", {})
+    return root
+
+
+def _paths_of(fields: dict, path: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """The paths of FieldsV1: its leaves, and nodes marked ``"."`` (owned themselves)."""
+    found = {path} if path and (not fields or "." in fields) else set()
+    for key, child in fields.items():
+        if key.startswith("f:"):
+            found |= _paths_of(child, (*path, key[2:]))
+    return found
+
+
+_MISSING = object()
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key, _MISSING) if isinstance(obj, dict) else _MISSING
+    return obj
+
+
+def _remove(obj: dict, path: tuple[str, ...]) -> None:
+    """Remove the field at ``path`` and the parent maps that it leaves empty."""
+    parents = [obj]
+    for key in path[:-1]:
+        child = parents[-1].get(key)
+        if not isinstance(child, dict):
+            return
+        parents.append(child)
+    parents[-1].pop(path[-1], None)
+    for depth in range(len(parents) - 1, 0, -1):
+        if parents[depth] or path[:depth] == ("metadata",):
+            break
+        parents[depth - 1].pop(path[depth - 1], None)
+
+
+def _merge_applied(obj: dict, config: dict, path: tuple[str, ...] = ()) -> None:
+    """Merge an applied configuration: maps key by key, anything else replaced whole."""
+    for key, value in config.items():
+        if (*path, key)[:2] in _NOT_OWNED and (*path, key) != ("metadata",):
+            continue  # apiVersion, kind, name, namespace...: the server's or the URL's
+        if isinstance(value, dict) and value and isinstance(obj.get(key), dict):
+            _merge_applied(obj[key], value, (*path, key))
+        else:
+            obj[key] = copy.deepcopy(value)
 
 
 def _merge_patch(target: Any, patch: Any) -> Any:
