@@ -17,7 +17,10 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from webhook.admission.engine import review as engine_review
 from webhook.admission.objects import decide_object
 from webhook.cli.main import main
 from webhook.policy.load import default_policy_path, load_policy
@@ -215,3 +218,135 @@ def test_a_policy_redefines_a_catalogued_kind(tmp_path: Path) -> None:
     workload = load_policy(policy).workloads[("batch.volcano.sh", "Job")]
     assert not workload.catalogued
     assert [t.path.text for t in workload.targets] == ["spec.other[*].template"]
+
+
+# --------------------------------------------------------------------- malformed objects
+
+# One seed per shape that walks more than a template: inline PodSpecs with inherited fields
+# and unjudged ones (Argo), resources with pod fields elsewhere (Trainer, NIM), single
+# containers inside an inline PodSpec (KServe).
+SHAPE_SEEDS = [
+    {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "w", "namespace": "team-a"},
+        "spec": {
+            "hostNetwork": True,
+            "volumes": [{"name": "d", "hostPath": {"path": "/data"}}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            "templates": [
+                {"name": "main", "steps": [[{"name": "a", "template": "gpu"}]]},
+                {
+                    "name": "gpu",
+                    "podSpecPatch": "{}",
+                    "volumes": [{"name": "s", "emptyDir": {}}],
+                    "container": {"image": "x", "resources": {"limits": {GPU: 1}}},
+                    "sidecars": [{"name": "s", "image": "y"}],
+                    "containerSet": {"containers": [{"name": "c", "image": "z"}]},
+                },
+            ],
+        },
+    },
+    {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "t", "namespace": "team-a"},
+        "spec": {
+            "trainer": {
+                "image": "x",
+                "env": [{"name": "A", "value": "b"}],
+                "resourcesPerNode": {"limits": {GPU: 1}},
+            },
+            "podSpecOverrides": [
+                {
+                    "targetJobs": [{"name": "node"}],
+                    "volumes": [{"name": "d", "emptyDir": {}}],
+                    "containers": [{"name": "node", "env": [{"name": "B", "value": "c"}]}],
+                }
+            ],
+        },
+    },
+    {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": "i", "namespace": "team-a"},
+        "spec": {
+            "predictor": {
+                "nodeSelector": {"a": "b"},
+                "model": {"modelFormat": {"name": "x"}, "resources": {"limits": {GPU: 1}}},
+                "containers": [{"name": "extra", "image": "e"}],
+                "workerSpec": {"containers": [{"name": "w", "resources": {"limits": {GPU: 1}}}]},
+            }
+        },
+    },
+    {
+        "apiVersion": "apps.nvidia.com/v1alpha1",
+        "kind": "NIMService",
+        "metadata": {"name": "n", "namespace": "team-a"},
+        "spec": {
+            "image": {"repository": "r"},
+            "resources": {"limits": {GPU: 1}},
+            "tolerations": [{"key": "k", "operator": "Exists"}],
+        },
+    },
+]
+
+
+def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
+    paths = [prefix]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            paths += _paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            paths += _paths(value, (*prefix, index))
+    return paths
+
+
+SEED_PATHS = [(i, p) for i, seed in enumerate(SHAPE_SEEDS) for p in _paths(seed)[1:]]
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def test_the_shape_seeds_are_judged() -> None:
+    policy = load_policy(default_policy_path())
+    for seed in SHAPE_SEEDS:
+        assert decide_object(seed, policy, "team-a").judged
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(where=st.sampled_from(SEED_PATHS), value=JSON_VALUES)
+def test_any_field_of_a_catalogued_kind_replaced_by_any_json_value_is_judged(where, value):
+    index, path = where
+    obj = copy.deepcopy(SHAPE_SEEDS[index])
+    node = obj
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = value
+    seed = SHAPE_SEEDS[index]  # the request's kind is the envelope's, whatever the object says
+    group, _, version = seed["apiVersion"].rpartition("/")
+    for policy_path in SHIPPED[:2]:
+        policy = load_policy(policy_path)
+        for operation in ("CREATE", "UPDATE"):
+            request = {
+                "uid": "u",
+                "kind": {"group": group, "version": version, "kind": seed["kind"]},
+                "operation": operation,
+                "namespace": "team-a",
+                "object": obj,
+            }
+            if operation == "UPDATE":
+                request["oldObject"] = SHAPE_SEEDS[index]
+            review = {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": request,
+            }
+            for mutate in (False, True):
+                response = engine_review(review, policy, mutate=mutate)
+                assert response["response"]["uid"] == "u"
