@@ -88,6 +88,12 @@ def test_each_kind_is_catalogued_once_with_a_plural_resource() -> None:
         assert entry["resource"] == entry["resource"].lower() and entry["resource"].endswith("s")
 
 
+def test_every_catalogued_kind_names_its_source() -> None:
+    sources = yaml.safe_load((SAMPLES / "SOURCES.yaml").read_text("utf-8"))
+    assert {(s["group"], s["kind"]) for s in sources} == catalogued_kinds()
+    assert all(len(s["source"]["commit"]) == 40 for s in sources if "commit" in s["source"])
+
+
 @requires_corpus
 def test_every_catalogued_kind_has_a_sample() -> None:
     """Each kind is judged on at least one sample (the corpus adds more when present)."""
@@ -126,6 +132,23 @@ def test_every_gpu_request_of_a_sample_is_judged_where_it_is(source: str, obj: d
     found = sorted(normalised(f.path) for f in outcome.findings if f.rule == "gpu-quantity")
     assert found == sorted(places)
     assert not outcome.allowed
+
+
+PODLEVEL = sorted(SAMPLES.glob("*__podlevel*.yaml"))
+
+
+@pytest.mark.parametrize("path", PODLEVEL, ids=lambda p: p.name)
+def test_pod_level_fields_outside_a_template_are_judged(path: Path) -> None:
+    """Each sample sets a forbidden pod-level field where its kind keeps it outside a pod
+    template (an Argo Workflow's spec, a TrainJob override, a KServe component, NIMService's
+    storage.hostPath): denied by a security rule, at that field."""
+    policy = load_policy(default_policy_path())
+    [obj] = documents(path)
+    outcome = decide_object(obj, policy, "team-a")
+    security = [f for f in outcome.denied if f.rule in ("host-devices", "host-access")]
+    assert security, [f.violation.render() for f in outcome.findings]
+    assert not outcome.allowed
+    assert all(not f.path.startswith(("spec.containers", "spec.template.spec")) for f in security)
 
 
 # ---------------------------------------------------------- the Volcano Job with 0.4 GPU

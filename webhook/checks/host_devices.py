@@ -31,32 +31,37 @@ RULE = "host-devices"
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     volumes = view.spec.get("volumes")
-    if not isinstance(volumes, list):
-        return
-    for index, volume in enumerate(volumes):
+    for index, volume in enumerate(volumes if isinstance(volumes, list) else ()):
         host_path = volume.get("hostPath") if isinstance(volume, dict) else None
         if not isinstance(host_path, dict) or not isinstance(host_path.get("path"), str):
             continue
-        raw = host_path["path"]
-        reason = refusal(raw, policy)
-        if reason is None:
-            continue
-        path = canonical(raw)
         name = str(volume.get("name", f"#{index}"))
-        shown = f"{quote(raw)} (that is {quote(path)})" if path != raw else quote(raw)
-        yield Violation(
-            rule=RULE,
-            path=f"{view.field_path('volumes')}[{index}].hostPath.path",
-            value=raw,
-            message=f"hostPath volume {quote(name)} mounts {shown}, which exposes "
-            + advice.why(view, policy, reason),
-            hint=advice.fix(
-                view,
-                policy,
-                "remove the volume, or mount a data directory (e.g. /data) instead",
-                gpu="request GPUs in resources.limits: the device plugin mounts the allocated "
-                "devices",
-            ),
-            subject=name,
-            field="volumes.hostPath.path",
-        )
+        path = f"{view.field_path('volumes')}[{index}].hostPath.path"
+        yield from _judge(view, policy, host_path["path"], path, f"hostPath volume {quote(name)}")
+    for path, raw in view.host_paths:
+        field = path.rpartition(".")[2]
+        yield from _judge(view, policy, raw, path, f"{field} (a hostPath volume of the Pod)")
+
+
+def _judge(
+    view: PodView, policy: Policy, raw: str, field_path: str, subject: str
+) -> Iterator[Violation]:
+    reason = refusal(raw, policy)
+    if reason is None:
+        return
+    path = canonical(raw)
+    shown = f"{quote(raw)} (that is {quote(path)})" if path != raw else quote(raw)
+    yield Violation(
+        rule=RULE,
+        path=field_path,
+        value=raw,
+        message=f"{subject} mounts {shown}, which exposes " + advice.why(view, policy, reason),
+        hint=advice.fix(
+            view,
+            policy,
+            "remove the volume, or mount a data directory (e.g. /data) instead",
+            gpu="request GPUs in resources.limits: the device plugin mounts the allocated devices",
+        ),
+        subject=subject,
+        field="volumes.hostPath.path",
+    )

@@ -75,6 +75,9 @@ class PodView:
     gpu_relevant: bool = False
     # Fields that change the Pod in ways nothing can judge before it exists: (path, value).
     unjudged: tuple[tuple[str, Any], ...] = ()
+    # Host paths an operator mounts from a field of its own (NIMService's storage.hostPath):
+    # (field path, the path on the host).
+    host_paths: tuple[tuple[str, str], ...] = ()
     # Pod-level fields taken from another object (an Argo Workflow's spec): field -> its path.
     inherited: Mapping[str, str] = field(default_factory=dict)
     _memo: dict = field(default_factory=dict, repr=False)

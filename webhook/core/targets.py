@@ -138,6 +138,7 @@ def _pod_spec_views(
             tuple(unjudged),
         )
         view.inherited = from_elsewhere
+        view.host_paths = _host_paths(spec, path, target)
         yield view
 
 
@@ -162,22 +163,29 @@ def _resources_views(
     field = target.path.steps[-1]
     assert isinstance(field, FieldStep)  # compile_workload refuses anything else
     holder = TemplatePath(target.path.text.rpartition(".")[0], target.path.steps[:-1])
+    holders: dict[str, tuple[str, Mapping]] = {}
+    pods: dict[str, list[tuple[str, str, Mapping]]] = {}
     for path, identity, container in walk_path(obj, holder):
-        if field.name not in container:
-            continue
+        if field.name in container:
+            holders[path] = (identity, container)
+            pods[path] = []
+    for pod_fields in target.pod_fields:
+        for holder_path, pod in _paired(obj, holder, pod_fields):
+            if holder_path in pods:
+                pods[holder_path].append(pod)
+    for path, (identity, container) in holders.items():
         name = path.rpartition(".")[2] or kind
         source = ContainerSource(
             name, 0, container, path, resources_field=field.name, fallback_name=name
         )
-        matches = list(walk_path(obj, target.pod_fields)) if target.pod_fields else []
-        if not matches:
+        if not pods[path]:  # no pod-level fields written: the resources alone
             yield view_of(kind, {}, path, {}, path, [source], namespace, policy, identity)
-        for pod_path, pod_identity, pod in matches:
+        for pod_path, pod_identity, pod in pods[path]:
             sources = [source]
             if pod is not container:
                 sources += listed_containers(pod, pod_path)
             metadata = pod.get("metadata")
-            yield view_of(
+            view = view_of(
                 kind,
                 pod,
                 pod_path,
@@ -188,6 +196,40 @@ def _resources_views(
                 policy,
                 f"{identity}@{pod_identity}",
             )
+            view.host_paths = _host_paths(pod, pod_path, target)
+            yield view
+
+
+def _host_paths(node: Mapping, where: str, target: PodTarget) -> tuple[tuple[str, str], ...]:
+    found = []
+    for fields in target.host_paths:
+        value: Any = node
+        for name in fields:
+            value = value.get(name) if isinstance(value, dict) else None
+        if isinstance(value, str) and value:
+            found.append((f"{where}.{'.'.join(fields)}", value))
+    return tuple(found)
+
+
+def _paired(
+    obj: Mapping, holder: TemplatePath, pod_fields: TemplatePath
+) -> Iterator[tuple[str, tuple[str, str, Mapping]]]:
+    """(holder path, pod-fields match) pairs: through the steps both paths share, each holder
+    meets only the pod fields under the same map entries and list items (a NIMPipeline
+    service's resources, that service's spec), and every pod field otherwise."""
+    shared = 0
+    for mine, theirs in zip(holder.steps, pod_fields.steps, strict=False):
+        if mine != theirs:
+            break
+        shared += 1
+    prefix = TemplatePath("", holder.steps[:shared])
+    holder_rest = TemplatePath("", holder.steps[shared:])
+    pod_rest = TemplatePath("", pod_fields.steps[shared:])
+    for where, identity, node in walk_path(obj, prefix):
+        matches = list(_walk(node, pod_rest, 0, where, identity))
+        for holder_path, _, _ in _walk(node, holder_rest, 0, where, identity):
+            for match in matches:
+                yield holder_path, match
 
 
 def _walk(

@@ -153,9 +153,10 @@ class PodTarget:
       can judge before it exists: Argo's ``podSpecPatch``);
     - ``container``: one container, without pod-level fields;
     - ``resources``: ResourceRequirements inside a container-like object (its parent, whose
-      env and security context are judged too), with ``pod_fields`` the object(s) holding the
-      pod-level fields of the same Pods (Trainer's TrainJob: ``resourcesPerNode`` and its
-      ``podSpecOverrides``).
+      env and security context are judged too), with ``pod_fields`` the paths of the objects
+      holding the pod-level fields of the same Pods (Trainer's TrainJob: ``resourcesPerNode``
+      and its overrides, whose field moved between releases). Paths that share list items
+      with ``path`` pair by them (a NIMPipeline service's resources with that service's spec).
     """
 
     shape: TargetShape
@@ -164,7 +165,10 @@ class PodTarget:
     container_lists: tuple[tuple[str, ...], ...] = ()
     inherit: TemplatePath | None = None
     unjudged: tuple[str, ...] = ()
-    pod_fields: TemplatePath | None = None
+    pod_fields: tuple[TemplatePath, ...] = ()
+    # Fields (of the match, or of each pod-fields match) holding a host path that the
+    # operator mounts into the Pod: judged as hostPath volumes.
+    host_paths: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,7 +46,8 @@ BUILTIN_WORKLOADS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("batch", "CronJob", "cronjobs", ("spec.jobTemplate.spec.template",)),
 )
 
-_SEGMENT = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*|\*)(?P<items>\[\*\])?\Z")
+# A field name (or ``*``), then ``[*]`` once per level of nested lists (Argo's steps).
+_SEGMENT = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*|\*)(?P<items>(?:\[\*\])*)\Z")
 
 
 class TemplatePathError(ValueError):
@@ -69,8 +70,7 @@ def compile_template_path(text: str) -> TemplatePath:
                     "'.', '*' for every value of a map and '[*]' for every item of a list"
                 )
             steps.append(EACH_VALUE if match["name"] == "*" else FieldStep(match["name"]))
-            if match["items"]:
-                steps.append(EACH_ITEM)
+            steps.extend([EACH_ITEM] * (len(match["items"]) // 3))
     return TemplatePath(text=text, steps=tuple(steps))
 
 
@@ -86,8 +86,8 @@ def entry_paths(entry: Mapping) -> Iterable[tuple[tuple[str | int, ...], str]]:
             yield ("podSpecs", i, "inherit"), target["inherit"]
     for i, target in enumerate(entry.get("resources", ())):
         yield ("resources", i, "path"), target["path"]
-        if "podFields" in target:
-            yield ("resources", i, "podFields"), target["podFields"]
+        for j, text in enumerate(_pod_fields(target)):
+            yield ("resources", i, "podFields", j), text
 
 
 def compile_workload(entry: Mapping, *, catalogued: bool = False) -> WorkloadKind:
@@ -104,6 +104,7 @@ def compile_workload(entry: Mapping, *, catalogued: bool = False) -> WorkloadKin
                 ),
                 inherit=compile_template_path(target["inherit"]) if "inherit" in target else None,
                 unjudged=tuple(target.get("unjudged", ())),
+                host_paths=_host_paths(target),
             )
         )
     targets += [
@@ -120,9 +121,8 @@ def compile_workload(entry: Mapping, *, catalogued: bool = False) -> WorkloadKin
             PodTarget(
                 "resources",
                 path,
-                pod_fields=compile_template_path(target["podFields"])
-                if "podFields" in target
-                else None,
+                pod_fields=tuple(compile_template_path(p) for p in _pod_fields(target)),
+                host_paths=_host_paths(target),
             )
         )
     return WorkloadKind(
@@ -133,6 +133,16 @@ def compile_workload(entry: Mapping, *, catalogued: bool = False) -> WorkloadKin
         scope=entry.get("scope", "Namespaced"),
         catalogued=catalogued,
     )
+
+
+def _host_paths(target: Mapping) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(p.split(".")) for p in target.get("hostPaths", ()))
+
+
+def _pod_fields(target: Mapping) -> list[str]:
+    """``podFields``: one path, or several (a kind whose field moved between releases)."""
+    value = target.get("podFields", [])
+    return [value] if isinstance(value, str) else list(value)
 
 
 @cache
