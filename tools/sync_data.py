@@ -16,8 +16,8 @@ generated from it, because the places that read those copies cannot read the pac
   only files inside it); the rules of the custom kinds' webhook entry and of the auditor and
   background-audit roles in the manifests (between ``BEGIN generated`` and ``END generated``),
   from the default policy's workload kinds; ``prometheusrule-groups.yaml`` and
-  ``grafana-dashboard.json``: the alerts and the dashboard of manifests/monitoring; ``crds/``: the report CRDs of
-  manifests/crds, which the chart installs on request.
+  ``grafana-dashboard.json``: the alerts and the dashboard of manifests/monitoring;
+  ``crds/``: the report CRDs of manifests/crds, which the chart installs on request.
 
 Generated copies are the source's text with a few edits (a header, ``$schema`` paths, the
 values an override declares), so their comments stay; every edit is checked by loading the
