@@ -389,3 +389,47 @@ def test_the_certificate_providers_namespace_is_excluded_only_with_cert_manager(
 def test_audit_only_with_a_policy_of_ones_own_is_refused() -> None:
     with pytest.raises(helm.HelmRenderError, match="auditOnly"):
         render({"auditOnly": True, "policy": {"inline": "kind: GPUAdmissionPolicy"}})
+
+
+def test_the_custom_kinds_entry_covers_exactly_what_an_inline_policy_judges(tmp_path) -> None:
+    """Both directions: every custom kind the inline policy judges is sent, and nothing else
+    (the packaged rules come from the catalogue, the rest from the policy's workloads)."""
+    from webhook.policy.load import load_policy
+    from webhook.policy.workloads import WORKLOADS_WEBHOOK, custom_resource_rules
+
+    inline = (
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
+        "metadata: {name: own}\nspec:\n  workloads:\n"
+        "    - {group: example.com, kind: TrainingRun, templates: [spec.template]}\n"
+        "    - {group: example.com, kind: Sweep, resource: sweepz, containers: [spec.c]}\n"
+    )
+    (tmp_path / "policy.yaml").write_text(inline)
+
+    def covered(rules: list[dict]) -> set[tuple[str, str]]:
+        return {(g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
+
+    expected = covered(
+        custom_resource_rules(load_policy(tmp_path / "policy.yaml").workloads.values())
+    )
+    config = one(render({"policy": {"inline": inline}}), "ValidatingWebhookConfiguration")
+    [hook] = [h for h in config["webhooks"] if h["name"] == WORKLOADS_WEBHOOK]
+    assert covered(hook["rules"]) == expected
+    assert ("example.com", "sweepz") in expected
+    extra = {
+        "apiGroups": ["example.org"],
+        "apiVersions": ["*"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["runs"],
+        "scope": "*",
+    }
+    values = {
+        "policy": {"existingConfigMap": "mine"},
+        "webhooks": {"customResources": {"extraRules": [extra]}},
+    }
+    config = one(render(values), "ValidatingWebhookConfiguration")
+    [hook] = [h for h in config["webhooks"] if h["name"] == WORKLOADS_WEBHOOK]
+    assert hook["rules"][-1] == extra
+    auditor = one(render(values), "ClusterRole", "gpu-admission-auditor")
+    assert {"apiGroups": ["example.org"], "resources": ["runs"], "verbs": ["get", "list"]} in (
+        auditor["rules"]
+    )

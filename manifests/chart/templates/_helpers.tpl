@@ -78,3 +78,29 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{/* The custom kinds an inline policy adds (spec.workloads), as webhook rules: one per kind,
+every version. An existing ConfigMap cannot be read at render time; its kinds go in
+webhooks.customResources.extraRules. */}}
+{{- define "gpu-admission.policyWorkloadRules" -}}
+{{- $rules := list -}}
+{{- if .Values.policy.inline -}}
+{{- range ((.Values.policy.inline | fromYaml).spec | default dict).workloads | default list -}}
+{{- if not (has .group (list "" "apps" "batch" "extensions")) -}}
+{{- $resource := .resource | default (printf "%ss" (lower .kind)) -}}
+{{- $rules = append $rules (dict "apiGroups" (list .group) "apiVersions" (list "*") "operations" (list "CREATE" "UPDATE") "resources" (list $resource) "scope" "*") -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $rules = concat $rules (.Values.webhooks.customResources.extraRules | default list) -}}
+{{- toYaml $rules -}}
+{{- end -}}
+
+{{/* The same kinds as read rules, for the auditor and background-audit roles. */}}
+{{- define "gpu-admission.policyWorkloadReadRules" -}}
+{{- $rules := list -}}
+{{- range (include "gpu-admission.policyWorkloadRules" . | fromYamlArray) -}}
+{{- $rules = append $rules (dict "apiGroups" .apiGroups "resources" .resources "verbs" (list "get" "list")) -}}
+{{- end -}}
+{{- toYaml $rules -}}
+{{- end -}}
