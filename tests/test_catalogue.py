@@ -373,3 +373,57 @@ def test_any_field_of_a_catalogued_kind_replaced_by_any_json_value_is_judged(whe
             for mutate in (False, True):
                 response = engine_review(review, policy, mutate=mutate)
                 assert response["response"]["uid"] == "u"
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "t", "namespace": "team-a"},
+            "spec": {
+                "runtimeRef": {"name": "torch"},  # the GPUs come from the runtime
+                "runtimePatches": [
+                    {
+                        "trainingRuntimeSpec": {
+                            "template": {
+                                "spec": {
+                                    "replicatedJobs": [
+                                        {
+                                            "name": "node",
+                                            "template": {
+                                                "spec": {
+                                                    "template": {
+                                                        "spec": {
+                                                            "hostPID": True,
+                                                            "containers": [{"name": "node"}],
+                                                        }
+                                                    }
+                                                }
+                                            },
+                                        }
+                                    ]
+                                }
+                            }
+                        }
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": "apps.nvidia.com/v1alpha1",
+            "kind": "NIMService",
+            "metadata": {"name": "n", "namespace": "team-a"},
+            "spec": {
+                "image": {"repository": "r"},
+                "storage": {"hostPath": "/"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            },
+        },
+    ],
+    ids=["trainjob-without-resources", "nimservice-without-resources"],
+)
+def test_pod_fields_are_judged_without_the_resources(obj: dict) -> None:
+    outcome = decide_object(obj, load_policy(default_policy_path()), "team-a")
+    assert {f.rule for f in outcome.denied} & {"host-access", "host-devices"}

@@ -397,3 +397,87 @@ def test_report_names_are_stable_distinct_and_short_enough() -> None:
     long = Subject("v1", "Pod", "team-a", "p" * 253)
     assert len(report_name(long)) <= 253
     assert set(REPORT_APIS) == {"wgpolicyk8s", "openreports"}
+
+
+# ------------------------------------------------------ what a tenant's object must not do
+
+
+def argo_workflow(patch: str, templates: int = 1) -> dict:
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "big", "namespace": "team-b", "uid": "uid-wf"},
+        "spec": {
+            "templates": [
+                {
+                    "name": f"t{i}",
+                    "podSpecPatch": patch,
+                    "container": {"image": "x", "resources": {"limits": {GPU: 1}}},
+                }
+                for i in range(templates)
+            ]
+        },
+    }
+
+
+def test_a_report_quotes_no_patch_and_stays_small() -> None:
+    """A podSpecPatch may carry a token and be as long as the object: never copied."""
+    from webhook.cli.reports import MAX_RESULTS, Subject, build_report
+
+    patch = '{"containers":[{"name":"m","env":[{"name":"HF_TOKEN","value":"hf_SECRET"}]}]}'
+    obj = argo_workflow(patch + " " * 200_000, templates=300)
+    outcome = decide_object(obj, POLICY, "team-b")
+    subject = Subject("argoproj.io/v1alpha1", "Workflow", "team-b", "big")
+    report = build_report(REPORT_APIS["wgpolicyk8s"], POLICY, subject, outcome.findings)
+    text = json.dumps(report)
+    assert "hf_SECRET" not in text
+    assert len(text) < 1_000_000
+    assert len(report["results"]) == MAX_RESULTS + 1
+    assert report["results"][-1]["rule"] == "report-truncated"
+    assert report["summary"]["warn"] == len(outcome.findings)
+
+
+def test_a_forged_owner_reference_does_not_hide_a_pod(cluster, capsys) -> None:
+    """A Pod that claims a clean Deployment as its controller is still reported: what its
+    owner's template accounts for is all an owner may cover."""
+    api, kubeconfig = cluster
+    forged = host_path_pod()
+    forged["metadata"]["namespace"] = "team-a"
+    forged["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": "clean",
+            "uid": "uid-clean",
+            "controller": True,
+        }
+    ]
+    api.add(forged)
+    run(capsys, kubeconfig)
+    pods = [r for r in reports(api).values() if r["scope"]["kind"] == "Pod"]
+    assert sorted((r["scope"]["namespace"], r["scope"]["name"]) for r in pods) == [
+        ("team-a", "peek"),
+        ("team-b", "peek"),
+    ]
+
+
+def test_an_incomplete_listing_prunes_nothing(cluster, capsys) -> None:
+    api, kubeconfig = cluster
+    run(capsys, kubeconfig)
+    api.fail("/api/v1/pods", 500, times=None)
+    code = main(
+        [
+            "audit",
+            "--cluster",
+            "-A",
+            "-o",
+            "policyreport",
+            "--apply",
+            "--kubeconfig",
+            str(kubeconfig),
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert code == 2 and "cannot list pods" in err
+    assert out.strip().endswith("(pruning skipped: the audit could not read or judge everything)")
+    assert len(reports(api)) == 5  # the Pod's report stays

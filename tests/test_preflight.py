@@ -3,6 +3,7 @@ objects whose verdict or findings change, over a fixed set of workloads."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -152,3 +153,67 @@ def test_a_cluster_is_listed_once_and_judged_by_both(
     ]
     assert all("(uid " in o for o, _ in changes)  # live objects, named by their uid
     assert len(kube_api.requests_to("GET", "/api/v1/pods")) == 1  # one listing for both
+
+
+def test_standard_input_is_judged_by_both_policies(tmp_path: Path, capsys, monkeypatch) -> None:
+    old, _, apps = write_inputs(tmp_path)
+    monkeypatch.setattr("sys.stdin", io.StringIO(apps.read_text()))
+    code = main(["audit", "-f", "-", "--policy", str(old), "--against", str(old)])
+    assert code == 0
+    assert "0 object(s) would start being denied" in capsys.readouterr().out
+
+
+def test_objects_of_one_name_in_two_groups_are_not_confused(
+    tmp_path: Path, capsys, kube_api, kube_api_kubeconfig, monkeypatch
+) -> None:
+    """A batch Job newly denied beside a Volcano Job of the same name denied by both: the
+    pre-flight pairs them by uid, and the Job starts being denied."""
+    old, new, _ = write_inputs(tmp_path)
+    template = {
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "cuda",
+                    "resources": {"limits": {"nvidia.com/gpu": 1}},
+                    "securityContext": {"privileged": True},
+                }
+            ],
+        }
+    }
+    kube_api.add(
+        {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "metadata": {"name": "train", "namespace": "team-a"},
+            "spec": {"tasks": [{"name": "t", "template": template}]},
+        }
+    )
+    kube_api.add(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "train", "namespace": "team-a"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {"name": "c", "image": "cuda", "tolerations": [], "volumeMounts": []}
+                        ],
+                        "tolerations": [{"operator": "Exists"}],
+                        "volumes": [{"name": "r", "hostPath": {"path": "/"}}],
+                    }
+                }
+            },
+        }
+    )
+    kube_api.register("", "v1", "replicationcontrollers", "ReplicationController")
+    serve_discovery(kube_api, monkeypatch, {"batch": ["v1"], "batch.volcano.sh": ["v1alpha1"]})
+    argv = ["audit", "--cluster", "-A", "--kubeconfig", str(kube_api_kubeconfig)]
+    code = main([*argv, "--policy", str(new), "--against", str(old), "-o", "json"])
+    changes = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert [c["verdict"] for c in changes] == ["starts denying"]
+    assert changes[0]["denialsAdded"][0].startswith("[host-devices] spec.template.spec.volumes")

@@ -51,6 +51,8 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             "included, and cannot be judged before the Pod exists: its Pod is judged when it "
             "is created, and denied there if the patch breaks the policy",
             hint="write the fields into the template itself, where they are judged now",
+            # Forbidden: printed without its value, which can be long and hold anything.
+            error_type="Forbidden",
             subject="spec",
             field=path.rpartition(".")[2],
             advisory=True,

@@ -10,6 +10,7 @@ block. ``--respect-modes`` keeps the policy's own modes.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from collections.abc import Callable
@@ -224,7 +225,10 @@ def _preflight(policy: Policy, args: argparse.Namespace) -> int:
             error(str(exc))
             return 2
     else:
+        # Standard input is read once and given to both audits.
+        stdin = sys.stdin.read() if "-" in args.files else ""
         for audit in (new, old):
+            sys.stdin = io.StringIO(stdin) if stdin else sys.stdin
             audit_files(audit, args.files, args.namespace or "default", debug=args.debug)
     for problem in new.problems + old.problems:
         error(problem.message)
@@ -316,10 +320,10 @@ def audit_cluster(audit: Audit, args: argparse.Namespace, against: Audit | None 
         _judge_cluster([audit] if against is None else [audit, against], lister, namespace, args)
         if args.apply:
             api = REPORT_APIS[args.report_api]
-            audit.applied = apply_reports(
-                lister, api, policy_reports(audit.policy, audit.items, api), namespace
-            )
+            reports = policy_reports(audit.policy, audit.items, api)
+            audit.applied = apply_reports(lister, api, reports, namespace, prune=not audit.problems)
             print(audit.applied.line(api))
+            audit.problems += [Problem("reports", f"report {f}") for f in audit.applied.failed]
     finally:
         api_client.close()
 
@@ -371,8 +375,36 @@ def _decide_roots(
         else:
             owned.append((root, obj))
     for root, obj in owned:
-        if id(root) in audited:  # else the owner could not be judged, and is a problem
-            audited[id(root)].owned.append(ref_of(obj))
+        item = audited.get(id(root))
+        if item is None:  # the owner could not be judged, and is a problem
+            continue
+        # An owned object is listed under its owner only when the owner's template accounts
+        # for everything found in it: a forged owner reference, ephemeral containers added
+        # later or a Pod shaped by what no template shows (Argo's podSpecPatch) make it an
+        # object of its own.
+        ref = ref_of(obj)
+        try:
+            extra = _findings_beyond(audit, obj, ref.namespace or "default", item)
+        except Exception:  # the engine failing on it: judged alone below, as a problem
+            extra = True
+        if not extra:
+            item.owned.append(ref)
+            continue
+        _decide_into(
+            audit,
+            partial(Audited, ref=ref),
+            Document(str(ref), 1, 1, obj),
+            str(ref),
+            ref.namespace or "default",
+            debug=debug,
+        )
+
+
+def _findings_beyond(audit: Audit, obj: dict, namespace: str, owner: Audited) -> bool:
+    """Whether an owned object has a finding its owner's verdict does not already carry."""
+    known = {f.violation.key for f in owner.outcome.findings}
+    outcome = decide_object(obj, audit.policy, namespace)
+    return any(f.violation.key not in known for f in outcome.findings)
 
 
 # ------------------------------------------------------------------------------ rendering

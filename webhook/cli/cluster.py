@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -263,7 +264,7 @@ class Lister:
                 ) from None
             raise
         try:
-            body = json.loads(response.data)
+            body = _loads(response.data)
         except ValueError:
             body = None
         if not isinstance(body, dict):
@@ -285,6 +286,23 @@ class Lister:
                 f'"{workload.group}": bind {AUDITOR_ROLE}'
             )
         return f"cannot list {resource} {scope}: HTTP {exc.status} {exc.reason}: {message}"
+
+
+# The API server stores objects nested far deeper than Python's recursion limit lets json
+# decode (a custom resource's preserved fields): one such object must not hide a whole list.
+DEEP_JSON_RECURSION = 25_000
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except RecursionError:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, DEEP_JSON_RECURSION))
+        try:
+            return json.loads(data)
+        finally:
+            sys.setrecursionlimit(limit)
 
 
 def _status_message(exc: Any) -> str:

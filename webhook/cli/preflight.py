@@ -73,7 +73,11 @@ def compare(old_items: Iterable[Any], new_items: Iterable[Any]) -> list[Change]:
 
 
 def _key(item: Any) -> str:
-    return str(item.ref) if item.ref is not None else item.document.where
+    """A live object by its uid (a batch Job and a Volcano Job may share a name), a document
+    by where it is."""
+    if item.ref is not None:
+        return item.ref.uid or str(item.ref)
+    return item.document.where
 
 
 def _by_key(findings: Iterable[Finding], mode: str) -> dict[FindingKey, str]:

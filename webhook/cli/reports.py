@@ -14,11 +14,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from webhook.core.findings import Finding, render_value
+from webhook.core.findings import Finding
 from webhook.policy.model import SECURITY_RULES, Policy
 
 MANAGER = "gpu-admission"
@@ -73,6 +73,12 @@ SEVERITY = {
     "daemonset-tolerations": "low",
 }
 RESULT = {"Enforce": "fail", "Audit": "fail", "Warn": "warn"}
+# Bounds that keep one object from making a report the API server refuses (its request limit
+# is 3 MiB): a value is quoted up to this many characters, a message is cut at this length,
+# and a report lists this many results, then one that counts the rest.
+MAX_QUOTED_VALUE = 256
+MAX_MESSAGE = 2048
+MAX_RESULTS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +122,22 @@ def build_report(
     summary = {key: 0 for key in ("pass", "fail", "warn", "error", "skip")}
     for result in results:
         summary[result["result"]] += 1
+    if len(results) > MAX_RESULTS:
+        left_out = len(results) - MAX_RESULTS
+        results = results[:MAX_RESULTS]
+        results.append(
+            {
+                "source": SOURCE,
+                "policy": policy.name,
+                "rule": "report-truncated",
+                "result": "warn",
+                "severity": "info",
+                "scored": False,
+                "message": f"{left_out} more finding(s) not listed (the summary counts them): "
+                "`gpu-admission review` of the object lists every one",
+                "resources": [subject.reference()],
+            }
+        )
     metadata: dict[str, Any] = {
         "name": report_name(subject),
         "labels": {MANAGED_BY_LABEL: MANAGER, "gpu-admission.io/policy": policy.name[:63]},
@@ -157,16 +179,25 @@ def _result(policy: Policy, subject: Subject, finding: Finding) -> dict[str, Any
 
 
 def _message(violation: Any) -> str:
-    """The violation as review prints it, without the value of an environment variable: a
-    report is read by everyone who may view its namespace, and a value set from a Secret or
-    ConfigMap must not be copied there."""
-    if ".env[" in violation.path or ".envFrom[" in violation.path:
-        return f"{violation.path}: {violation.error_type}: {violation.detail()}"
-    rendered = violation.render()
-    if isinstance(violation.value, str | int | float | bool):
-        return rendered
-    # Structured values (a whole volume, a patch) are named, not copied.
-    return rendered.replace(render_value(violation.value), "(see the object)", 1)
+    """The violation as review prints it, without values that may carry secrets or bulk: an
+    environment variable's (set from a Secret, or a token written inline), any long string,
+    any structured value. A report is read by everyone who may view its namespace, and Policy
+    Reporter forwards results out of the cluster."""
+    value = violation.value
+    quoted = (
+        isinstance(value, int | float | bool)
+        or isinstance(value, str)
+        and len(value) <= MAX_QUOTED_VALUE
+        and ".env[" not in violation.path
+        and ".envFrom[" not in violation.path
+    )
+    if violation.error_type in ("Forbidden", "Required value") or quoted:
+        message = violation.render()
+    else:
+        message = f"{violation.path}: {violation.error_type}: {violation.detail()}"
+    if len(message) > MAX_MESSAGE:
+        message = message[: MAX_MESSAGE - 1] + "…"
+    return message
 
 
 def policy_reports(policy: Policy, items: Iterable[Any], api: ReportAPI) -> list[dict[str, Any]]:
@@ -207,6 +238,8 @@ class Applied:
     unchanged: int = 0
     pruned: int = 0
     missing_crd: str = ""  # the report kind whose CRD is not installed: nothing written
+    failed: list[str] = field(default_factory=list)  # one line per report not written
+    prune_skipped: bool = False  # the audit was incomplete: nothing stale can be told apart
 
     def line(self, api: ReportAPI) -> str:
         if self.missing_crd:
@@ -214,18 +247,30 @@ class Applied:
                 f"reports: none written: {self.missing_crd} is not served by this cluster "
                 f"(install the {api.group} CRDs, or use the chart's value that does)"
             )
-        return (
+        line = (
             f"reports ({api.api_version}): {self.created} created, {self.updated} updated, "
             f"{self.unchanged} unchanged, {self.pruned} pruned"
         )
+        if self.failed:
+            line += f", {len(self.failed)} not written"
+        if self.prune_skipped:
+            line += " (pruning skipped: the audit could not read or judge everything)"
+        return line
 
 
 def apply_reports(
-    lister: Any, api: ReportAPI, reports: list[dict[str, Any]], namespace: str | None
+    lister: Any,
+    api: ReportAPI,
+    reports: list[dict[str, Any]],
+    namespace: str | None,
+    *,
+    prune: bool = True,
 ) -> Applied:
     """Write ``reports`` with server-side apply, then delete the reports this tool wrote
     before that are no longer among them (their workloads became clean or went away): in
-    ``namespace``, or with None in every namespace and at cluster scope."""
+    ``namespace``, or with None in every namespace and at cluster scope. A report the API
+    server refuses is counted and the others are written; ``prune`` false (an incomplete
+    audit, where a missing report does not mean a clean workload) deletes nothing."""
     from kubernetes import client as k8s
     from kubernetes.client.exceptions import ApiException
 
@@ -248,13 +293,18 @@ def apply_reports(
             if exc.status == 404:
                 applied.missing_crd = f"{report['kind']}.{api.group}"
                 return applied
-            raise
+            where = f"{meta.get('namespace', '')}/{meta['name']}"
+            applied.failed.append(f"{where}: HTTP {exc.status}")
+            continue
         if before is None:
             applied.created += 1
         elif after["metadata"].get("resourceVersion") != before:
             applied.updated += 1
         else:
             applied.unchanged += 1
+    if not prune or applied.failed:
+        applied.prune_skipped = True
+        return applied
     for report_namespace, name in sorted(set(existing) - wanted):
         if report_namespace:
             delete: Any = custom.delete_namespaced_custom_object

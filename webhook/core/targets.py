@@ -166,9 +166,17 @@ def _resources_views(
     holders: dict[str, tuple[str, Mapping]] = {}
     pods: dict[str, list[tuple[str, str, Mapping]]] = {}
     for path, identity, container in walk_path(obj, holder):
-        if field.name in container:
-            holders[path] = (identity, container)
-            pods[path] = []
+        holders[path] = (identity, container)
+        pods[path] = []
+    if not holders:
+        # No container-like object written (a TrainJob whose GPUs come from its runtime):
+        # the pod-level fields are judged on their own.
+        for pod_fields in target.pod_fields:
+            for pod_path, pod_identity, pod in walk_path(obj, pod_fields):
+                yield _pod_fields_view(
+                    kind, pod, pod_path, pod_identity, [], namespace, policy, target
+                )
+        return
     for pod_fields in target.pod_fields:
         for holder_path, pod in _paired(obj, holder, pod_fields):
             if holder_path in pods:
@@ -181,23 +189,45 @@ def _resources_views(
         if not pods[path]:  # no pod-level fields written: the resources alone
             yield view_of(kind, {}, path, {}, path, [source], namespace, policy, identity)
         for pod_path, pod_identity, pod in pods[path]:
-            sources = [source]
-            if pod is not container:
-                sources += listed_containers(pod, pod_path)
-            metadata = pod.get("metadata")
-            view = view_of(
+            yield _pod_fields_view(
                 kind,
                 pod,
                 pod_path,
-                metadata if isinstance(metadata, dict) else {},
-                f"{pod_path}.metadata",
-                sources,
+                f"{identity}@{pod_identity}",
+                [source] if pod is container else [source, *listed_containers(pod, pod_path)],
                 namespace,
                 policy,
-                f"{identity}@{pod_identity}",
+                target,
             )
-            view.host_paths = _host_paths(pod, pod_path, target)
-            yield view
+
+
+def _pod_fields_view(
+    kind: str,
+    pod: Mapping,
+    pod_path: str,
+    identity: str,
+    sources: list[ContainerSource],
+    namespace: str,
+    policy: Policy,
+    target: PodTarget,
+) -> PodView:
+    """A view of a pod-fields object, with its own containers after ``sources``."""
+    if not sources:
+        sources = list(listed_containers(pod, pod_path))
+    metadata = pod.get("metadata")
+    view = view_of(
+        kind,
+        pod,
+        pod_path,
+        metadata if isinstance(metadata, dict) else {},
+        f"{pod_path}.metadata",
+        sources,
+        namespace,
+        policy,
+        identity,
+    )
+    view.host_paths = _host_paths(pod, pod_path, target)
+    return view
 
 
 def _host_paths(node: Mapping, where: str, target: PodTarget) -> tuple[tuple[str, str], ...]:

@@ -92,9 +92,7 @@ def _read_request_body() -> bytes:
     # The API server sends exactly this Content-Type: parsing it is for everyone else.
     if request.environ.get("CONTENT_TYPE") != JSON:
         if request.mimetype != JSON:
-            raise _Refused(
-                415, f"Content-Type must be {JSON}, got {request.mimetype or 'none'!r}"
-            )
+            raise _Refused(415, f"Content-Type must be {JSON}, got {request.mimetype or 'none'!r}")
         charset = request.mimetype_params.get("charset")
         if charset is not None and charset.lower() not in ("utf-8", "utf8"):
             raise _Refused(415, f"charset must be utf-8, got {charset!r}")
