@@ -36,6 +36,7 @@ SAMPLES = REPO / "tests" / "fixtures" / "catalogue"
 SHIPPED = [REPO / "policies" / "default.yaml", *sorted((REPO / "policies/examples").glob("*.yaml"))]
 GPU = "nvidia.com/gpu"
 RESOURCE_FIELDS = ("resources", "resourcesPerNode")
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists"}
 
 
 def documents(path: Path) -> list[dict]:
@@ -397,6 +398,7 @@ def test_any_field_of_a_catalogued_kind_replaced_by_any_json_value_is_judged(whe
                                                     "template": {
                                                         "spec": {
                                                             "hostPID": True,
+                                                            "tolerations": [GPU_TOLERATION],
                                                             "containers": [{"name": "node"}],
                                                         }
                                                     }
