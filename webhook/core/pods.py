@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from webhook.policy.model import (
     Policy,
@@ -181,9 +181,9 @@ def _container_gpu(
     return found
 
 
-@dataclass(frozen=True, slots=True)
-class ContainerSource:
-    """Where a container of a view is: its list (or field) name, index, object and path."""
+class ContainerSource(NamedTuple):
+    """Where a container of a view is: its list (or field) name, index, object and path. A
+    tuple: a 1,000-container Pod makes 1,000 of them per review."""
 
     list_name: str
     index: int
