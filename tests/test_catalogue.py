@@ -429,3 +429,40 @@ def test_any_field_of_a_catalogued_kind_replaced_by_any_json_value_is_judged(whe
 def test_pod_fields_are_judged_without_the_resources(obj: dict) -> None:
     outcome = decide_object(obj, load_policy(default_policy_path()), "team-a")
     assert {f.rule for f in outcome.denied} & {"host-access", "host-devices"}
+
+
+@pytest.mark.parametrize(
+    ("obj", "path"),
+    [
+        (
+            {
+                "apiVersion": "serving.kserve.io/v1beta1",
+                "kind": "InferenceService",
+                "metadata": {"name": "i", "namespace": "team-a"},
+                "spec": {
+                    "predictor": {
+                        "annotations": {"cdi.k8s.io/gpu": "nvidia.com/gpu=all"},
+                        "model": {"modelFormat": {"name": "x"}, "resources": {"limits": {GPU: 1}}},
+                    }
+                },
+            },
+            "spec.predictor.annotations[cdi.k8s.io/gpu]",
+        ),
+        (
+            {
+                "apiVersion": "apps.nvidia.com/v1alpha1",
+                "kind": "NIMService",
+                "metadata": {"name": "n", "namespace": "team-a"},
+                "spec": {
+                    "annotations": {"cdi.k8s.io/gpu": "nvidia.com/gpu=all"},
+                    "resources": {"limits": {GPU: 1}},
+                },
+            },
+            "spec.annotations[cdi.k8s.io/gpu]",
+        ),
+    ],
+    ids=["kserve-component", "nimservice"],
+)
+def test_pod_annotations_written_outside_metadata_are_judged(obj: dict, path: str) -> None:
+    outcome = decide_object(obj, load_policy(default_policy_path()), "team-a")
+    assert [f.path for f in outcome.denied if f.rule == "device-visibility"] == [path]

@@ -124,13 +124,13 @@ def _pod_spec_views(
             where, fields = inherited
             merged, from_elsewhere = _inherit(fields, where, spec)
             unjudged += [(f"{where}.{f}", fields[f]) for f in target.unjudged if fields.get(f)]
-        metadata = spec.get("metadata")
+        metadata, metadata_path = _metadata(spec, path, target)
         view = view_of(
             kind,
             merged,
             path,
-            metadata if isinstance(metadata, dict) else {},
-            f"{path}.metadata",
+            metadata,
+            metadata_path,
             sources,
             namespace,
             policy,
@@ -214,13 +214,13 @@ def _pod_fields_view(
     """A view of a pod-fields object, with its own containers after ``sources``."""
     if not sources:
         sources = list(listed_containers(pod, pod_path))
-    metadata = pod.get("metadata")
+    metadata, metadata_path = _metadata(pod, pod_path, target)
     view = view_of(
         kind,
         pod,
         pod_path,
-        metadata if isinstance(metadata, dict) else {},
-        f"{pod_path}.metadata",
+        metadata,
+        metadata_path,
         sources,
         namespace,
         policy,
@@ -228,6 +228,15 @@ def _pod_fields_view(
     )
     view.host_paths = _host_paths(pod, pod_path, target)
     return view
+
+
+def _metadata(node: Mapping, where: str, target: PodTarget) -> tuple[Mapping, str]:
+    """The Pods' metadata (annotations, labels) as the kind writes them, and its path."""
+    value: Any = node
+    for name in target.pod_metadata:
+        value = value.get(name) if isinstance(value, dict) else None
+    path = ".".join((where, *target.pod_metadata)) if where else ".".join(target.pod_metadata)
+    return (value if isinstance(value, dict) else {}), path
 
 
 def _host_paths(node: Mapping, where: str, target: PodTarget) -> tuple[tuple[str, str], ...]:

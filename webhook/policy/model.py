@@ -169,6 +169,9 @@ class PodTarget:
     # Fields (of the match, or of each pod-fields match) holding a host path that the
     # operator mounts into the Pod: judged as hostPath volumes.
     host_paths: tuple[tuple[str, ...], ...] = ()
+    # Where the Pods' annotations and labels are, relative to the match (() for the match
+    # itself): ``metadata`` unless the kind writes them elsewhere.
+    pod_metadata: tuple[str, ...] = ("metadata",)
 
 
 @dataclass(frozen=True, slots=True)

@@ -105,6 +105,7 @@ def compile_workload(entry: Mapping, *, catalogued: bool = False) -> WorkloadKin
                 inherit=compile_template_path(target["inherit"]) if "inherit" in target else None,
                 unjudged=tuple(target.get("unjudged", ())),
                 host_paths=_host_paths(target),
+                pod_metadata=_pod_metadata(target),
             )
         )
     targets += [
@@ -123,6 +124,7 @@ def compile_workload(entry: Mapping, *, catalogued: bool = False) -> WorkloadKin
                 path,
                 pod_fields=tuple(compile_template_path(p) for p in _pod_fields(target)),
                 host_paths=_host_paths(target),
+                pod_metadata=_pod_metadata(target),
             )
         )
     return WorkloadKind(
@@ -133,6 +135,11 @@ def compile_workload(entry: Mapping, *, catalogued: bool = False) -> WorkloadKin
         scope=entry.get("scope", "Namespaced"),
         catalogued=catalogued,
     )
+
+
+def _pod_metadata(target: Mapping) -> tuple[str, ...]:
+    where = target.get("podMetadata", "metadata")
+    return () if where == "." else tuple(where.split("."))
 
 
 def _host_paths(target: Mapping) -> tuple[tuple[str, ...], ...]:
