@@ -466,3 +466,22 @@ def test_pod_fields_are_judged_without_the_resources(obj: dict) -> None:
 def test_pod_annotations_written_outside_metadata_are_judged(obj: dict, path: str) -> None:
     outcome = decide_object(obj, load_policy(default_policy_path()), "team-a")
     assert [f.path for f in outcome.denied if f.rule == "device-visibility"] == [path]
+
+
+def test_argo_template_defaults_reach_every_template() -> None:
+    """The controller merges templateDefaults into each template: its pod-level fields are
+    judged with every template that runs a Pod, at their own path."""
+    workflow = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "w", "namespace": "team-a"},
+        "spec": {
+            "templateDefaults": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]},
+            "templates": [
+                {"name": "main", "steps": [[{"name": "a", "template": "gpu"}]]},
+                {"name": "gpu", "container": {"image": "x", "resources": {"limits": {GPU: 1}}}},
+            ],
+        },
+    }
+    outcome = decide_object(workflow, load_policy(default_policy_path()), "team-a")
+    assert [f.path for f in outcome.denied] == ["spec.templateDefaults.volumes[0].hostPath.path"]

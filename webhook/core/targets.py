@@ -104,9 +104,12 @@ def walk_views(
 def _pod_spec_views(
     obj: Mapping, kind: str, target: PodTarget, namespace: str, policy: Policy
 ) -> Iterator[PodView]:
-    inherited: tuple[str, Mapping] | None = None
-    if target.inherit is not None:
-        inherited = next(((p, o) for p, _, o in walk_path(obj, target.inherit)), None)
+    # The objects whose pod-level fields each match inherits, nearest first.
+    layers = [
+        found
+        for inherit in target.inherit
+        if (found := next(((p, o) for p, _, o in walk_path(obj, inherit)), None)) is not None
+    ]
     for path, identity, spec in walk_path(obj, target.path):
         sources = list(listed_containers(spec, path, target.container_lists))
         for name in target.containers:
@@ -118,12 +121,15 @@ def _pod_spec_views(
         unjudged = [(f"{path}.{f}", spec[f]) for f in target.unjudged if spec.get(f)]
         merged: Mapping = spec
         from_elsewhere: dict[str, str] = {}
-        if inherited is not None:
+        if target.inherit:
             if not sources:
                 continue  # an Argo steps or dag template: it runs no Pod of its own
-            where, fields = inherited
-            merged, from_elsewhere = _inherit(fields, where, spec)
-            unjudged += [(f"{where}.{f}", fields[f]) for f in target.unjudged if fields.get(f)]
+            for where, fields in layers:
+                if fields is spec:
+                    continue  # templateDefaults judged as itself
+                merged, found = _inherit(fields, where, merged)
+                from_elsewhere = {**found, **from_elsewhere}
+                unjudged += [(f"{where}.{f}", fields[f]) for f in target.unjudged if fields.get(f)]
         metadata, metadata_path = _metadata(spec, path, target)
         view = view_of(
             kind,

@@ -148,7 +148,8 @@ class PodTarget:
     - ``template``: a PodTemplateSpec (``metadata`` and ``spec``);
     - ``podSpec``: a PodSpec inline at ``path`` (KServe's predictor), with ``containers``
       (fields of it holding one container each), ``container_lists`` (more lists of them),
-      ``inherit`` (an object whose pod-level fields every match gets too: an Argo Workflow's
+      ``inherit`` (objects, nearest first, whose pod-level fields every match gets too: an Argo
+      Workflow's templateDefaults, then its
       ``spec`` for its templates) and ``unjudged`` (fields that change the Pod in ways nothing
       can judge before it exists: Argo's ``podSpecPatch``);
     - ``container``: one container, without pod-level fields;
@@ -163,7 +164,7 @@ class PodTarget:
     path: TemplatePath
     containers: tuple[str, ...] = ()
     container_lists: tuple[tuple[str, ...], ...] = ()
-    inherit: TemplatePath | None = None
+    inherit: tuple[TemplatePath, ...] = ()  # nearest first
     unjudged: tuple[str, ...] = ()
     pod_fields: tuple[TemplatePath, ...] = ()
     # Fields (of the match, or of each pod-fields match) holding a host path that the

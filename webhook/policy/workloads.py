@@ -82,8 +82,8 @@ def entry_paths(entry: Mapping) -> Iterable[tuple[tuple[str | int, ...], str]]:
         yield ("containers", i), text
     for i, target in enumerate(entry.get("podSpecs", ())):
         yield ("podSpecs", i, "path"), target["path"]
-        if "inherit" in target:
-            yield ("podSpecs", i, "inherit"), target["inherit"]
+        for j, text in enumerate(_listed(target.get("inherit", []))):
+            yield ("podSpecs", i, "inherit", j), text
     for i, target in enumerate(entry.get("resources", ())):
         yield ("resources", i, "path"), target["path"]
         for j, text in enumerate(_pod_fields(target)):
@@ -102,7 +102,7 @@ def compile_workload(entry: Mapping, *, catalogued: bool = False) -> WorkloadKin
                 container_lists=tuple(
                     tuple(p.split(".")) for p in target.get("containerLists", ())
                 ),
-                inherit=compile_template_path(target["inherit"]) if "inherit" in target else None,
+                inherit=tuple(compile_template_path(p) for p in _listed(target.get("inherit", []))),
                 unjudged=tuple(target.get("unjudged", ())),
                 host_paths=_host_paths(target),
                 pod_metadata=_pod_metadata(target),
@@ -148,7 +148,11 @@ def _host_paths(target: Mapping) -> tuple[tuple[str, ...], ...]:
 
 def _pod_fields(target: Mapping) -> list[str]:
     """``podFields``: one path, or several (a kind whose field moved between releases)."""
-    value = target.get("podFields", [])
+    return _listed(target.get("podFields", []))
+
+
+def _listed(value: str | list[str]) -> list[str]:
+    """A field that takes one path or a list of them."""
     return [value] if isinstance(value, str) else list(value)
 
 
