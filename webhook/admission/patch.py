@@ -104,8 +104,18 @@ def with_add(obj: Any, operation: Mapping) -> Any:
         key: Any = int(segment) if isinstance(node, list) else segment
         node[key] = copy.copy(node[key])
         node = node[key]
-    _insert(node, last, copy.deepcopy(operation["value"]))
+    _insert(node, last, _copy_json(operation["value"]))
     return root
+
+
+def _copy_json(value: Any) -> Any:
+    """A copy of a JSON value (objects, arrays, scalars): what ``copy.deepcopy`` does for
+    these, without its memo and dispatch, which cost more than the planning itself."""
+    if isinstance(value, dict):
+        return {key: _copy_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy_json(item) for item in value]
+    return value
 
 
 def _insert(node: Any, last: str, value: Any) -> None:
