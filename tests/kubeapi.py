@@ -466,6 +466,34 @@ class FakeKubeAPI:
             resource = self._resources[(target.group, target.version, target.plural)]
             del resource.objects[(target.namespace or "", target.name)]
 
+    def serve_discovery(self, groups: dict[str, list[str]]) -> None:
+        """Answer ``GET /apis`` (API group discovery, not served by default) with these
+        groups and their versions, the first one preferred."""
+        dispatch = self._dispatch
+
+        def with_discovery(method, path, query, headers, body, raw):  # noqa: ANN001, ANN202
+            if method == "GET" and path == "/apis":
+                return {
+                    "kind": "APIGroupList",
+                    "apiVersion": "v1",
+                    "groups": [
+                        {
+                            "name": name,
+                            "versions": [
+                                {"groupVersion": f"{name}/{v}", "version": v} for v in versions
+                            ],
+                            "preferredVersion": {
+                                "groupVersion": f"{name}/{versions[0]}",
+                                "version": versions[0],
+                            },
+                        }
+                        for name, versions in groups.items()
+                    ],
+                }
+            return dispatch(method, path, query, headers, body, raw)
+
+        self._dispatch = with_discovery  # type: ignore[method-assign]
+
     def forbid(self, path: str, *, method: str | None = None) -> None:
         """Answer 403 Forbidden to requests whose path matches the glob (``*`` spans ``/``)."""
         self._add_rule(_Rule(path, method, 403, None, None, remaining=None))

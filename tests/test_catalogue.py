@@ -28,8 +28,10 @@ from webhook.policy.workloads import catalogue, catalogued_kinds
 
 try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
     from conformance.corpus import CORPUS, requires_corpus
+    from test_engine_robustness import JSON_VALUES, field_paths
 except ImportError:  # pragma: no cover - depends on how pytest was invoked
     from tests.conformance.corpus import CORPUS, requires_corpus
+    from tests.test_engine_robustness import JSON_VALUES, field_paths
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "tests" / "fixtures" / "catalogue"
@@ -316,25 +318,7 @@ SHAPE_SEEDS = [
 ]
 
 
-def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
-    paths = [prefix]
-    if isinstance(node, dict):
-        for key, value in node.items():
-            paths += _paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            paths += _paths(value, (*prefix, index))
-    return paths
-
-
-SEED_PATHS = [(i, p) for i, seed in enumerate(SHAPE_SEEDS) for p in _paths(seed)[1:]]
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
-    ),
-    max_leaves=8,
-)
+SEED_PATHS = [(i, p) for i, seed in enumerate(SHAPE_SEEDS) for p in field_paths(seed)[1:]]
 
 
 def test_the_shape_seeds_are_judged() -> None:

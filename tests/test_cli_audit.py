@@ -530,37 +530,13 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(
-    kube_api: FakeKubeAPI, kube_api_kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
-) -> Cluster:
+def cluster(kube_api: FakeKubeAPI, kube_api_kubeconfig: Path) -> Cluster:
     """The fake API server, answering API group discovery (GET /apis), which it does not
     serve by itself: kubeflow.org is installed with its PyTorchJob; ray.io is a group that serves
     none of the kinds the policy names; no other custom group is installed."""
-    groups = {"apps": ["v1"], "batch": ["v1"], KUBEFLOW: ["v1", "v2beta1"], "ray.io": ["v1"]}
-    dispatch = kube_api._dispatch
-
-    def with_discovery(method, path, query, headers, body, raw):
-        if method == "GET" and path == "/apis":
-            return {
-                "kind": "APIGroupList",
-                "apiVersion": "v1",
-                "groups": [
-                    {
-                        "name": name,
-                        "versions": [
-                            {"groupVersion": f"{name}/{v}", "version": v} for v in versions
-                        ],
-                        "preferredVersion": {
-                            "groupVersion": f"{name}/{versions[0]}",
-                            "version": versions[0],
-                        },
-                    }
-                    for name, versions in groups.items()
-                ],
-            }
-        return dispatch(method, path, query, headers, body, raw)
-
-    monkeypatch.setattr(kube_api, "_dispatch", with_discovery)
+    kube_api.serve_discovery(
+        {"apps": ["v1"], "batch": ["v1"], KUBEFLOW: ["v1", "v2beta1"], "ray.io": ["v1"]}
+    )
     # Every cluster serves ReplicationControllers; the fake one does not know them by itself.
     kube_api.register("", "v1", "replicationcontrollers", "ReplicationController")
     return Cluster(kube_api, kube_api_kubeconfig)

@@ -86,18 +86,19 @@ JSON_VALUES = st.recursive(
 )
 
 
-def _paths(node: object, prefix: tuple = ()) -> list[tuple]:
+def field_paths(node: object, prefix: tuple = ()) -> list[tuple]:
+    """Every path into a JSON value, the value itself first (``()``)."""
     paths = [prefix]
     if isinstance(node, dict):
         for key, value in node.items():
-            paths += _paths(value, (*prefix, key))
+            paths += field_paths(value, (*prefix, key))
     elif isinstance(node, list):
         for index, value in enumerate(node):
-            paths += _paths(value, (*prefix, index))
+            paths += field_paths(value, (*prefix, index))
     return paths
 
 
-PATHS = _paths(POD)[1:]
+PATHS = field_paths(POD)[1:]
 
 
 def _replace(obj: dict, path: tuple, value: object) -> dict:

@@ -173,31 +173,8 @@ SERVED = {
 }
 
 
-def serve_discovery(api: FakeKubeAPI, monkeypatch: pytest.MonkeyPatch, groups: dict) -> None:
-    """GET /apis for the groups installed here (the fake does not serve discovery itself)."""
-    dispatch = api._dispatch
-
-    def with_discovery(method, path, query, headers, body, raw):
-        if method == "GET" and path == "/apis":
-            return {
-                "kind": "APIGroupList",
-                "apiVersion": "v1",
-                "groups": [
-                    {
-                        "name": name,
-                        "versions": [{"groupVersion": f"{name}/{v}", "version": v} for v in vs],
-                        "preferredVersion": {"groupVersion": f"{name}/{vs[0]}", "version": vs[0]},
-                    }
-                    for name, vs in groups.items()
-                ],
-            }
-        return dispatch(method, path, query, headers, body, raw)
-
-    monkeypatch.setattr(api, "_dispatch", with_discovery)
-
-
 @pytest.fixture
-def cluster(kube_api: FakeKubeAPI, kube_api_kubeconfig: Path, monkeypatch):
+def cluster(kube_api: FakeKubeAPI, kube_api_kubeconfig: Path):
     for obj in (
         privileged_deployment(),
         replica_set(),
@@ -222,7 +199,7 @@ def cluster(kube_api: FakeKubeAPI, kube_api_kubeconfig: Path, monkeypatch):
     kube_api.register(
         "openreports.io", "v1alpha1", "clusterreports", "ClusterReport", namespaced=False
     )
-    serve_discovery(kube_api, monkeypatch, SERVED)
+    kube_api.serve_discovery(SERVED)
     return kube_api, kube_api_kubeconfig
 
 
@@ -368,11 +345,11 @@ def test_openreports_on_request(cluster, capsys) -> None:
 
 
 def test_a_missing_report_crd_is_reported_not_fatal(
-    kube_api: FakeKubeAPI, kube_api_kubeconfig: Path, capsys, monkeypatch
+    kube_api: FakeKubeAPI, kube_api_kubeconfig: Path, capsys
 ) -> None:
     kube_api.add(volcano_job())
     kube_api.register("", "v1", "replicationcontrollers", "ReplicationController")
-    serve_discovery(kube_api, monkeypatch, SERVED)
+    kube_api.serve_discovery(SERVED)
     code, out = run(capsys, kube_api_kubeconfig)
     assert code == 0
     assert out.startswith("reports: none written: PolicyReport.wgpolicyk8s.io is not served")

@@ -13,10 +13,8 @@ from webhook.cli.main import main
 
 try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
     from kubeapi import kube_api, kube_api_kubeconfig  # noqa: F401
-    from test_policy_reports import serve_discovery
 except ImportError:  # pragma: no cover - depends on how pytest was invoked
     from tests.kubeapi import kube_api, kube_api_kubeconfig  # noqa: F401
-    from tests.test_policy_reports import serve_discovery
 
 REPO = Path(__file__).resolve().parents[1]
 GPU = {"limits": {"nvidia.com/gpu": 1}}
@@ -134,13 +132,13 @@ def test_the_same_policy_changes_nothing(tmp_path: Path, capsys) -> None:
 
 
 def test_a_cluster_is_listed_once_and_judged_by_both(
-    tmp_path: Path, capsys, kube_api, kube_api_kubeconfig, monkeypatch
+    tmp_path: Path, capsys, kube_api, kube_api_kubeconfig
 ) -> None:
     old, new, _ = write_inputs(tmp_path)
     for obj in WORKLOADS:
         kube_api.add(obj)
     kube_api.register("", "v1", "replicationcontrollers", "ReplicationController")
-    serve_discovery(kube_api, monkeypatch, {"apps": ["v1"], "batch": ["v1"]})
+    kube_api.serve_discovery({"apps": ["v1"], "batch": ["v1"]})
     argv = ["audit", "--cluster", "-A", "--kubeconfig", str(kube_api_kubeconfig)]
     code = main([*argv, "--policy", str(new), "--against", str(old), "-o", "json"])
     out, _ = capsys.readouterr()
@@ -164,7 +162,7 @@ def test_standard_input_is_judged_by_both_policies(tmp_path: Path, capsys, monke
 
 
 def test_objects_of_one_name_in_two_groups_are_not_confused(
-    tmp_path: Path, capsys, kube_api, kube_api_kubeconfig, monkeypatch
+    tmp_path: Path, capsys, kube_api, kube_api_kubeconfig
 ) -> None:
     """A batch Job newly denied beside a Volcano Job of the same name denied by both: the
     pre-flight pairs them by uid, and the Job starts being denied."""
@@ -210,7 +208,7 @@ def test_objects_of_one_name_in_two_groups_are_not_confused(
         }
     )
     kube_api.register("", "v1", "replicationcontrollers", "ReplicationController")
-    serve_discovery(kube_api, monkeypatch, {"batch": ["v1"], "batch.volcano.sh": ["v1alpha1"]})
+    kube_api.serve_discovery({"batch": ["v1"], "batch.volcano.sh": ["v1alpha1"]})
     argv = ["audit", "--cluster", "-A", "--kubeconfig", str(kube_api_kubeconfig)]
     code = main([*argv, "--policy", str(new), "--against", str(old), "-o", "json"])
     changes = json.loads(capsys.readouterr().out)

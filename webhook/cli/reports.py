@@ -12,7 +12,6 @@ timestamps, so that a rerun over an unchanged cluster changes nothing.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -225,10 +224,6 @@ def policy_reports(policy: Policy, items: Iterable[Any], api: ReportAPI) -> list
     return reports
 
 
-def to_json(report: dict[str, Any]) -> str:
-    return json.dumps(report, sort_keys=True)
-
-
 @dataclass(slots=True)
 class Applied:
     """What ``--apply`` did, for its one summary line."""
@@ -286,9 +281,8 @@ def apply_reports(
         key = (meta.get("namespace", ""), meta["name"])
         wanted.add(key)
         before = existing.get(key)
-        body = json.loads(to_json(report))
         try:
-            after = lister.call(_apply_call(custom, api, meta), body=body)
+            after = lister.call(_apply_call(custom, api, meta), body=report)
         except ApiException as exc:
             if exc.status == 404:
                 applied.missing_crd = f"{report['kind']}.{api.group}"
