@@ -154,6 +154,23 @@ def test_device_list_mounts_are_denied(mount_path):
     assert "reads as a list of devices" in status_message(decision)
 
 
+def test_every_device_list_dir_ends_in_the_name_mounts_are_screened_for():
+    # in_device_list_dir skips normalising a mount path without this name: a directory added
+    # to DEVICE_LIST_DIRS under another name would go unseen.
+    from webhook.core.hostpaths import DEVICE_LIST_DIR_NAME, DEVICE_LIST_DIRS, in_device_list_dir
+
+    for directory in DEVICE_LIST_DIRS:
+        assert directory.rsplit("/", 1)[1] == DEVICE_LIST_DIR_NAME
+        assert in_device_list_dir(directory)
+    assert not in_device_list_dir("/var/run/nvidia-container-device")
+
+
+def test_a_toolkit_variable_after_hundreds_of_others_is_denied():
+    env = {f"SETTING_{i}": str(i) for i in range(300)} | {"NVIDIA_VISIBLE_DEVICES": "all"}
+    decision = validate(pod(container("train", gpu=1), container("side", env=env)))
+    assert denied(decision) == [("device-visibility", "spec.containers[1].env[300].value")]
+
+
 def test_a_device_list_mount_alone_makes_the_pod_reach_gpu_nodes():
     mounts = [{"name": "forged", "mountPath": "/var/run/nvidia-container-devices/all"}]
     obj = pod(container("side", volumeMounts=mounts), volumes=[{"name": "forged", "emptyDir": {}}])

@@ -36,10 +36,9 @@ from webhook.core.scope import (
     NO_DEVICES,
     VISIBLE_DEVICES,
     WIDENING_VARIABLES,
-    env_entries,
-    is_toolkit_variable,
     reach,
     requests_gpu,
+    toolkit_env,
 )
 from webhook.policy.model import Policy
 
@@ -52,10 +51,8 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     for container in view.containers:
         gpu = requests_gpu(container)
         voided = False
-        for index, var in env_entries(container):
-            name = var.get("name")
-            if not is_toolkit_variable(name):
-                continue
+        for index, var in toolkit_env(container):
+            name = var["name"]
             value = var.get("value", "")
             # Exactly as the toolkit compares it: " VOID " is a device list it cannot resolve.
             if name == VISIBLE_DEVICES and "valueFrom" not in var and value in NO_DEVICES:
@@ -191,7 +188,7 @@ def _variable(
 
 
 def _sets_visibility(container: ContainerView) -> bool:
-    return any(var.get("name") == VISIBLE_DEVICES for _, var in env_entries(container))
+    return any(var["name"] == VISIBLE_DEVICES for _, var in container.nvidia_env)
 
 
 def _void_requirement(view: PodView, policy: Policy) -> bool | None:

@@ -54,6 +54,9 @@ REFUSED_ROOTS: dict[str, str] = {
 }
 # Mounts the container toolkit reads as device requests (volume-mounts device-list strategy).
 DEVICE_LIST_DIRS = ("/run/nvidia-container-devices",)
+# The last component of every one of them: normalising a path only drops components, so a
+# path without it is not at or under any (checked before the costlier normalising).
+DEVICE_LIST_DIR_NAME = "nvidia-container-devices"
 # GPU device nodes and the driver's view of them: mounting one is aiming at a GPU (a reachability
 # signal). Mounting /dev, /proc or / is refused on GPU nodes too, but node agents do it on every
 # node, so it is a finding, not a signal: it does not bring a Pod onto a GPU node.
@@ -110,5 +113,7 @@ def is_gpu_device_path(raw: str, policy: Policy) -> bool:
 def in_device_list_dir(mount_path: str) -> bool:
     """A container mount the toolkit would read as a device request (a relative mount path
     is resolved against the container's root)."""
+    if DEVICE_LIST_DIR_NAME not in mount_path:
+        return False
     path = canonical(mount_path if mount_path.startswith("/") else f"/{mount_path}")
     return any(_at_or_under(path, d) for d in DEVICE_LIST_DIRS)

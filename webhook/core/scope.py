@@ -23,11 +23,10 @@ device-visibility rule and the ``injectVoid`` mutation share.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import NamedTuple
 
 from webhook.core.hostpaths import in_device_list_dir, is_gpu_device_path
-from webhook.core.pods import ContainerView, PodView, is_cdi_annotation
+from webhook.core.pods import TOOLKIT_PREFIX, ContainerView, PodView, is_cdi_annotation
 from webhook.core.scheduling import tolerates
 from webhook.policy.model import Policy, Scope
 from webhook.policy.names import near_miss_key
@@ -54,8 +53,6 @@ VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 NO_DEVICES = ("void", "none")
 
 
-# Every toolkit variable starts with it: the one test most environment variables get.
-TOOLKIT_PREFIX = "NVIDIA_"
 _TOOLKIT_NAMES = frozenset(WIDENING_VARIABLES + TUNING_VARIABLES)
 
 
@@ -75,10 +72,9 @@ def requests_gpu(container: ContainerView) -> bool:
     return container.requests_declared_gpu
 
 
-def env_entries(container: ContainerView) -> list[tuple[int, Mapping]]:
-    env = container.spec.get("env")
-    items = env if isinstance(env, list) else ()
-    return [(i, var) for i, var in enumerate(items) if isinstance(var, dict)]
+def toolkit_env(container: ContainerView) -> list[tuple[int, dict]]:
+    """The container's env entries that set a variable the container toolkit reads."""
+    return [(i, var) for i, var in container.nvidia_env if is_toolkit_variable(var["name"])]
 
 
 class Reach(NamedTuple):
@@ -139,9 +135,8 @@ def _own_signal(view: PodView, policy: Policy) -> str | None:
                 return f"it asks for {name}"
         if container.resources.get("claims"):
             return "it has a DRA resource claim"
-        for _, var in env_entries(container):
-            if is_toolkit_variable(var.get("name")):
-                return f"it sets {var['name']}"
+        for _, var in toolkit_env(container):
+            return f"it sets {var['name']}"
         mounts = container.spec.get("volumeMounts")
         for mount in mounts if isinstance(mounts, list) else ():
             path = mount.get("mountPath") if isinstance(mount, dict) else None
