@@ -89,18 +89,26 @@ def _json_response(status: int, payload: dict[str, Any]) -> Response:
 
 def _read_request_body() -> bytes:
     """The body of the current request, or :class:`_Refused` saying why not."""
+    environ = request.environ
     # The API server sends exactly this Content-Type: parsing it is for everyone else.
-    if request.environ.get("CONTENT_TYPE") != JSON:
+    if environ.get("CONTENT_TYPE") != JSON:
         if request.mimetype != JSON:
             raise _Refused(415, f"Content-Type must be {JSON}, got {request.mimetype or 'none'!r}")
         charset = request.mimetype_params.get("charset")
         if charset is not None and charset.lower() not in ("utf-8", "utf8"):
             raise _Refused(415, f"charset must be utf-8, got {charset!r}")
-    # Checked before reading, so an oversized body is refused without being buffered.
+    announced = environ.get("CONTENT_LENGTH")
+    if announced and announced.isascii() and announced.isdigit():
+        # What the API server sends: read exactly that many bytes from the server's stream,
+        # without Werkzeug's wrapping (a tenth of the request's cost outside the decision).
+        length = int(announced)
+        if length > MAX_BODY_BYTES:  # refused without being buffered
+            raise _Refused(413, f"request body of {length} bytes exceeds {MAX_BODY_BYTES} bytes")
+        return _read_body(lambda: environ["wsgi.input"].read(length), length)
     length = request.content_length
     if length is not None and length > MAX_BODY_BYTES:
         raise _Refused(413, f"request body of {length} bytes exceeds {MAX_BODY_BYTES} bytes")
-    body = _read_body()
+    body = _read_body(lambda: request.get_data(cache=False), length)
     if len(body) > MAX_BODY_BYTES:  # a chunked body, cut one byte past the limit
         raise _Refused(413, f"request body exceeds {MAX_BODY_BYTES} bytes")
     return body
@@ -120,12 +128,13 @@ def _decode(body: bytes) -> Any:
         raise _Refused(400, f"request body is not valid JSON: {exc}") from None
 
 
-def _read_body() -> bytes:
-    """The request body, or :class:`_Refused`: a malformed body (bad chunk sizes, missing
-    CRLFs, bad trailers) is the client's error, and so is a client that goes away before it
-    has sent what it announced. Neither is ours: no 5xx, no error log, no error verdict."""
+def _read_body(read: Callable[[], bytes], announced: int | None) -> bytes:
+    """The request body ``read`` returns, or :class:`_Refused`: a malformed body (bad chunk
+    sizes, missing CRLFs, bad trailers) is the client's error, and so is a client that goes
+    away before it has sent the ``announced`` length. Neither is ours: no 5xx, no error log,
+    no error verdict."""
     try:
-        body = request.get_data(cache=False)
+        body = read()
     except ParseException as exc:
         raise _Refused(400, f"malformed request body: {type(exc).__name__}") from None
     except (ClientDisconnected, OSError) as exc:
@@ -136,7 +145,6 @@ def _read_body() -> bytes:
             log.info("client too slow sending the body", extra={"fields": {"error": str(expired)}})
             raise _Refused(408, str(expired)) from None
         body = b""  # werkzeug mostly reads a lost client as EOF
-    announced = request.content_length
     if announced is not None and len(body) < announced:
         log.info(
             "client went away while sending the body",

@@ -115,40 +115,37 @@ def log_decision(
         return
     kind = request.get("kind")
     pairs = list(violations)
-    fields = {
-        "uid": request.get("uid"),
-        "kind": kind.get("kind") if isinstance(kind, Mapping) else None,
-        "namespace": request.get("namespace"),
-        "name": request.get("name"),
-        "operation": request.get("operation"),
-        "endpoint": endpoint,
-        "verdict": "allowed" if allowed else "denied",
-        "rules": [rule for rule, _ in pairs],
-        "modes": [mode for _, mode in pairs],
-        "mutation": mutation,
-        "duration_ms": round(duration_ms, 3),
-        "dry_run": request.get("dryRun") is True,
-    }
     handler = _json_handler(logger)
-    if (
-        handler is None
-    ):  # not configured by configure_logging (tests, embedding): go through logging
-        logger.info("admission decision", extra={"fields": fields})
+    # Built in the order JsonFormatter writes: time, level, logger and message first.
+    entry: dict[str, Any] = {}
+    if handler is not None:
+        entry["time"] = _utc_timestamp(time.time())
+        entry["level"] = "info"
+        entry["logger"] = logger.name
+        entry["message"] = "admission decision"
+    entry["uid"] = request.get("uid")
+    entry["kind"] = kind.get("kind") if isinstance(kind, Mapping) else None
+    entry["namespace"] = request.get("namespace")
+    entry["name"] = request.get("name")
+    entry["operation"] = request.get("operation")
+    entry["endpoint"] = endpoint
+    entry["verdict"] = "allowed" if allowed else "denied"
+    entry["rules"] = [rule for rule, _ in pairs]
+    entry["modes"] = [mode for _, mode in pairs]
+    entry["mutation"] = mutation
+    entry["duration_ms"] = round(duration_ms, 3)
+    entry["dry_run"] = request.get("dryRun") is True
+    if handler is None:
+        # Not configured by configure_logging (tests, embedding): go through logging.
+        logger.info("admission decision", extra={"fields": entry})
         return
     # One line per decision, built here: a LogRecord, the caller lookup and the formatter cost
     # as much as the decision itself. The line is the one JsonFormatter would write.
-    now = time.time()
-    entry = {
-        "time": _utc_timestamp(now),
-        "level": "info",
-        "logger": logger.name,
-        "message": "admission decision",
-        **fields,
-    }
     line = _json_line(entry) + handler.terminator
-    with handler.lock:
-        handler.stream.write(line)
-        handler.flush()
+    stream = handler.stream
+    with handler.lock:  # the handler's own lock: lines of other threads are not interleaved
+        stream.write(line)
+        stream.flush()
 
 
 def _json_line(entry: dict[str, Any]) -> str:
