@@ -78,10 +78,12 @@ def plan(
 
     if planned.operations:
         note = ",".join(injected)
-        planned.add(
-            patch.add(planned.working, ("metadata", "annotations", INJECTED_ANNOTATION), note)
+        # The last operation: nothing reads the Pod it leaves, so it is not applied to it.
+        annotation = patch.add(
+            planned.working, ("metadata", "annotations", INJECTED_ANNOTATION), note
         )
-    return tuple(planned.operations)
+        return (*planned.operations, *(annotation or ()))
+    return ()
 
 
 def void_added_ephemeral(pod: Mapping, view: PodView, old: Mapping) -> tuple[dict, ...]:

@@ -85,12 +85,13 @@ def unescape(segment: str) -> str:
 
 
 def apply_add(obj: Any, operation: Mapping) -> None:
-    """Apply one ``add`` in place."""
+    """Apply one ``add`` in place. The value is copied: a later operation of the same patch
+    may add inside it, and must not change this operation."""
     *parents, last = [unescape(s) for s in operation["path"].split("/")[1:]]
     node = obj
     for segment in parents:
         node = node[int(segment)] if isinstance(node, list) else node[segment]
-    _insert(node, last, operation["value"])
+    _insert(node, last, _copy_json(operation["value"]))
 
 
 def with_add(obj: Any, operation: Mapping) -> Any:

@@ -103,6 +103,10 @@ def _clipped_patch(operations: list[dict]) -> str:
     return text(low)
 
 
+# Made once: json.dumps with any option but the defaults builds an encoder per call.
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+
+
 def build(
     uid: str,
     *,
@@ -134,7 +138,5 @@ def build(
         response["auditAnnotations"] = annotations
     if patch and not denials:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(
-            json.dumps(list(patch), separators=(",", ":")).encode()
-        ).decode()
+        response["patch"] = base64.b64encode(_COMPACT_JSON.encode(list(patch)).encode()).decode()
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
