@@ -171,6 +171,21 @@ def test_a_toolkit_variable_after_hundreds_of_others_is_denied():
     assert denied(decision) == [("device-visibility", "spec.containers[1].env[300].value")]
 
 
+@pytest.mark.parametrize(
+    "odd_entry",
+    [None, "NVIDIA_VISIBLE_DEVICES=all", {"name": 7, "value": "x"}, {"value": "nameless"}],
+)
+def test_a_toolkit_variable_beside_malformed_entries_is_denied(odd_entry):
+    # Entries that are not objects with a string name take the one-by-one scan.
+    env = [
+        {"name": "A", "value": "1"},
+        odd_entry,
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+    ]
+    decision = validate(pod(container("train", gpu=1), container("side", env=env)))
+    assert ("device-visibility", "spec.containers[1].env[2].value") in denied(decision)
+
+
 def test_a_device_list_mount_alone_makes_the_pod_reach_gpu_nodes():
     mounts = [{"name": "forged", "mountPath": "/var/run/nvidia-container-devices/all"}]
     obj = pod(container("side", volumeMounts=mounts), volumes=[{"name": "forged", "emptyDir": {}}])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, NamedTuple, TypeVar
 
 from webhook.policy.model import (
@@ -304,9 +305,15 @@ def view_of(
 
 def _nvidia_env(container: Mapping) -> tuple[tuple[int, dict], ...]:
     env = container.get("env")
-    if not isinstance(env, list):
+    if not isinstance(env, list) or not env:
         return ()
-    # A list comprehension: a generator costs a third more over hundreds of variables.
+    try:
+        # The common case, looped in C: every entry an object with a string name, and no name
+        # holding the prefix (a name that starts with it holds it).
+        if TOOLKIT_PREFIX not in "\n".join(map(dict.get, env, repeat("name"))):
+            return ()
+    except TypeError:
+        pass  # an entry that is not an object, or a name that is not a string: one by one
     return tuple(
         [
             (index, var)
