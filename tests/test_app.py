@@ -661,3 +661,29 @@ def test_a_small_body_of_many_objects_is_decided_as_a_long_one(
     assert len(text) < 64 * 1024
     assert post(client, "/validate", text).status_code == 200
     assert long_runs == [1]
+
+
+def test_the_object_count_is_exact_where_the_scan_is_skipped() -> None:
+    """Bodies shorter than the object limit are not scanned: none of them can reach it."""
+    from webhook.server.app import _is_long
+    from webhook.server.settings import LONG_BODY_OBJECTS
+
+    assert not _is_long(b"[" * (LONG_BODY_OBJECTS - 1))
+    assert _is_long(b"[" * LONG_BODY_OBJECTS)
+    assert _is_long(b"{" * (LONG_BODY_OBJECTS // 2) + b"[" * (LONG_BODY_OBJECTS // 2))
+    assert not _is_long(b" " * LONG_BODY_OBJECTS + b"{" * (LONG_BODY_OBJECTS - 1))
+
+
+def test_the_servers_patch_encoding_is_the_standard_librarys() -> None:
+    """The server writes patches with orjson: the same bytes as the core's own encoder for
+    what a plan holds, and the standard library's for what orjson cannot write."""
+    from webhook.admission.response import compact_json
+    from webhook.server.app import _encode_json
+
+    operations = [
+        {"op": "add", "path": "/spec/tolerations", "value": [{"key": "nvidia.com/gpu"}]},
+        {"op": "add", "path": "/metadata/annotations/a~1b", "value": "pool=a100,w=10"},
+    ]
+    assert _encode_json(operations) == compact_json(operations)
+    huge = [{"op": "add", "path": "/x", "value": 2**70}]
+    assert json.loads(_encode_json(huge)) == huge

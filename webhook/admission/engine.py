@@ -56,8 +56,15 @@ def review(admission_review: dict, policy: Policy, *, mutate: bool) -> Admission
     return decide(admission_review, policy, mutate=mutate).response
 
 
-def decide(admission_review: Any, policy: Policy, *, mutate: bool) -> Decision:
-    """The decision on a request: its response, and the findings and patch behind it."""
+def decide(
+    admission_review: Any,
+    policy: Policy,
+    *,
+    mutate: bool,
+    encode_json: response.JsonEncoder = response.compact_json,
+) -> Decision:
+    """The decision on a request: its response, and the findings and patch behind it.
+    ``encode_json`` writes the patch into the response (see ``response.JsonEncoder``)."""
     request = parse_request(admission_review)
     uid = request["uid"]
     operation = request.get("operation")
@@ -77,7 +84,7 @@ def decide(admission_review: Any, policy: Policy, *, mutate: bool) -> Decision:
     namespace = namespace if isinstance(namespace, str) else "default"
     views = list(walk_views(obj, workload, namespace, policy))
     if mutate:
-        return _mutate(uid, request, obj, workload, views, policy)
+        return _mutate(uid, request, obj, workload, views, policy, encode_json)
 
     # A review with thousands of violations (the API server passes objects of up to 3 MiB)
     # is judged only until its denial message is full: the verdict is certain by then.
@@ -197,6 +204,7 @@ def _mutate(
     workload: WorkloadKind,
     views: list[PodView],
     policy: Policy,
+    encode_json: response.JsonEncoder,
 ) -> Decision:
     if request["operation"] == "CREATE":
         # On UPDATE the validate path judges quantities against oldObject: what the object
@@ -238,7 +246,11 @@ def _mutate(
         return Decision(
             response.build(uid, would_patch=operations), patch=operations, patch_recorded=True
         )
-    return Decision(response.build(uid, patch=operations), patch=operations, patch_applied=True)
+    return Decision(
+        response.build(uid, patch=operations, encode_json=encode_json),
+        patch=operations,
+        patch_applied=True,
+    )
 
 
 def _annotations(obj: Mapping) -> Mapping:

@@ -8,9 +8,10 @@ ourselves so that what is cut is said, not silently lost.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from webhook.admission.wire import API_VERSION, AdmissionReviewResponse
 from webhook.core.findings import Finding, render_all
@@ -106,6 +107,15 @@ def _clipped_patch(operations: list[dict]) -> str:
 # Made once: json.dumps with any option but the defaults builds an encoder per call.
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
 
+# Writes a JSON value as compact UTF-8 bytes. The server passes a faster one than the standard
+# library's (a tenth of a mutation's cost): the core itself imports nothing outside it.
+JsonEncoder = Callable[[Any], bytes]
+
+
+def compact_json(value: Any) -> bytes:
+    """``value`` as compact JSON, with the standard library."""
+    return _COMPACT_JSON.encode(value).encode()
+
 
 def build(
     uid: str,
@@ -116,9 +126,10 @@ def build(
     patch: Sequence[dict] = (),
     would_patch: Sequence[dict] = (),
     stopped: bool = False,
+    encode_json: JsonEncoder = compact_json,
 ) -> AdmissionReviewResponse:
     """The AdmissionReview response. ``stopped``: judging stopped after the denials given,
-    and the message says that there may be more."""
+    and the message says that there may be more. ``encode_json`` writes the patch."""
     response: dict = {"uid": uid, "allowed": not denials}
     if denials:
         violations = [f.violation for f in denials]
@@ -138,5 +149,6 @@ def build(
         response["auditAnnotations"] = annotations
     if patch and not denials:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(_COMPACT_JSON.encode(list(patch)).encode()).decode()
+        encoded = encode_json(list(patch))
+        response["patch"] = binascii.b2a_base64(encoded, newline=False).decode("ascii")
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}

@@ -28,10 +28,11 @@ from werkzeug.exceptions import ClientDisconnected, HTTPException
 
 from webhook.admission.engine import decide
 from webhook.admission.request import RequestError
+from webhook.admission.response import compact_json
 from webhook.policy.model import Policy
 from webhook.server.child import ChildDecisionLost
 from webhook.server.logs import APP_LOGGER, DECISION_LOGGER, log_decision
-from webhook.server.metrics import ENDPOINTS, VERDICTS, Metrics
+from webhook.server.metrics import ENDPOINTS, MUTATIONS, VERDICTS, Metrics
 from webhook.server.settings import LONG_BODY_BYTES, LONG_BODY_OBJECTS, MAX_BODY_BYTES
 from webhook.server.store import PolicyStore
 
@@ -114,6 +115,15 @@ def _read_request_body() -> bytes:
     return body
 
 
+def _encode_json(value: Any) -> bytes:
+    """``value`` as compact JSON (a patch): orjson, or the standard library for what orjson
+    does not write (an integer beyond 64 bits)."""
+    try:
+        return orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):
+        return compact_json(value)
+
+
 def _decode(body: bytes) -> Any:
     """The parsed JSON of a request body, or :class:`_Refused` saying why not. orjson follows
     RFC 8259 as the API server does: no NaN or Infinity, no lone surrogates, at most 1,024
@@ -174,8 +184,13 @@ TOO_BIG_TO_JUDGE = "the review needs more memory to judge than one review may us
 
 def _is_long(body: bytes) -> bool:
     """Whether deciding ``body`` could take long: its size, or how many JSON objects and
-    arrays it holds (counting them is a byte scan, microseconds even for 64 KiB)."""
-    return len(body) >= LONG_BODY_BYTES or body.count(b"{") + body.count(b"[") >= LONG_BODY_OBJECTS
+    arrays it holds (counting them is a byte scan, microseconds even for 64 KiB). A body
+    shorter than that many bytes cannot hold that many, and is not scanned: the scan costs
+    a sixth of a small review's decision."""
+    size = len(body)
+    if size < LONG_BODY_OBJECTS:
+        return False
+    return size >= LONG_BODY_BYTES or body.count(b"{") + body.count(b"[") >= LONG_BODY_OBJECTS
 
 
 def _decide_body(body: bytes, policy: Policy | None, problem: str | None, mutate: bool) -> _Outcome:
@@ -188,7 +203,7 @@ def _decide_body(body: bytes, policy: Policy | None, problem: str | None, mutate
     if policy is None:
         raise _Refused(503, f"no valid policy loaded: {problem}", "unavailable")
     try:
-        decision = decide(review, policy, mutate=mutate)
+        decision = decide(review, policy, mutate=mutate, encode_json=_encode_json)
     except RequestError:
         raise
     except RecursionError:
@@ -251,6 +266,7 @@ def create_app(
     decision_seconds = {
         endpoint: metrics.decision_seconds.labels(endpoint) for endpoint in ENDPOINTS
     }
+    mutations_counter = {outcome: metrics.mutations.labels(outcome) for outcome in MUTATIONS}
 
     # The record-mode copy of the policy in force, made once per policy rather than per request.
     recording: list[tuple[Policy, Policy]] = []
@@ -304,7 +320,7 @@ def create_app(
             for rule, mode in outcome.violations:
                 metrics.violations.labels(rule, mode).inc()
         if outcome.mutation != "none":
-            metrics.mutations.labels(outcome.mutation).inc()
+            mutations_counter[outcome.mutation].inc()
         log_decision(
             decision_log,
             endpoint=endpoint,

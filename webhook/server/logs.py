@@ -115,29 +115,34 @@ def log_decision(
         return
     kind = request.get("kind")
     pairs = list(violations)
+    # Built in the order JsonFormatter writes: time, level, logger and message first, in one
+    # literal (a line per request: every step counts).
+    entry: dict[str, Any] = {
+        "time": _utc_timestamp(time.time()),
+        "level": "info",
+        "logger": logger.name,
+        "message": "admission decision",
+        "uid": request.get("uid"),
+        "kind": kind.get("kind") if isinstance(kind, Mapping) else None,
+        "namespace": request.get("namespace"),
+        "name": request.get("name"),
+        "operation": request.get("operation"),
+        "endpoint": endpoint,
+        "verdict": "allowed" if allowed else "denied",
+        "rules": [rule for rule, _ in pairs] if pairs else [],
+        "modes": [mode for _, mode in pairs] if pairs else [],
+        "mutation": mutation,
+        "duration_ms": round(duration_ms, 3),
+        "dry_run": request.get("dryRun") is True,
+    }
     handler = _json_handler(logger)
-    # Built in the order JsonFormatter writes: time, level, logger and message first.
-    entry: dict[str, Any] = {}
-    if handler is not None:
-        entry["time"] = _utc_timestamp(time.time())
-        entry["level"] = "info"
-        entry["logger"] = logger.name
-        entry["message"] = "admission decision"
-    entry["uid"] = request.get("uid")
-    entry["kind"] = kind.get("kind") if isinstance(kind, Mapping) else None
-    entry["namespace"] = request.get("namespace")
-    entry["name"] = request.get("name")
-    entry["operation"] = request.get("operation")
-    entry["endpoint"] = endpoint
-    entry["verdict"] = "allowed" if allowed else "denied"
-    entry["rules"] = [rule for rule, _ in pairs]
-    entry["modes"] = [mode for _, mode in pairs]
-    entry["mutation"] = mutation
-    entry["duration_ms"] = round(duration_ms, 3)
-    entry["dry_run"] = request.get("dryRun") is True
     if handler is None:
-        # Not configured by configure_logging (tests, embedding): go through logging.
-        logger.info("admission decision", extra={"fields": entry})
+        # Not configured by configure_logging (tests, embedding): go through logging, which
+        # adds the first four fields itself.
+        fields = dict(entry)
+        for key in ("time", "level", "logger", "message"):
+            del fields[key]
+        logger.info("admission decision", extra={"fields": fields})
         return
     # One line per decision, built here: a LogRecord, the caller lookup and the formatter cost
     # as much as the decision itself. The line is the one JsonFormatter would write.

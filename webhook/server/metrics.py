@@ -34,6 +34,8 @@ DECISION_BUCKETS = (
 ENDPOINTS = ("validate", "mutate")
 # Outcomes of an admission request: a decision (allowed/denied), or the reason there was none.
 VERDICTS = ("allowed", "denied", "invalid", "unavailable", "error")
+# What /mutate did with a patch: returned it, or only recorded it in an audit annotation.
+MUTATIONS = ("applied", "recorded")
 
 
 class Metrics:
@@ -108,7 +110,7 @@ class Metrics:
         for endpoint in ENDPOINTS:
             for verdict in VERDICTS:
                 self.requests.labels(endpoint, verdict)
-        for outcome in ("applied", "recorded"):
+        for outcome in MUTATIONS:
             self.mutations.labels(outcome)
         self._policy_sha256: str | None = None
 
