@@ -7,7 +7,6 @@ operation applies to the object as it is.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,7 +18,12 @@ def escape(segment: Segment) -> str:
 
 
 def pointer(segments: Sequence[Segment]) -> str:
-    return "".join("/" + escape(s) for s in segments)
+    parts = [str(s) for s in segments]
+    joined = "/".join(parts)
+    if "~" in joined or joined.count("/") != len(parts) - 1:
+        # A segment holds a character to escape (an annotation key has a slash).
+        joined = "/".join([escape(part) for part in parts])
+    return "/" + joined if parts else ""
 
 
 def _wrap(segments: Sequence[Segment], value: Any) -> Any:
@@ -84,10 +88,16 @@ def unescape(segment: str) -> str:
     return segment.replace("~1", "/").replace("~0", "~")
 
 
+def _segments(path: str) -> list[str]:
+    """The unescaped segments of a pointer."""
+    segments = path.split("/")[1:]
+    return [unescape(s) for s in segments] if "~" in path else segments
+
+
 def apply_add(obj: Any, operation: Mapping) -> None:
     """Apply one ``add`` in place. The value is copied: a later operation of the same patch
     may add inside it, and must not change this operation."""
-    *parents, last = [unescape(s) for s in operation["path"].split("/")[1:]]
+    *parents, last = _segments(operation["path"])
     node = obj
     for segment in parents:
         node = node[int(segment)] if isinstance(node, list) else node[segment]
@@ -97,15 +107,17 @@ def apply_add(obj: Any, operation: Mapping) -> None:
 def with_add(obj: Any, operation: Mapping) -> Any:
     """The object with one ``add`` applied, ``obj`` untouched: only the objects and lists on
     the operation's path are copied (shallowly), the rest is shared. The planner keeps its
-    view of the Pod current this way without copying the whole Pod."""
-    *parents, last = [unescape(s) for s in operation["path"].split("/")[1:]]
-    root = copy.copy(obj)
+    view of the Pod current this way without copying the whole Pod. The value is not copied:
+    a later ``with_add`` inside it copies the objects on its own path first, so nothing it
+    shares is ever changed."""
+    *parents, last = _segments(operation["path"])
+    root = obj.copy()  # objects and arrays of decoded JSON: dicts and lists
     node = root
     for segment in parents:
         key: Any = int(segment) if isinstance(node, list) else segment
-        node[key] = copy.copy(node[key])
-        node = node[key]
-    _insert(node, last, _copy_json(operation["value"]))
+        child = node[key] = node[key].copy()
+        node = child
+    _insert(node, last, operation["value"])
     return root
 
 
