@@ -18,6 +18,7 @@ from webhook.policy.model import (
 from webhook.policy.quantity import Quantity, parse_quantity
 
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+_CONTAINER_FIELDS = tuple((name,) for name in CONTAINER_LISTS)
 VISIBILITY_ENV = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
 # Every variable the container toolkit reads starts with it.
 TOOLKIT_PREFIX = "NVIDIA_"
@@ -64,7 +65,10 @@ class ContainerView:
         """Asks for some vendor resource, GPU or not: any quantity but a clean zero (a negative
         or unparsable one is an attempt, and is judged as one). GPU-relevance for the GPU
         rules; the security rules use ``webhook.core.scope`` instead."""
-        return any(q is None or q != 0 for q in self.gpu_quantity.values())
+        for quantity in self.gpu_quantity.values():
+            if quantity is None or quantity != 0:
+                return True
+        return False
 
     @property
     def is_sidecar(self) -> bool:
@@ -237,7 +241,7 @@ def listed_containers(
     spec: Mapping, spec_path: str, lists: tuple[tuple[str, ...], ...] = ()
 ) -> Iterator[ContainerSource]:
     """The containers of a PodSpec's lists, and of more lists at ``lists`` (field paths)."""
-    for fields in (*((name,) for name in CONTAINER_LISTS), *lists):
+    for fields in (*_CONTAINER_FIELDS, *lists) if lists else _CONTAINER_FIELDS:
         items: Any = spec
         for name in fields:
             items = items.get(name) if isinstance(items, dict) else None
@@ -266,38 +270,42 @@ def view_of(
     """A view of pod-level fields and containers, wherever in an object they are written."""
     containers: list[ContainerView] = []
     declared = policy.declared_names
-    for source in sources:
-        container = source.spec
-        gpu = _container_gpu(container, policy, source.resources_field)
-        quantities = {n: parse_quantity(v) for n, (v, _) in gpu.items()} if gpu else {}
+    retired = policy.retired
+    # Positional arguments and plain loops: a view is built per template per request.
+    for list_name, index, container, path, resources_field, fallback_name in sources:
+        gpu = _container_gpu(container, policy, resources_field)
+        quantities: dict[str, Quantity | None] = {}
+        requests_declared = False
+        for name, (value, _) in gpu.items():
+            quantity = quantities[name] = parse_quantity(value)
+            if (quantity is None or quantity != 0) and (name in declared or name in retired):
+                requests_declared = True
         containers.append(
             ContainerView(
-                list_name=source.list_name,
-                index=source.index,
-                spec=container,
-                name=str(container.get("name") or source.fallback_name or f"#{source.index}"),
-                path=source.path,
-                gpu=gpu,
-                gpu_quantity=quantities,
-                requests_declared_gpu=any(
-                    (q is None or q != 0) and (n in declared or n in policy.retired)
-                    for n, q in quantities.items()
-                ),
-                resources_field=source.resources_field,
+                list_name,
+                index,
+                container,
+                str(container.get("name") or fallback_name or f"#{index}"),
+                path,
+                gpu,
+                quantities,
+                requests_declared,
+                resources_field,
             )
         )
     service_account = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
     view = PodView(
-        kind=kind,
-        spec_path=spec_path,
-        metadata_path=metadata_path,
-        spec=spec,
-        metadata=metadata,
-        containers=tuple(containers),
-        namespace=namespace,
-        service_account=str(service_account),
-        identity=identity,
-        unjudged=unjudged,
+        kind,
+        spec_path,
+        metadata_path,
+        spec,
+        metadata,
+        tuple(containers),
+        namespace,
+        str(service_account),
+        identity,
+        False,  # gpu_relevant, which reads the view: set below
+        unjudged,
     )
     view.gpu_relevant = _gpu_relevant(view, policy)
     return view
