@@ -19,7 +19,7 @@ from typing import Any
 from webhook.admission import mutation, response, updates
 from webhook.admission.request import RequestError, parse_request, workload_kind
 from webhook.admission.wire import AdmissionReviewResponse
-from webhook.checks.registry import BY_RULE, CHECKS
+from webhook.checks.registry import CHECKS
 from webhook.core.findings import Finding, Violation
 from webhook.core.pods import PodView
 from webhook.core.pools import select_pool
@@ -33,6 +33,10 @@ STOP_AFTER_DENIALS = response.MAX_DENIAL_ERRORS + 1
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 JUDGED_SUBRESOURCES = ("", "ephemeralcontainers")
 EVERY_RULE = frozenset(RULE_IDS)
+
+# Each check as the judging loop reads it: (rule id, check function, a security rule?).
+_STEP = {check.rule: (check.rule, check.run, check.rule in SECURITY_RULES) for check in CHECKS}
+_PLAN = tuple(_STEP[check.rule] for check in CHECKS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +148,7 @@ def _collect(
 ) -> tuple[list[Finding], bool]:
     """The findings, and whether they are all of them: with ``stop_after_denials``, judging
     stops once that many are enforced (the verdict is certain, the message full)."""
-    checks = CHECKS if rules is None else tuple(BY_RULE[r] for r in rules)
+    plan = _PLAN if rules is None else tuple(_STEP[r] for r in rules)
     findings: list[Finding] = []
     denials = 0
     for view in views:
@@ -154,26 +158,21 @@ def _collect(
             continue
         relevance: Scope = "gpuPods" if view.gpu_relevant else "otherPods"
         reach_scope: Scope | None = None  # decided for the first security rule that runs
-        for check in checks:
-            if check.rule in exempt:
+        for rule, run, security in plan:
+            if exempt and rule in exempt:
                 continue
-            if check.rule in SECURITY_RULES:
+            if security:
                 reach_scope = reach_scope or reach(view, policy).scope
                 scope = reach_scope
             else:
                 scope = relevance
-            mode = modes[check.rule].for_scope(scope)
+            mode = modes[rule].for_scope(scope)
             if mode == "Off":
                 continue
-            for violation in check.run(view, policy):
+            for violation in run(view, policy):
                 effective = _effective(mode, violation)
                 findings.append(
-                    Finding(
-                        violation,
-                        effective,
-                        view.identity,
-                        scope if check.rule in SECURITY_RULES else None,
-                    )
+                    Finding(violation, effective, view.identity, scope if security else None)
                 )
                 if effective == "Enforce":
                     denials += 1

@@ -24,10 +24,14 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         resources = container.resources
         limits = resources.get("limits") if isinstance(resources.get("limits"), dict) else {}
         requests = resources.get("requests") if isinstance(resources.get("requests"), dict) else {}
-        for name in container.gpu:
+        for name, (_, chosen) in container.gpu.items():
+            # The view parsed the value the scheduler reads (the limit when there is one).
+            parsed: dict[str, Quantity | None] = {chosen: container.gpu_quantity[name]}
             for where, values in (("limits", limits), ("requests", requests)):
                 if name in values:
-                    bad = _bad_quantity(values[name], name)
+                    if where not in parsed:
+                        parsed[where] = parse_quantity(values[name])
+                    bad = _bad_quantity(parsed[where], name)
                     if bad:
                         yield Violation(
                             rule=RULE,
@@ -51,7 +55,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                     field=f"{container.list_name}.{container.resources_field}.limits[{name}]",
                 )
             elif name in requests and name in limits:
-                request, limit = parse_quantity(requests[name]), parse_quantity(limits[name])
+                request, limit = parsed["requests"], parsed["limits"]
                 if request is not None and limit is not None and request != limit:
                     yield Violation(
                         rule=RULE,
@@ -65,8 +69,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                     )
 
 
-def _bad_quantity(value: object, name: str) -> tuple[str, str] | None:
-    quantity = parse_quantity(value)
+def _bad_quantity(quantity: Quantity | None, name: str) -> tuple[str, str] | None:
     if quantity is None:
         return (
             "must be a Kubernetes quantity",
