@@ -663,15 +663,18 @@ def test_a_small_body_of_many_objects_is_decided_as_a_long_one(
     assert long_runs == [1]
 
 
-def test_the_object_count_is_exact_where_the_scan_is_skipped() -> None:
-    """Bodies shorter than the object limit are not scanned: none of them can reach it."""
+def test_the_item_count_is_exact_where_the_scan_is_skipped() -> None:
+    """Bodies shorter than the item limit are not scanned: none of them can reach it."""
     from webhook.server.app import _is_long
-    from webhook.server.settings import LONG_BODY_OBJECTS
+    from webhook.server.settings import LONG_BODY_ITEMS
 
-    assert not _is_long(b"[" * (LONG_BODY_OBJECTS - 1))
-    assert _is_long(b"[" * LONG_BODY_OBJECTS)
-    assert _is_long(b"{" * (LONG_BODY_OBJECTS // 2) + b"[" * (LONG_BODY_OBJECTS // 2))
-    assert not _is_long(b" " * LONG_BODY_OBJECTS + b"{" * (LONG_BODY_OBJECTS - 1))
+    assert not _is_long(b"," * (LONG_BODY_ITEMS - 1))
+    assert _is_long(b"," * LONG_BODY_ITEMS)
+    assert not _is_long(b" " * LONG_BODY_ITEMS + b"," * (LONG_BODY_ITEMS - 1))
+    # Members of one object count as much as elements of an array.
+    limits = {f"nvidia.com/mig-{i}g.5gb": "1" for i in range(LONG_BODY_ITEMS + 1)}
+    assert _is_long(json.dumps({"limits": limits}).encode())
+    assert _is_long(json.dumps([{}] * (LONG_BODY_ITEMS + 1)).encode())
 
 
 def test_the_servers_patch_encoding_is_the_standard_librarys() -> None:

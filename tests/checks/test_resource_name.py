@@ -211,3 +211,57 @@ def test_every_kind_and_container_list(kind, where):
     path = f"{kind.prefix}spec.{where}[0].resources.limits[nvidia.com/gpus]"
     assert denied(decision) == [("resource-name", path)]
     assert status_message(decision).endswith("did you mean nvidia.com/gpu?")
+
+
+def _rails(count: int, start: int = 0) -> dict:
+    return {f"nvidia.com/rail{i}": 1 for i in range(start, start + count)}
+
+
+def test_a_hundred_undeclared_names_are_each_judged():
+    """A node with many RDMA rails advertises a name for each: each is warned, none denied."""
+    from webhook.checks.resource_name import MAX_UNDECLARED_NAMES
+
+    half = MAX_UNDECLARED_NAMES // 2
+    decision = validate(
+        pod(
+            container("a", limits=_rails(half)),
+            container("b", limits=_rails(MAX_UNDECLARED_NAMES - half, start=half)),
+        )
+    )
+    assert decision.allowed
+    assert len(by_mode(decision, "Warn")) == MAX_UNDECLARED_NAMES
+
+
+def test_past_a_hundred_undeclared_names_judging_stops_with_a_denial():
+    """Diagnosing a name takes microseconds while the event loop waits; what is past the
+    limit is not judged, and could be a near miss, so the template is denied."""
+    from webhook.checks.resource_name import MAX_UNDECLARED_NAMES
+
+    names = _rails(MAX_UNDECLARED_NAMES + 40)
+    decision = validate(pod(container(limits={**names, "nvidia.com/gpu": 1})))
+    assert not decision.allowed
+    first_unjudged = f"nvidia.com/rail{MAX_UNDECLARED_NAMES}"
+    assert denied(decision) == [("resource-name", limit_path(first_unjudged))]
+    assert len(by_mode(decision, "Warn")) == MAX_UNDECLARED_NAMES
+    message = status_message(decision)
+    assert f"names {MAX_UNDECLARED_NAMES + 40} resources under GPU vendor domains" in message
+    assert f"the first {MAX_UNDECLARED_NAMES} are judged" in message
+    assert "companionResources" in message
+
+
+def test_past_the_limit_a_warn_mode_rule_only_warns():
+    from webhook.checks.resource_name import MAX_UNDECLARED_NAMES
+
+    lenient = policy(BASE_SPEC + "rules: {resource-name: {gpuPods: Warn, otherPods: Warn}}")
+    decision = validate(pod(container(limits=_rails(MAX_UNDECLARED_NAMES + 1))), lenient)
+    assert decision.allowed
+    assert len(by_mode(decision, "Warn")) == MAX_UNDECLARED_NAMES + 1
+
+
+def test_declared_and_companion_names_do_not_count_towards_the_limit():
+    from webhook.checks.resource_name import MAX_UNDECLARED_NAMES
+
+    companions = policy(BASE_SPEC + "companionResources: [nvidia.com/gpumem]")
+    names = {**_rails(MAX_UNDECLARED_NAMES), "nvidia.com/gpu": 1, "nvidia.com/gpumem": 1}
+    decision = validate(pod(container(limits=names)), companions)
+    assert decision.allowed

@@ -90,33 +90,27 @@ def decide(
     if mutate:
         return _mutate(uid, request, obj, workload, views, policy, encode_json)
 
-    # A review with thousands of violations (the API server passes objects of up to 3 MiB)
-    # is judged only until its denial message is full: the verdict is certain by then.
-    findings, complete = _collect(views, policy, stop_after_denials=STOP_AFTER_DENIALS)
     old = request.get("oldObject")
-    if (
-        operation == "UPDATE"
-        and isinstance(old, dict)
-        and any(f.mode == "Enforce" for f in findings)
-    ):
-
-        def judged_update(findings: list[Finding]) -> list[Finding]:
-            # Only a denial can be forgiven, and the old object is judged only when one might
-            # be, and only by the rules of the denials.
-            enforced = {f.rule for f in findings if f.mode == "Enforce"}
-            return updates.judge_update(
-                findings,
-                lambda: run_checks(walk_views(old, workload, namespace, policy), policy, enforced),
-                request,
-                obj,
-                old,
-                workload,
-            )
-
-        findings = judged_update(findings)
-        if not complete and not any(f.mode == "Enforce" for f in findings):
-            # Every denial so far was forgiven: the ones after them decide.
-            findings, complete = judged_update(run_checks(views, policy)), True
+    judges_update = operation == "UPDATE" and isinstance(old, dict)
+    # A review with thousands of violations (the API server passes objects of up to 3 MiB)
+    # is judged only until its denial message is full: the verdict is certain by then. Not
+    # an UPDATE's: a denial it did not bring is forgiven, so every denial counts, and
+    # judging them all at once beats judging again after the first ones are forgiven.
+    findings, complete = _collect(
+        views, policy, stop_after_denials=None if judges_update else STOP_AFTER_DENIALS
+    )
+    if judges_update and any(f.mode == "Enforce" for f in findings):
+        # Only a denial can be forgiven, and the old object is judged only when one might
+        # be, and only by the rules of the denials.
+        enforced = {f.rule for f in findings if f.mode == "Enforce"}
+        findings = updates.judge_update(
+            findings,
+            lambda: run_checks(walk_views(old, workload, namespace, policy), policy, enforced),
+            request,
+            obj,
+            old,
+            workload,
+        )
     if workload.kind == "Pod" and MIRROR_ANNOTATION in _annotations(obj):
         # The kubelet never runs a Pod it receives with this annotation (it runs static Pods
         # from its own files and only mirrors them here): denying the mirror changes nothing.

@@ -8,28 +8,37 @@ declared product offers (a warning by default: new hardware must not be blocked 
 catalogue); a retired name such as ``alpha.kubernetes.io/nvidia-gpu``. Allowed: declared names
 and catalogued MIG profiles; the policy's ``companionResources``. Other undeclared names
 under the domain (the network operator's ``nvidia.com/hostdev``) are warned, unless the policy
-says Allow or Deny.
+says Allow or Deny. Past ``MAX_UNDECLARED_NAMES`` undeclared names in one template, judging
+stops with a denial.
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator
 
 from webhook.core.findings import Violation, quote
-from webhook.core.pods import PodView
+from webhook.core.pods import ContainerView, PodView
 from webhook.policy import mig
 from webhook.policy.model import Policy
-from webhook.policy.names import near_miss_key
 
 RULE = "resource-name"
+# Diagnosing an undeclared name takes microseconds, a review can name thousands of them in a
+# few kilobytes, and the worker's event loop waits while they are judged. No real Pod
+# template names a hundred vendor resources that no node advertises (a node with eight
+# RDMA rails advertises eight).
+MAX_UNDECLARED_NAMES = 100
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
+    undeclared = 0
     for container in view.gpu_containers():
         for name in container.gpu:
             if name in policy.declared_names or name in policy.companion_names:
                 continue
+            undeclared += 1
+            if undeclared > MAX_UNDECLARED_NAMES:
+                yield _too_many(view, container, name, policy)
+                return
             found = _diagnose(name, policy)
             if found is not None:
                 message, hint, advisory = found
@@ -44,6 +53,29 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                     field=f"{container.list_name}.resources[{name}]",
                     advisory=advisory,
                 )
+
+
+def _too_many(view: PodView, container: ContainerView, name: str, policy: Policy) -> Violation:
+    """One denial for the names past the limit: judging stops there, and what was not judged
+    could be a near miss that pends forever, so it is not let through as a warning."""
+    known = policy.declared_names | policy.companion_names
+    total = sum(1 for c in view.gpu_containers() for n in c.gpu if n not in known)
+    return Violation(
+        rule=RULE,
+        path=container.resource_path(name),
+        value=name,
+        message=(
+            f"the Pod names {total} resources under GPU vendor domains that this policy does "
+            f"not declare; the first {MAX_UNDECLARED_NAMES} are judged, not the rest"
+        ),
+        hint=(
+            "ask only for resources the nodes advertise, and declare the ones they do in the "
+            "policy (resources or companionResources)"
+        ),
+        error_type="Forbidden",
+        subject=container.name,
+        field=f"{container.list_name}.resources",
+    )
 
 
 def _diagnose(name: str, policy: Policy) -> tuple[str, str, bool] | None:
@@ -63,7 +95,7 @@ def _diagnose(name: str, policy: Policy) -> tuple[str, str, bool] | None:
             if "*" in policy.mig_products
             else ", ".join(policy.mig_products)
         )
-        close = _closest_profile(mig.base_profile(profile), policy.mig_profiles)
+        close = mig.closest_profile(mig.base_profile(profile), policy.mig_sizes)
         hint = (
             f"did you mean {domain}/mig-{close}?"
             if close
@@ -76,11 +108,7 @@ def _diagnose(name: str, policy: Policy) -> tuple[str, str, bool] | None:
             hint + "; new hardware goes into the policy's migCatalogue",
             policy.uncatalogued_mig == "Warn",
         )
-    match = (
-        policy.near_misses.get(near_miss_key(name))
-        or _anagram(name, policy)
-        or _one_edit_away(name, policy)
-    )
+    match = policy.near_misses.match(name)
     if match is not None:
         return (
             f"{quote(name)} is not a resource any node advertises, so the Pod would pend forever",
@@ -101,56 +129,3 @@ def _diagnose(name: str, policy: Policy) -> tuple[str, str, bool] | None:
         "check the spelling against the node's capacity, or declare the resource in the policy",
         policy.unknown_resources == "Warn",
     )
-
-
-def _closest_profile(profile: str, catalogued: frozenset[str]) -> str | None:
-    """The catalogued profile with the same compute slices and the least memory that is at
-    least as much as asked for (``1g.5gb`` on an 80 GB card: ``1g.10gb``), else the nearest."""
-    wanted = mig.MIG_PROFILE.match(profile)
-    same_compute = [
-        (int(m["mem"]), p)
-        for p in catalogued
-        if (m := mig.MIG_PROFILE.match(p)) and m["gpc"] == wanted["gpc"] and not m["attr"]
-    ]
-    if not same_compute:
-        close = difflib.get_close_matches(profile, sorted(catalogued), 1, 0.6)
-        return close[0] if close else None
-    memory = int(wanted["mem"])
-    larger = sorted(c for c in same_compute if c[0] >= memory)
-    return (larger or sorted(same_compute, key=lambda c: abs(c[0] - memory)))[0][1]
-
-
-def _one_edit_away(name: str, policy: Policy) -> str | None:
-    """``gpuu``, ``gou``, ``gp`` for ``gpu``: one letter added, changed or dropped."""
-    domain, _, short = near_miss_key(name).partition("/")
-    if len(short) < 2:
-        return None
-    for key, candidate in policy.near_misses.items():
-        candidate_domain, _, candidate_short = key.partition("/")
-        if candidate_domain == domain and _within_one_edit(short, candidate_short):
-            return candidate
-    return None
-
-
-def _within_one_edit(a: str, b: str) -> bool:
-    if abs(len(a) - len(b)) > 1:
-        return False
-    if len(a) > len(b):
-        a, b = b, a
-    for index, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            rest = index + 1
-            return a[rest:] == b[rest:] if len(a) == len(b) else a[index:] == b[rest:]
-    return True
-
-
-def _anagram(name: str, policy: Policy) -> str | None:
-    """``sharedgpu`` for ``gpu.shared``: the same letters in another order."""
-    key = sorted(near_miss_key(name).partition("/")[2])
-    for candidate_key, candidate in policy.near_misses.items():
-        if (
-            sorted(candidate_key.partition("/")[2]) == key
-            and candidate.split("/")[0] == name.split("/")[0]
-        ):
-            return candidate
-    return None

@@ -19,7 +19,7 @@ from webhook.policy.model import (
     RuleMode,
     RuleModes,
 )
-from webhook.policy.names import near_miss_key, normalise_host_path
+from webhook.policy.names import NearMisses, normalise_host_path
 from webhook.policy.workloads import compile_workloads
 
 DEFAULT_RULE_MODES = {"gpuPods": "Enforce", "otherPods": "Audit"}
@@ -156,6 +156,7 @@ def compile_policy(doc: dict, source: str, digest: str) -> Policy:
         mig_products=tuple(products),
         mig_profiles=frozenset(profile_counts),
         mig_profile_counts=MappingProxyType(profile_counts),
+        mig_sizes=mig.plain_sizes(frozenset(profile_counts)),
         uncatalogued_mig=mig_spec.get("uncataloguedProfiles", "Warn"),
         pools=pools,
         gpu_node_taints=tuple(_frozen(t) for t in spec.get("gpuNodeTaints", [])),
@@ -175,7 +176,7 @@ def compile_policy(doc: dict, source: str, digest: str) -> Policy:
         workloads=workloads,
         declared_names=frozenset(declared),
         companion_names=frozenset(spec.get("companionResources", [])),
-        near_misses=MappingProxyType({near_miss_key(n): n for n in sorted(declared)}),
+        near_misses=NearMisses(declared),
         binder_namespaces=_namespaces(spec["binderNamespaces"])
         if "binderNamespaces" in spec
         else None,

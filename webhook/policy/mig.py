@@ -91,6 +91,31 @@ def base_profile(profile: str) -> str:
     return profile[: -len(".shared")] if profile.endswith(".shared") else profile
 
 
+def plain_sizes(profiles: frozenset[str]) -> tuple[tuple[int, int, str], ...]:
+    """The profiles without an attribute as (compute slices, memory GB, profile), smallest
+    first: what :func:`closest_profile` reads, sorted once when the policy is compiled."""
+    sizes = []
+    for profile in profiles:
+        match = MIG_PROFILE.match(profile)
+        if match and not match["attr"] and not match["shared"]:
+            sizes.append((int(match["gpc"]), int(match["mem"]), profile))
+    return tuple(sorted(sizes))
+
+
+def closest_profile(profile: str, sizes: tuple[tuple[int, int, str], ...]) -> str | None:
+    """The catalogued profile a well-formed ``profile`` most likely meant: the fewest compute
+    slices at least as many as asked for (else the most there are), and of those the least
+    memory at least as much as asked for (else the most): ``1g.5gb`` on an 80 GB card is
+    ``1g.10gb``. Arithmetic, not string similarity: a review can name thousands."""
+    wanted = MIG_PROFILE.match(profile)
+    if wanted is None or not sizes:
+        return None
+    compute, memory = int(wanted["gpc"]), int(wanted["mem"])
+    chosen = next((size[0] for size in sizes if size[0] >= compute), sizes[-1][0])
+    same_compute = [size for size in sizes if size[0] == chosen]
+    return next((size[2] for size in same_compute if size[1] >= memory), same_compute[-1][2])
+
+
 def catalogue_with(custom_products: list[dict]) -> dict[str, MappingProxyType]:
     """The catalogue plus a policy's ``customProducts`` (one instance of each profile each)."""
     catalogue = dict(CATALOGUE)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from webhook.policy.names import NearMisses
+
 RuleMode = Literal["Enforce", "Warn", "Audit", "Off"]
 Sharing = Literal["Exclusive", "TimeSlicing", "MPS", "MIG", "MIGTimeSlicing"]
 
@@ -212,6 +214,7 @@ class Policy:
     mig_products: tuple[str, ...]
     mig_profiles: frozenset[str]  # catalogued profiles of the declared products (no .shared)
     mig_profile_counts: MappingProxyType  # profile -> most instances on one GPU
+    mig_sizes: tuple[tuple[int, int, str], ...]  # mig.plain_sizes of mig_profiles
     uncatalogued_mig: Literal["Warn", "Deny"]
     pools: tuple[Pool, ...]
     gpu_node_taints: tuple[MappingProxyType, ...]  # taints of GPU nodes outside declared pools
@@ -235,7 +238,7 @@ class Policy:
     # Vendor resources that go beside GPUs in any pool (HAMi's nvidia.com/gpumem, NICs): known
     # to the resource-name rule, no part of pool selection, no GPU request.
     companion_names: frozenset[str]
-    near_misses: MappingProxyType  # near_miss_key(name) -> declared name
+    near_misses: NearMisses  # near_miss_key(name) -> declared name, indexed
     retired: MappingProxyType  # retired resource name -> (replacement, reason)
     # Namespaces open to every pool whose Pods may set nodeName (a gang scheduler's binder).
     binder_namespaces: NamespaceMatcher | None

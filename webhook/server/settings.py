@@ -25,11 +25,11 @@ MAX_BODY_BYTES = 7 * 1024 * 1024
 # A body this large takes milliseconds to a second to decode and decide: the app has it
 # decided in a child process, and a worker reads only a few such bodies at a time.
 LONG_BODY_BYTES = 64 * 1024
-# A decision's work grows with the objects and arrays of the review, not its bytes: a small
-# body of thousands of empty containers ({}) would hold the event loop for a tenth of a
-# second. One with this many is decided in a child too (a Pod as the API server sends it
-# has a few hundred).
-LONG_BODY_OBJECTS = 2000
+# A decision's work grows with the items of the review (array elements, object members), not
+# its bytes: a small body of thousands of empty containers ({}) or of resource names would
+# hold the event loop. Items are counted by the commas between them; a body with this many
+# is decided in a child too (a Pod as the API server sends it has a few hundred).
+LONG_BODY_ITEMS = 2000
 
 
 @dataclass(frozen=True)

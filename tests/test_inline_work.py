@@ -1,0 +1,167 @@
+"""The work a review decided on the event loop can cost.
+
+A review under ``LONG_BODY_BYTES`` with fewer than ``LONG_BODY_ITEMS`` items is decoded and
+decided inline, and the worker's other connections wait meanwhile. The limit was set on the
+review that costs most per byte that a tenant might think of first: thousands of empty
+containers. Every other list or map a tenant can fill (resource names, env entries,
+tolerations, volumes, affinity terms...) is filled here to the largest review still kept
+inline, on CREATE and UPDATE, validated and mutated, and its decision must cost at most a
+small multiple of that one. Work is counted in Python function calls (cProfile), not timed:
+the count is the same on every run and every machine.
+
+A resource map of a thousand names used to cost 80 times the container flood (a difflib and
+edit-distance search against every declared name, for each name, three times on UPDATE):
+about a second of a worker's event loop for one 64 KiB request.
+"""
+
+from __future__ import annotations
+
+import copy
+import cProfile
+import json
+import pstats
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import webhook
+from tests.serving import fixture_bytes
+from webhook.server.app import _decide_body, _is_long
+from webhook.server.settings import LONG_BODY_BYTES
+
+POLICY = webhook.load_policy(webhook.default_policy_path())
+BASE = json.loads(fixture_bytes("admission-review-gpu-pod.json"))
+# Measured: the costliest shape below makes 1.9 times the calls of the container flood.
+WORK_MULTIPLE = 2.5
+
+Fill = Callable[[dict, int], None]
+
+
+def _container(obj: dict) -> dict:
+    return obj["spec"]["containers"][0]
+
+
+def _affinity(terms: Any) -> dict:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": terms}}
+
+
+def _in_spec(field: str, item: Any) -> Fill:
+    return lambda obj, n: obj["spec"].__setitem__(field, [item] * n)
+
+
+def _in_container(field: str, item: Any) -> Fill:
+    return lambda obj, n: _container(obj).__setitem__(field, [item] * n)
+
+
+def _resources(part: str, name: Callable[[int], str]) -> Fill:
+    return lambda obj, n: _container(obj)["resources"].__setitem__(
+        part, {name(i): "1" for i in range(n)}
+    )
+
+
+def _mapping(where: Callable[[dict], dict], field: str) -> Fill:
+    return lambda obj, n: where(obj).__setitem__(field, {f"k{i}": "v" for i in range(n)})
+
+
+SHAPES: dict[str, Fill] = {
+    "containers": lambda obj, n: obj["spec"]["containers"].extend([{}] * n),
+    "initContainers": _in_spec("initContainers", {}),
+    "ephemeralContainers": _in_spec("ephemeralContainers", {}),
+    "env": _in_container("env", {}),
+    "env of scalars": _in_container("env", 0),
+    "envFrom": _in_container("envFrom", {}),
+    "volumeMounts": _in_container("volumeMounts", {}),
+    "volumeDevices": _in_container("volumeDevices", {}),
+    "ports": _in_container("ports", {}),
+    "args": _in_container("args", ""),
+    "capabilities": lambda obj, n: _container(obj).__setitem__(
+        "securityContext", {"capabilities": {"add": ["SYS_ADMIN"] * n}}
+    ),
+    "volumes": _in_spec("volumes", {}),
+    "hostPath volumes": _in_spec("volumes", {"name": "d", "hostPath": {"path": "/dev"}}),
+    "tolerations": _in_spec("tolerations", {}),
+    "resourceClaims": _in_spec("resourceClaims", {}),
+    "topologySpreadConstraints": _in_spec("topologySpreadConstraints", {}),
+    "nodeSelectorTerms": lambda obj, n: obj["spec"].__setitem__(
+        "affinity", _affinity({"nodeSelectorTerms": [{}] * n})
+    ),
+    "matchExpressions": lambda obj, n: obj["spec"].__setitem__(
+        "affinity", _affinity({"nodeSelectorTerms": [{"matchExpressions": [{}] * n}]})
+    ),
+    "expression values": lambda obj, n: obj["spec"].__setitem__(
+        "affinity",
+        _affinity(
+            {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "a", "operator": "In", "values": ["v"] * n}]}
+                ]
+            }
+        ),
+    ),
+    "nodeSelector": _mapping(lambda obj: obj["spec"], "nodeSelector"),
+    "labels": _mapping(lambda obj: obj["metadata"], "labels"),
+    "annotations": _mapping(lambda obj: obj["metadata"], "annotations"),
+    "uncatalogued MIG limits": _resources(
+        "limits", lambda i: f"nvidia.com/mig-{1 + i % 99}g.{1 + i // 99}gb"
+    ),
+    "malformed MIG limits": _resources("limits", lambda i: f"nvidia.com/mig-{i}g.5gb"),
+    "near-miss limits": _resources("limits", lambda i: f"nvidia.com/gpu{i}x"),
+    "undeclared vendor limits": _resources("limits", lambda i: f"nvidia.com/rail{i}"),
+    "undeclared vendor requests": _resources("requests", lambda i: f"nvidia.com/rail{i}"),
+}
+
+
+def _body(fill: Fill, n: int, update: bool) -> bytes:
+    review = copy.deepcopy(BASE)
+    fill(review["request"]["object"], n)
+    if update:
+        review["request"]["operation"] = "UPDATE"
+        review["request"]["oldObject"] = review["request"]["object"]
+    return json.dumps(review, separators=(",", ":")).encode()
+
+
+def _largest_inline(fill: Fill, update: bool) -> bytes:
+    """The body with the most items that is still decided inline."""
+    low, high = 0, LONG_BODY_BYTES
+    while low < high:
+        middle = (low + high + 1) // 2
+        body = _body(fill, middle, update)
+        if len(body) < LONG_BODY_BYTES and not _is_long(body):
+            low = middle
+        else:
+            high = middle - 1
+    assert low > 100, "the shape is no flood"
+    return _body(fill, low, update)
+
+
+def _calls(body: bytes, mutate: bool) -> int:
+    profile = cProfile.Profile()
+    try:
+        profile.runcall(_decide_body, body, POLICY, None, mutate)
+    except Exception:  # a refusal (4xx) is work too, and counted
+        pass
+    return pstats.Stats(profile).total_calls
+
+
+@pytest.fixture(scope="module")
+def budget() -> int:
+    flood = _largest_inline(SHAPES["containers"], update=False)
+    return int(WORK_MULTIPLE * max(_calls(flood, mutate) for mutate in (False, True)))
+
+
+@pytest.mark.parametrize("update", [False, True], ids=["create", "update"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_no_review_kept_inline_costs_much_more_than_the_container_flood(
+    shape: str, update: bool, budget: int
+) -> None:
+    body = _largest_inline(SHAPES[shape], update)
+    for mutate in (False, True):
+        assert _calls(body, mutate) <= budget, (shape, update, mutate)
+
+
+def test_a_resource_map_past_the_item_limit_is_not_kept_inline() -> None:
+    """Members of a map are items: a thousand resource names cannot hide in one object."""
+    body = _body(SHAPES["undeclared vendor limits"], 2500, update=False)
+    assert len(body) < LONG_BODY_BYTES
+    assert _is_long(body)
