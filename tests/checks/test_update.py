@@ -402,3 +402,24 @@ def test_an_update_that_keeps_thousands_of_old_violations_is_allowed():
     decision = validate(new, operation="UPDATE", old=old)
     assert decision.allowed
     assert len(by_mode(decision, "Warn")) == 500
+
+
+def test_the_old_object_is_judged_by_each_rule_once_however_many_batches(monkeypatch):
+    """Judging goes on batch by batch while every denial is forgiven; the old object is
+    judged only for the rules of new denials, never twice for one rule."""
+    asked: list[tuple[str, ...]] = []
+    run_checks = webhook.admission.engine.run_checks
+
+    def recording(views, policy, rules=None):
+        asked.append(tuple(sorted(rules or ())))
+        return run_checks(views, policy, rules)
+
+    monkeypatch.setattr(webhook.admission.engine, "run_checks", recording)
+    old = pod(*many_privileged(300))
+    added = container("added", env={"NVIDIA_VISIBLE_DEVICES": "all"})
+    new = pod(*many_privileged(300), added)
+    decision = validate(new, operation="UPDATE", old=old)
+    assert not decision.allowed
+    assert [rule for rule, _ in denied(decision)] == ["device-visibility"]
+    assert len(by_mode(decision, "Warn")) == 300
+    assert asked == [("privileged",), ("device-visibility",)]

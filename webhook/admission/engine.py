@@ -12,7 +12,7 @@ runs (the quantity rule), so that the user sees the policy's message instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,8 +35,7 @@ JUDGED_SUBRESOURCES = ("", "ephemeralcontainers")
 EVERY_RULE = frozenset(RULE_IDS)
 
 # Each check as the judging loop reads it: (rule id, check function, a security rule?).
-_STEP = {check.rule: (check.rule, check.run, check.rule in SECURITY_RULES) for check in CHECKS}
-_PLAN = tuple(_STEP[check.rule] for check in CHECKS)
+_PLAN = tuple((check.rule, check.run, check.rule in SECURITY_RULES) for check in CHECKS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,27 +89,33 @@ def decide(
     if mutate:
         return _mutate(uid, request, obj, workload, views, policy, encode_json)
 
-    old = request.get("oldObject")
-    judges_update = operation == "UPDATE" and isinstance(old, dict)
     # A review with thousands of violations (the API server passes objects of up to 3 MiB)
-    # is judged only until its denial message is full: the verdict is certain by then. Not
-    # an UPDATE's: a denial it did not bring is forgiven, so every denial counts, and
-    # judging them all at once beats judging again after the first ones are forgiven.
-    findings, complete = _collect(
-        views, policy, stop_after_denials=None if judges_update else STOP_AFTER_DENIALS
-    )
-    if judges_update and any(f.mode == "Enforce" for f in findings):
+    # is judged only until its denial message is full: the verdict is certain by then.
+    judging = _judge(views, policy)
+    findings, complete = _take(judging, STOP_AFTER_DENIALS)
+    old = request.get("oldObject")
+    if (
+        operation == "UPDATE"
+        and isinstance(old, dict)
+        and any(f.mode == "Enforce" for f in findings)
+    ):
         # Only a denial can be forgiven, and the old object is judged only when one might
-        # be, and only by the rules of the denials.
-        enforced = {f.rule for f in findings if f.mode == "Enforce"}
-        findings = updates.judge_update(
-            findings,
-            lambda: run_checks(walk_views(old, workload, namespace, policy), policy, enforced),
-            request,
-            obj,
-            old,
-            workload,
-        )
+        # be, and only by the rules of the denials, each rule once.
+        old_views: list[PodView] | None = None
+
+        def old_findings(rules: frozenset[str]) -> list[Finding]:
+            nonlocal old_views
+            if old_views is None:
+                old_views = list(walk_views(old, workload, namespace, policy))
+            return run_checks(old_views, policy, rules)
+
+        forgive = updates.forgiver(old_findings, request, obj, old, workload)
+        batch = findings = forgive(findings)
+        while not complete and not any(f.mode == "Enforce" for f in batch):
+            # Every denial so far was forgiven: judging goes on, for the next ones decide.
+            batch, complete = _take(judging, STOP_AFTER_DENIALS)
+            batch = forgive(batch)
+            findings += batch
     if workload.kind == "Pod" and MIRROR_ANNOTATION in _annotations(obj):
         # The kubelet never runs a Pod it receives with this annotation (it runs static Pods
         # from its own files and only mirrors them here): denying the mirror changes nothing.
@@ -130,21 +135,30 @@ def decide(
 def run_checks(
     views: Iterable[PodView], policy: Policy, rules: Iterable[str] | None = None
 ) -> list[Finding]:
-    """Every finding of the policy's checks on these pod templates, with its mode."""
-    return _collect(views, policy, rules)[0]
+    """Every finding of the policy's checks (or of ``rules``) on these pod templates, with
+    its mode."""
+    return list(_judge(views, policy, rules))
 
 
-def _collect(
-    views: Iterable[PodView],
-    policy: Policy,
-    rules: Iterable[str] | None = None,
-    stop_after_denials: int | None = None,
-) -> tuple[list[Finding], bool]:
-    """The findings, and whether they are all of them: with ``stop_after_denials``, judging
-    stops once that many are enforced (the verdict is certain, the message full)."""
-    plan = _PLAN if rules is None else tuple(_STEP[r] for r in rules)
+def _take(judging: Iterator[Finding], denials: int) -> tuple[list[Finding], bool]:
+    """The next findings of ``judging`` up to the ``denials``-th enforced one, and whether
+    judging ended: past it, the verdict is certain and the message full."""
     findings: list[Finding] = []
-    denials = 0
+    for finding in judging:
+        findings.append(finding)
+        if finding.mode == "Enforce":
+            denials -= 1
+            if not denials:
+                return findings, False
+    return findings, True
+
+
+def _judge(
+    views: Iterable[PodView], policy: Policy, rules: Iterable[str] | None = None
+) -> Iterator[Finding]:
+    """The findings, template by template and check by check, as they are found: whoever
+    reads them stops judging by not reading on."""
+    plan = _PLAN if rules is None else tuple(step for step in _PLAN if step[0] in rules)
     for view in views:
         modes = policy.rule_modes(view.namespace)
         exempt = _exempt_rules(policy, view)
@@ -165,14 +179,7 @@ def _collect(
                 continue
             for violation in run(view, policy):
                 effective = _effective(mode, violation)
-                findings.append(
-                    Finding(violation, effective, view.identity, scope if security else None)
-                )
-                if effective == "Enforce":
-                    denials += 1
-                    if denials == stop_after_denials:
-                        return findings, False
-    return findings, True
+                yield Finding(violation, effective, view.identity, scope if security else None)
 
 
 def _effective(mode: str, violation: Violation) -> str:

@@ -31,25 +31,31 @@ REACH_RANK: dict[Scope, int] = {"otherPods": 0, "reachablePods": 1, "gpuPods": 2
 EPHEMERAL = "ephemeralcontainers"
 
 
-def judge_update(
-    findings: list[Finding],
-    old_findings: Callable[[], list[Finding]],
+Forgiver = Callable[[list[Finding]], list[Finding]]
+
+
+def forgiver(
+    old_findings: Callable[[frozenset[str]], list[Finding]],
     request: Mapping,
     obj: Mapping,
     old: Mapping,
     workload: WorkloadKind,
-) -> list[Finding]:
-    """The findings of an UPDATE, with what it did not bring forgiven (Enforce to Warn).
-    ``old_findings`` judges the old object, called only when something may be forgiven."""
+) -> Forgiver:
+    """What judges an UPDATE's findings, batch after batch: each batch comes back with what
+    the update did not bring forgiven (Enforce to Warn). ``old_findings(rules)`` judges the
+    old object by those rules; it is asked only for the rules of denials not yet asked about,
+    so the old object is judged by each rule at most once however many batches there are."""
     if workload.kind == "Pod":
         if request.get("subResource") == EPHEMERAL:
-            return _added_ephemeral(findings, obj, old)
+            prefixes = _added_ephemeral_paths(obj, old)
+            return lambda findings: [f for f in findings if _under(f.path, prefixes)]
         if _moves_pod(obj, old):
-            return findings
+            return lambda findings: findings
         only_metadata = True  # the rest of a Pod's spec is frozen
     else:
         only_metadata = _without_metadata(obj) == _without_metadata(old)
-    old_by_print = {_fingerprint(f): f for f in old_findings()}
+    old_by_print: dict[tuple, Finding] = {}
+    judged_rules: set[str] = set()
 
     def forgiven(finding: Finding) -> bool:
         before = old_by_print.get(_fingerprint(finding))
@@ -57,12 +63,20 @@ def judge_update(
             return False
         return only_metadata or (before.mode == "Enforce" and not _reaches_further(finding, before))
 
-    return [
-        Finding(f.violation, "Warn", f.template, f.scope)
-        if f.mode == "Enforce" and forgiven(f)
-        else f
-        for f in findings
-    ]
+    def forgive(findings: list[Finding]) -> list[Finding]:
+        rules = frozenset(f.rule for f in findings if f.mode == "Enforce") - judged_rules
+        if rules:
+            judged_rules.update(rules)
+            for before in old_findings(rules):
+                old_by_print[_fingerprint(before)] = before
+        return [
+            Finding(f.violation, "Warn", f.template, f.scope)
+            if f.mode == "Enforce" and forgiven(f)
+            else f
+            for f in findings
+        ]
+
+    return forgive
 
 
 def _reaches_further(finding: Finding, before: Finding) -> bool:
@@ -109,17 +123,16 @@ def _without_metadata(obj: Mapping) -> dict:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
 
-def _added_ephemeral(findings: list[Finding], pod: Mapping, old: Mapping) -> list[Finding]:
-    """Only the findings in ephemeral containers this request adds (by name)."""
+def _added_ephemeral_paths(pod: Mapping, old: Mapping) -> tuple[str, ...]:
+    """Where the ephemeral containers this request adds (by name) are."""
     old_names = ephemeral_container_names(old)
     containers = _spec(pod).get("ephemeralContainers")
-    prefixes = tuple(
+    return tuple(
         f"spec.ephemeralContainers[{index}]"
         for index, container in enumerate(containers if isinstance(containers, list) else ())
         if isinstance(container, dict) and _name(container) not in old_names
     )
-    return [
-        f
-        for f in findings
-        if any(f.path == p or f.path.startswith((p + ".", p + "[")) for p in prefixes)
-    ]
+
+
+def _under(path: str, prefixes: tuple[str, ...]) -> bool:
+    return any(path == p or path.startswith((p + ".", p + "[")) for p in prefixes)
