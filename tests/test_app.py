@@ -663,6 +663,47 @@ def test_a_small_body_of_many_objects_is_decided_as_a_long_one(
     assert long_runs == [1]
 
 
+def test_a_workflow_of_many_templates_is_handed_to_a_long_run(
+    store: PolicyStore, metrics: Metrics
+) -> None:
+    """Found while its templates are read: judged again where it may take long, and the
+    answer is that judgement (a Workflow of 600 templates fits in 17 KB)."""
+    long_runs = []
+
+    def run_long(work: Any) -> Any:
+        long_runs.append(1)
+        return work()
+
+    client = create_app(store, metrics=metrics, run_long=run_long).test_client()
+    workflow = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "w", "namespace": "team-a"},
+        "spec": {"templates": [{"name": f"t{i}", "container": {}} for i in range(600)]},
+    }
+    workflow["spec"]["templates"][0]["container"]["resources"] = {
+        "limits": {"nvidia.com/gpu": "0.5"}
+    }
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-wf",
+            "kind": {"group": "argoproj.io", "version": "v1alpha1", "kind": "Workflow"},
+            "resource": {"group": "argoproj.io", "version": "v1alpha1", "resource": "workflows"},
+            "namespace": "team-a",
+            "operation": "CREATE",
+            "object": workflow,
+            "userInfo": {"username": "tenant"},
+        },
+    }
+    reply = post(client, "/validate", json.dumps(review))
+    assert reply.status_code == 200
+    assert long_runs == [1]
+    assert reply.get_json()["response"]["uid"] == "u-wf"
+    assert reply.get_json()["response"]["allowed"] is False
+
+
 def test_the_item_count_is_exact_where_the_scan_is_skipped() -> None:
     """Bodies shorter than the item limit are not scanned: none of them can reach it."""
     from webhook.server.app import _is_long

@@ -6,8 +6,10 @@ review that costs most per byte that a tenant might think of first: thousands of
 containers. Every other list or map a tenant can fill (resource names, env entries,
 tolerations, volumes, affinity terms...) is filled here to the largest review still kept
 inline, on CREATE and UPDATE, validated and mutated, and its decision must cost at most a
-small multiple of that one. Work is counted in Python function calls (cProfile), not timed:
-the count is the same on every run and every machine.
+small multiple of that one; so must an Argo Workflow, whose templates each inherit the
+Workflow's pod-level fields, at the most templates and inherited items judged inline (and
+one more, handed over once that is found). Work is counted in Python function calls
+(cProfile), not timed: the count is the same on every run and every machine.
 
 A resource map of a thousand names used to cost 80 times the container flood (a difflib and
 edit-distance search against every declared name, for each name, three times on UPDATE):
@@ -20,15 +22,16 @@ import copy
 import cProfile
 import json
 import pstats
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 import webhook
 from tests.serving import fixture_bytes
-from webhook.server.app import _decide_body, _is_long
-from webhook.server.settings import LONG_BODY_BYTES
+from webhook.admission.engine import TooMuchWork
+from webhook.server.app import INLINE_LIMITS, _decide_body, _is_long
+from webhook.server.settings import LONG_BODY_BYTES, LONG_BODY_ITEMS
 
 POLICY = webhook.load_policy(webhook.default_policy_path())
 BASE = json.loads(fixture_bytes("admission-review-gpu-pod.json"))
@@ -136,10 +139,12 @@ def _largest_inline(fill: Fill, update: bool) -> bytes:
 
 
 def _calls(body: bytes, mutate: bool) -> int:
+    """The Python calls of deciding ``body`` as the server does inline, up to the point where
+    it would hand the review to a child (that work is done on the event loop too)."""
     profile = cProfile.Profile()
     try:
-        profile.runcall(_decide_body, body, POLICY, None, mutate)
-    except Exception:  # a refusal (4xx) is work too, and counted
+        profile.runcall(_decide_body, body, POLICY, None, mutate, INLINE_LIMITS)
+    except Exception:  # a refusal (4xx) or a hand-over is work too, and counted
         pass
     return pstats.Stats(profile).total_calls
 
@@ -165,3 +170,121 @@ def test_a_resource_map_past_the_item_limit_is_not_kept_inline() -> None:
     body = _body(SHAPES["undeclared vendor limits"], 2500, update=False)
     assert len(body) < LONG_BODY_BYTES
     assert _is_long(body)
+
+
+# --- what templates inherit: an Argo Workflow's pod-level fields are every template's ------
+
+INHERITED: dict[str, Callable[[int], tuple[str, Any]]] = {
+    "nothing": lambda n: ("arguments", {}),  # not a pod-level field: templates alone
+    "hostPath volumes": lambda n: ("volumes", [{"name": "d", "hostPath": {"path": "/d"}}] * n),
+    "tolerations": lambda n: ("tolerations", [{"key": "k", "operator": "Exists"}] * n),
+    "affinity terms": lambda n: ("affinity", _affinity({"nodeSelectorTerms": [{}] * n})),
+    "hostAliases": lambda n: ("hostAliases", [{"ip": "1.2.3.4", "hostnames": ["a"]}] * n),
+    "nodeSelector": lambda n: ("nodeSelector", {f"k{i}": "v" for i in range(n)}),
+}
+
+
+def _workflow(templates: int, inherited: Callable[[int], tuple[str, Any]], n: int) -> dict:
+    field, value = inherited(n)
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "w", "namespace": "team-a"},
+        "spec": {
+            field: value,
+            "templates": [{"name": f"t{i}", "container": {}} for i in range(templates)],
+        },
+    }
+
+
+def _workflow_review(new: dict, old: dict | None = None) -> bytes:
+    request = {
+        "uid": "u",
+        "kind": {"group": "argoproj.io", "version": "v1alpha1", "kind": "Workflow"},
+        "resource": {"group": "argoproj.io", "version": "v1alpha1", "resource": "workflows"},
+        "namespace": "team-a",
+        "operation": "CREATE" if old is None else "UPDATE",
+        "object": new,
+        "userInfo": {"username": "tenant"},
+    }
+    if old is not None:
+        request["oldObject"] = old
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    return json.dumps(review, separators=(",", ":")).encode()
+
+
+def _workflow_body(
+    templates: int, inherited: Callable[[int], tuple[str, Any]], items: int, as_old: bool
+) -> bytes:
+    big = _workflow(templates, inherited, items)
+    if not as_old:
+        return _workflow_review(big)
+    # The old object is judged only for the rules of the new one's denials: bring some.
+    new = copy.deepcopy(big)
+    new["spec"]["templates"][0]["container"]["securityContext"] = {"privileged": True}
+    new["spec"]["hostPID"] = True
+    return _workflow_review(new, big)
+
+
+def _judged_inline(body: bytes) -> bool:
+    if len(body) >= LONG_BODY_BYTES or _is_long(body):
+        return False
+    try:
+        _decide_body(body, POLICY, None, False, INLINE_LIMITS)
+    except TooMuchWork:
+        return False
+    return True
+
+
+def _inline_workflows(inherited: Callable[[int], tuple[str, Any]]) -> Iterator[bytes]:
+    """For several numbers of inherited items, as a new object and as the old object of an
+    UPDATE: the most templates a review judged inline can have, and one more (handed over,
+    after the work of finding that out)."""
+    for items in (1, 10, 30, 300):
+        for as_old in (False, True):
+            low, high = 1, LONG_BODY_ITEMS
+            while low < high:
+                middle = (low + high + 1) // 2
+                if _judged_inline(_workflow_body(middle, inherited, items, as_old)):
+                    low = middle
+                else:
+                    high = middle - 1
+            yield _workflow_body(low, inherited, items, as_old)
+            yield _workflow_body(low + 1, inherited, items, as_old)
+
+
+@pytest.mark.parametrize("inherited", list(INHERITED))
+def test_no_workflow_kept_inline_costs_much_more_than_the_container_flood(
+    inherited: str, budget: int
+) -> None:
+    for body in _inline_workflows(INHERITED[inherited]):
+        for mutate in (False, True):
+            assert _calls(body, mutate) <= budget, (inherited, len(body), mutate)
+
+
+def test_a_workflow_whose_templates_inherit_too_much_is_not_judged_inline() -> None:
+    """995 templates inheriting 990 host path volumes: a million (template, volume) pairs
+    in 44 KB, which took half a minute to judge inline."""
+    workflow = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "spec": {
+            "volumes": [{"hostPath": {"path": "/d"}}] * 990,
+            "templates": [{"container": {}}] * 995,
+        },
+    }
+    body = _workflow_review(workflow)
+    assert len(body) < LONG_BODY_BYTES and not _is_long(body)
+    with pytest.raises(TooMuchWork):
+        _decide_body(body, POLICY, None, False, INLINE_LIMITS)
+
+
+def test_a_workflow_of_a_thousand_templates_is_not_judged_inline() -> None:
+    """A template costs four times what an empty container does: 990 of them, in 31 KB,
+    took 34 ms to judge inline."""
+    workflow = _workflow(990, INHERITED["tolerations"], 0)
+    del workflow["spec"]["tolerations"]
+    body = _workflow_review(workflow)
+    assert len(body) < LONG_BODY_BYTES and not _is_long(body)
+    with pytest.raises(TooMuchWork):
+        _decide_body(body, POLICY, None, False, INLINE_LIMITS)

@@ -423,3 +423,20 @@ def test_the_old_object_is_judged_by_each_rule_once_however_many_batches(monkeyp
     assert [rule for rule, _ in denied(decision)] == ["device-visibility"]
     assert len(by_mode(decision, "Warn")) == 300
     assert asked == [("privileged",), ("device-visibility",)]
+
+
+def test_names_added_past_the_limit_of_undeclared_names_are_not_forgiven():
+    """A workload admitted with more than 100 undeclared names (under an older release): an
+    UPDATE that adds a near miss past them is denied, not forgiven with the old denial."""
+    from webhook.checks.resource_name import MAX_UNDECLARED_NAMES
+
+    deployment = next(k for k in KINDS if k.name == "Deployment")
+    names = {f"nvidia.com/rail{i}": 1 for i in range(MAX_UNDECLARED_NAMES + 1)}
+    old = deployment.wrap(template(container(limits={"nvidia.com/gpu": 1, **names})))
+    unchanged = validate(copy.deepcopy(old), operation="UPDATE", old=old)
+    assert unchanged.allowed
+    added = {"nvidia.com/gpu": 1, **names, "nvidia.com/gpus": 1}
+    new = deployment.wrap(template(container(limits=added)))
+    decision = validate(new, operation="UPDATE", old=old)
+    assert not decision.allowed
+    assert [rule for rule, _ in denied(decision)] == ["resource-name"]

@@ -38,6 +38,23 @@ EVERY_RULE = frozenset(RULE_IDS)
 _PLAN = tuple((check.rule, check.run, check.rule in SECURITY_RULES) for check in CHECKS)
 
 
+class TooMuchWork(Exception):
+    """The object holds more templates, or its templates inherit more, than the caller's
+    :class:`WorkLimits` allow: found while the templates are read, before they are judged,
+    so that the caller can judge the object where that may take long."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkLimits:
+    """How much an object may hold for the caller to judge it here. Each template is judged
+    on its own and on what it inherits (an Argo Workflow's volumes are every template's), so
+    the work grows with templates and with templates times inherited list items and map
+    entries, not with the bytes of the review."""
+
+    templates: int
+    inherited_items: int
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """The response to send, and what it rests on: the findings (with their modes) and the
@@ -65,9 +82,11 @@ def decide(
     *,
     mutate: bool,
     encode_json: response.JsonEncoder = response.compact_json,
+    limits: WorkLimits | None = None,
 ) -> Decision:
     """The decision on a request: its response, and the findings and patch behind it.
-    ``encode_json`` writes the patch into the response (see ``response.JsonEncoder``)."""
+    ``encode_json`` writes the patch into the response (see ``response.JsonEncoder``).
+    With ``limits``, an object (or old object) past them raises :class:`TooMuchWork`."""
     request = parse_request(admission_review)
     uid = request["uid"]
     operation = request.get("operation")
@@ -85,7 +104,7 @@ def decide(
     metadata = metadata if isinstance(metadata, dict) else {}
     namespace = request.get("namespace") or metadata.get("namespace") or "default"
     namespace = namespace if isinstance(namespace, str) else "default"
-    views = list(walk_views(obj, workload, namespace, policy))
+    views = _views(obj, workload, namespace, policy, limits)
     if mutate:
         return _mutate(uid, request, obj, workload, views, policy, encode_json)
 
@@ -106,7 +125,7 @@ def decide(
         def old_findings(rules: frozenset[str]) -> list[Finding]:
             nonlocal old_views
             if old_views is None:
-                old_views = list(walk_views(old, workload, namespace, policy))
+                old_views = _views(old, workload, namespace, policy, limits)
             return run_checks(old_views, policy, rules)
 
         forgive = updates.forgiver(old_findings, request, obj, old, workload)
@@ -130,6 +149,27 @@ def decide(
         ),
         findings=tuple(findings),
     )
+
+
+def _views(
+    obj: Mapping,
+    workload: WorkloadKind,
+    namespace: str,
+    policy: Policy,
+    limits: WorkLimits | None,
+) -> list[PodView]:
+    if limits is None:
+        return list(walk_views(obj, workload, namespace, policy))
+    views: list[PodView] = []
+    inherited = 0
+    for view in walk_views(obj, workload, namespace, policy):
+        views.append(view)
+        inherited += view.inherited_items
+        if len(views) > limits.templates or inherited > limits.inherited_items:
+            raise TooMuchWork(
+                f"more than {len(views) - 1} templates or {inherited} inherited items"
+            )
+    return views
 
 
 def run_checks(

@@ -57,9 +57,13 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
 
 def _too_many(view: PodView, container: ContainerView, name: str, policy: Policy) -> Violation:
     """One denial for the names past the limit: judging stops there, and what was not judged
-    could be a near miss that pends forever, so it is not let through as a warning."""
+    could be a near miss that pends forever, so it is not let through as a warning. The
+    names it stands for are its identity: an UPDATE that changes them is not forgiven for
+    what the old object had."""
     known = policy.declared_names | policy.companion_names
-    total = sum(1 for c in view.gpu_containers() for n in c.gpu if n not in known)
+    undeclared = [f"{c.name}/{n}" for c in view.gpu_containers() for n in c.gpu if n not in known]
+    unjudged = ",".join(sorted(undeclared[MAX_UNDECLARED_NAMES:]))
+    total = len(undeclared)
     return Violation(
         rule=RULE,
         path=container.resource_path(name),
@@ -74,7 +78,7 @@ def _too_many(view: PodView, container: ContainerView, name: str, policy: Policy
         ),
         error_type="Forbidden",
         subject=container.name,
-        field=f"{container.list_name}.resources",
+        field=f"{container.list_name}.resources, not judged: {unjudged}",
     )
 
 

@@ -26,14 +26,20 @@ from flask import Flask, Response, request
 from gunicorn.http.errors import ParseException
 from werkzeug.exceptions import ClientDisconnected, HTTPException
 
-from webhook.admission.engine import decide
+from webhook.admission.engine import TooMuchWork, WorkLimits, decide
 from webhook.admission.request import RequestError
 from webhook.admission.response import compact_json
 from webhook.policy.model import Policy
 from webhook.server.child import ChildDecisionLost
 from webhook.server.logs import APP_LOGGER, DECISION_LOGGER, log_decision
 from webhook.server.metrics import ENDPOINTS, MUTATIONS, VERDICTS, Metrics
-from webhook.server.settings import LONG_BODY_BYTES, LONG_BODY_ITEMS, MAX_BODY_BYTES
+from webhook.server.settings import (
+    INLINE_INHERITED_ITEMS,
+    INLINE_TEMPLATES,
+    LONG_BODY_BYTES,
+    LONG_BODY_ITEMS,
+    MAX_BODY_BYTES,
+)
 from webhook.server.store import PolicyStore
 
 JSON = "application/json"
@@ -182,6 +188,9 @@ def _uid(review: Any) -> Any:
 TOO_BIG_TO_JUDGE = "the review needs more memory to judge than one review may use"
 
 
+INLINE_LIMITS = WorkLimits(templates=INLINE_TEMPLATES, inherited_items=INLINE_INHERITED_ITEMS)
+
+
 def _is_long(body: bytes) -> bool:
     """Whether deciding ``body`` could take long: its size, or how many items (array
     elements and object members) it holds, counted by the commas between them in one byte
@@ -194,9 +203,15 @@ def _is_long(body: bytes) -> bool:
     return size >= LONG_BODY_BYTES or body.count(b",") >= LONG_BODY_ITEMS
 
 
-def _decide_body(body: bytes, policy: Policy | None, problem: str | None, mutate: bool) -> _Outcome:
+def _decide_body(
+    body: bytes,
+    policy: Policy | None,
+    problem: str | None,
+    mutate: bool,
+    limits: WorkLimits | None = None,
+) -> _Outcome:
     """Decode and decide a request body: an :class:`_Outcome`, or :class:`_Refused`,
-    :class:`RequestError` or :class:`_DecisionFailed`."""
+    :class:`RequestError`, :class:`_DecisionFailed` or (with ``limits``) :class:`TooMuchWork`."""
     try:
         review = _decode(body)
     except MemoryError:
@@ -204,8 +219,14 @@ def _decide_body(body: bytes, policy: Policy | None, problem: str | None, mutate
     if policy is None:
         raise _Refused(503, f"no valid policy loaded: {problem}", "unavailable")
     try:
-        decision = decide(review, policy, mutate=mutate, encode_json=_encode_json)
-    except RequestError:
+        decision = decide(
+            review,
+            policy,
+            mutate=mutate,
+            encode_json=_encode_json,
+            limits=limits,
+        )
+    except (RequestError, TooMuchWork):
         raise
     except RecursionError:
         # JSON allows 1,024 levels of nesting, more than Python's repr of a value can take;
@@ -245,11 +266,11 @@ def create_app(
     patch it would apply in an audit annotation instead of returning it, whatever mode the
     policy asks for. ``readiness_checks`` are what /readyz consults besides the policy
     (certificates, draining). ``run_long`` runs the decoding and deciding of a body of
-    ``LONG_BODY_BYTES`` or more, or of ``LONG_BODY_ITEMS`` JSON items or more,
-    and returns its result, which it may pickle (the server runs
-    it in a forked process, so that one big review does not stall the worker's other
-    connections) or raises :class:`ChildDecisionLost` (answered 503); unset, it runs
-    inline.
+    ``LONG_BODY_BYTES`` or more, of ``LONG_BODY_ITEMS`` JSON items or more, or of an object
+    past ``INLINE_LIMITS`` (templates, and what they inherit), and returns its result,
+    which it may pickle (the server runs it in a forked process, so that one big review
+    does not stall the worker's other connections) or raises :class:`ChildDecisionLost`
+    (answered 503); unset, everything runs inline.
     """
     app = Flask(__name__)
     # One byte more than allowed: Werkzeug stops reading a body without Content-Length
@@ -290,10 +311,17 @@ def create_app(
             if policy is not None and mutate:
                 policy = for_mutation(policy)
             problem = store.problem
-            if run_long is not None and _is_long(body):
+            if run_long is None:
+                outcome = _decide_body(body, policy, problem, mutate)
+            elif _is_long(body):
                 outcome = run_long(lambda: _decide_body(body, policy, problem, mutate))
             else:
-                outcome = _decide_body(body, policy, problem, mutate)
+                try:
+                    outcome = _decide_body(body, policy, problem, mutate, INLINE_LIMITS)
+                except TooMuchWork:
+                    # Found before the object was judged (or its old object): judged again,
+                    # off the event loop.
+                    outcome = run_long(lambda: _decide_body(body, policy, problem, mutate))
         except _Refused as refused:
             requests_counter[endpoint, refused.verdict].inc()
             return _json_response(refused.status, {"error": refused.message})

@@ -30,6 +30,14 @@ LONG_BODY_BYTES = 64 * 1024
 # hold the event loop. Items are counted by the commas between them; a body with this many
 # is decided in a child too (a Pod as the API server sends it has a few hundred).
 LONG_BODY_ITEMS = 2000
+# A template costs several times what a container does to judge (an Argo Workflow of a
+# thousand templates fits in 30 KB), and each is judged on what it inherits (a Workflow's
+# volumes, affinity, tolerations...): a few kilobytes can make a million (template, volume)
+# pairs. An object with more templates, or whose templates inherit more list items and map
+# entries in all, is decided in a child too (a Workflow of 20 templates inheriting 5
+# volumes inherits about 100).
+INLINE_TEMPLATES = 500
+INLINE_INHERITED_ITEMS = 300
 
 
 @dataclass(frozen=True)
