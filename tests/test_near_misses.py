@@ -116,3 +116,13 @@ def test_the_closest_profile(profiles: frozenset, asked: str, closest: str | Non
 def test_profiles_with_attributes_are_never_suggested() -> None:
     sizes = mig.plain_sizes(frozenset({"1g.10gb.me", "1g.20gb", "2g.20gb.gfx"}))
     assert [profile for _, _, profile in sizes] == ["1g.20gb"]
+
+
+def test_a_name_longer_than_any_declared_one_is_no_near_miss_and_costs_no_search() -> None:
+    """Dropping each letter of a 60,000-letter name in turn makes 60,000 copies of it: a
+    second and more, for one resource name of one Pod."""
+    longest = max(len(near_miss_key(n).partition("/")[2]) for n in DECLARED)
+    assert DEFAULT.near_misses.match("nvidia.com/" + "g" * (longest + 2)) is None
+    assert DEFAULT.near_misses.match("nvidia.com/" + "a" * 60_000) is None
+    one_more = next(n for n in DECLARED if len(near_miss_key(n).partition("/")[2]) == longest)
+    assert DEFAULT.near_misses.match(one_more + "x") == one_more

@@ -39,7 +39,7 @@ _PLAN = tuple((check.rule, check.run, check.rule in SECURITY_RULES) for check in
 
 
 class TooMuchWork(Exception):
-    """The object holds more templates, or its templates inherit more, than the caller's
+    """The object holds more templates, or more to judge in them, than the caller's
     :class:`WorkLimits` allow: found while the templates are read, before they are judged,
     so that the caller can judge the object where that may take long."""
 
@@ -47,12 +47,15 @@ class TooMuchWork(Exception):
 @dataclass(frozen=True, slots=True)
 class WorkLimits:
     """How much an object may hold for the caller to judge it here. Each template is judged
-    on its own and on what it inherits (an Argo Workflow's volumes are every template's), so
-    the work grows with templates and with templates times inherited list items and map
-    entries, not with the bytes of the review."""
+    on everything it is made of, and templates share parts (an Argo Workflow's volumes are
+    every template's, a TrainJob's trainer is paired with each override), so the work grows
+    with templates and with what each one holds, not with the bytes of the review.
+    ``judged_items``: list items, map entries and 64-byte pieces of strings (keys included)
+    of all the templates of an object of more than one, counted again for each template that
+    holds them."""
 
     templates: int
-    inherited_items: int
+    judged_items: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,15 +164,40 @@ def _views(
     if limits is None:
         return list(walk_views(obj, workload, namespace, policy))
     views: list[PodView] = []
-    inherited = 0
+    judged = 0
     for view in walk_views(obj, workload, namespace, policy):
         views.append(view)
-        inherited += view.inherited_items
-        if len(views) > limits.templates or inherited > limits.inherited_items:
-            raise TooMuchWork(
-                f"more than {len(views) - 1} templates or {inherited} inherited items"
-            )
+        if len(views) > limits.templates:
+            raise TooMuchWork(f"more than {limits.templates} templates")
+        # A lone template holds nothing twice: what it holds is bounded by the review's size.
+        if len(views) == 2:
+            judged = _content(views[0], limits.judged_items)
+        if len(views) >= 2:
+            judged += _content(view, limits.judged_items - judged)
+            if judged > limits.judged_items:
+                raise TooMuchWork(f"more than {limits.judged_items} items to judge")
     return views
+
+
+def _content(view: PodView, budget: int) -> int:
+    """What a template is made of, counted as ``WorkLimits.judged_items`` says, up to just
+    past ``budget``."""
+    pending: list[Any] = [view.spec, view.metadata, view.unjudged, view.host_paths]
+    # A container held outside the spec (a TrainJob's trainer) is judged with each template.
+    pending += [c.spec for c in view.containers if c.list_name not in view.spec]
+    count = 0
+    while pending and count <= budget:
+        value = pending.pop()
+        if isinstance(value, str):
+            count += len(value) >> 6
+        elif isinstance(value, dict):
+            count += len(value)
+            pending += value
+            pending += value.values()
+        elif isinstance(value, (list, tuple)):
+            count += len(value)
+            pending += value
+    return count
 
 
 def run_checks(

@@ -97,9 +97,6 @@ class PodView:
     host_paths: tuple[tuple[str, str], ...] = ()
     # Pod-level fields taken from another object (an Argo Workflow's spec): field -> its path.
     inherited: Mapping[str, str] = field(default_factory=dict)
-    # How many list items and map entries those fields hold: each template that inherits them
-    # is judged on them again, so an object's work can grow as templates times inherited items.
-    inherited_items: int = 0
     _memo: dict = field(default_factory=dict, repr=False)
 
     def memo(self, compute: Callable[[PodView, Policy], Memoized], policy: Policy) -> Memoized:

@@ -106,9 +106,9 @@ def _pod_spec_views(
 ) -> Iterator[PodView]:
     # The objects whose pod-level fields each match inherits, nearest first.
     layers = [
-        (where, fields, _sizes(fields))
+        found
         for inherit in target.inherit
-        for where, _, fields in _first(walk_path(obj, inherit))
+        if (found := next(((p, o) for p, _, o in walk_path(obj, inherit)), None)) is not None
     ]
     for path, identity, spec in walk_path(obj, target.path):
         sources = list(listed_containers(spec, path, target.container_lists))
@@ -121,16 +121,14 @@ def _pod_spec_views(
         unjudged = [(f"{path}.{f}", spec[f]) for f in target.unjudged if spec.get(f)]
         merged: Mapping = spec
         from_elsewhere: dict[str, str] = {}
-        inherited_items = 0
         if target.inherit:
             if not sources:
                 continue  # an Argo steps or dag template: it runs no Pod of its own
-            for where, fields, sizes in layers:
+            for where, fields in layers:
                 if fields is spec:
                     continue  # templateDefaults judged as itself
-                merged, found, items = _inherit(fields, where, merged, sizes)
+                merged, found = _inherit(fields, where, merged)
                 from_elsewhere = {**found, **from_elsewhere}
-                inherited_items += items
                 unjudged += [(f"{where}.{f}", fields[f]) for f in target.unjudged if fields.get(f)]
         metadata, metadata_path = _metadata(spec, path, target)
         view = view_of(
@@ -146,54 +144,23 @@ def _pod_spec_views(
             tuple(unjudged),
         )
         view.inherited = from_elsewhere
-        view.inherited_items = inherited_items
         view.host_paths = _host_paths(spec, path, target)
         yield view
 
 
-def _first(found: Iterator[tuple[str, str, Mapping]]) -> list[tuple[str, str, Mapping]]:
-    """The first match alone: an object is inherited from once."""
-    first = next(found, None)
-    return [] if first is None else [first]
-
-
-def _sizes(fields: Mapping) -> dict[str, int]:
-    """How many list items and map entries each pod-level field of ``fields`` holds, at any
-    depth: counted once per object inherited from, not once per template."""
-    sizes = {}
-    for name in POD_LEVEL_FIELDS.intersection(fields):
-        count, pending = 1, [fields[name]]
-        while pending:
-            value = pending.pop()
-            if isinstance(value, dict):
-                value = list(value.values())
-            if isinstance(value, list):
-                count += len(value)
-                pending += value
-        sizes[name] = count
-    return sizes
-
-
-def _inherit(
-    fields: Mapping, where: str, own: Mapping, sizes: Mapping[str, int]
-) -> tuple[dict, dict[str, str], int]:
+def _inherit(fields: Mapping, where: str, own: Mapping) -> tuple[dict, dict[str, str]]:
     """``own`` with the pod-level fields it does not set taken from ``fields`` (at ``where``),
-    the paths of those, and how many items they hold (``sizes``). Volumes of both are kept
-    (a Workflow's volumes are every template's), numbered after the template's own."""
+    and the paths of those. Volumes of both are kept (a Workflow's volumes are every
+    template's), numbered after the template's own."""
     merged = dict(own)
     paths: dict[str, str] = {}
-    items = 0
     for name in POD_LEVEL_FIELDS.intersection(fields):
-        value = fields[name]
         if name not in own:
-            merged[name] = value
+            merged[name] = fields[name]
             paths[name] = f"{where}.{name}"
-        elif name == "volumes" and isinstance(own[name], list) and isinstance(value, list):
-            merged[name] = [*own[name], *value]
-        else:
-            continue
-        items += sizes[name]
-    return merged, paths, items
+        elif name == "volumes" and isinstance(own[name], list) and isinstance(fields[name], list):
+            merged[name] = [*own[name], *fields[name]]
+    return merged, paths
 
 
 def _resources_views(

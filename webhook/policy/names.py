@@ -36,6 +36,7 @@ class NearMisses:
         # (key's domain, key's short name or it with one letter dropped) -> candidates
         self._edits: dict[tuple[str, str], list[int]] = {}
         self._shorts: list[tuple[str, str]] = []  # (short name of the key, declared name)
+        self._longest = max((len(key.partition("/")[2]) for key in self._by_key), default=0)
         for index, (key, name) in enumerate(self._by_key.items()):
             domain, _, short = key.partition("/")
             self._anagrams.setdefault(("".join(sorted(short)), name.split("/")[0]), name)
@@ -55,6 +56,8 @@ class NearMisses:
         if found is not None:
             return found
         domain, _, short = key.partition("/")
+        if len(short) > self._longest + 1:
+            return None  # no anagram and no edit away: nothing declared is that long
         # ``sharedgpu`` for ``gpu.shared``: the same letters in another order, same domain.
         found = self._anagrams.get(("".join(sorted(short)), name.split("/")[0]))
         return found if found is not None else self._one_edit(domain, short)

@@ -34,7 +34,7 @@ from webhook.server.child import ChildDecisionLost
 from webhook.server.logs import APP_LOGGER, DECISION_LOGGER, log_decision
 from webhook.server.metrics import ENDPOINTS, MUTATIONS, VERDICTS, Metrics
 from webhook.server.settings import (
-    INLINE_INHERITED_ITEMS,
+    INLINE_JUDGED_ITEMS,
     INLINE_TEMPLATES,
     LONG_BODY_BYTES,
     LONG_BODY_ITEMS,
@@ -188,7 +188,7 @@ def _uid(review: Any) -> Any:
 TOO_BIG_TO_JUDGE = "the review needs more memory to judge than one review may use"
 
 
-INLINE_LIMITS = WorkLimits(templates=INLINE_TEMPLATES, inherited_items=INLINE_INHERITED_ITEMS)
+INLINE_LIMITS = WorkLimits(templates=INLINE_TEMPLATES, judged_items=INLINE_JUDGED_ITEMS)
 
 
 def _is_long(body: bytes) -> bool:

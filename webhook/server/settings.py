@@ -31,13 +31,13 @@ LONG_BODY_BYTES = 64 * 1024
 # is decided in a child too (a Pod as the API server sends it has a few hundred).
 LONG_BODY_ITEMS = 2000
 # A template costs several times what a container does to judge (an Argo Workflow of a
-# thousand templates fits in 30 KB), and each is judged on what it inherits (a Workflow's
-# volumes, affinity, tolerations...): a few kilobytes can make a million (template, volume)
-# pairs. An object with more templates, or whose templates inherit more list items and map
-# entries in all, is decided in a child too (a Workflow of 20 templates inheriting 5
-# volumes inherits about 100).
-INLINE_TEMPLATES = 500
-INLINE_INHERITED_ITEMS = 300
+# thousand templates fits in 30 KB), and templates share parts (a Workflow's volumes are
+# every template's, a TrainJob's trainer is paired with each override): a few kilobytes can
+# make a million (template, volume) pairs. An object with more templates, or (of more than
+# one template) more to judge in them all, is decided in a child too (see
+# webhook.admission.engine.WorkLimits; a Workflow of 20 small templates holds about 1,000).
+INLINE_TEMPLATES = 400
+INLINE_JUDGED_ITEMS = 1200
 
 
 @dataclass(frozen=True)
