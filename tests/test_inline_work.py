@@ -345,3 +345,40 @@ def test_no_trainjob_kept_inline_costs_much_more_than_the_container_flood(
             continue
         for mutate in (False, True):
             assert _calls(body, mutate) <= budget, (names, overrides, mutate)
+
+
+# --- work by the byte: one long name quoted in every finding --------------------------------
+
+
+def test_a_long_name_in_many_findings_is_written_a_bounded_number_of_times(monkeypatch) -> None:
+    """A container named with 40 KB (a direct client; a custom resource whose schema does not
+    bound names) adding SYS_ADMIN 1,950 times: each audited finding quoted the whole name,
+    and the audit annotation was written out whole (76 MB) and halved, for about a second of
+    the event loop in 62 KB and fewer calls than the container flood."""
+    import webhook.admission.response as response_module
+    import webhook.core.findings as findings_module
+
+    written = [0]
+
+    def counting(dumps: Callable[..., str]) -> Callable[..., str]:
+        def dumps_and_count(*args: Any, **kwargs: Any) -> str:
+            text = dumps(*args, **kwargs)
+            written[0] += len(text)
+            return text
+
+        return dumps_and_count
+
+    assert findings_module.json is response_module.json  # one module to count through
+    monkeypatch.setattr(findings_module.json, "dumps", counting(json.dumps))
+    review = copy.deepcopy(BASE)
+    container = {
+        "name": "c" * 40_000,
+        "image": "registry.example.com/app:1",
+        "securityContext": {"capabilities": {"add": ["SYS_ADMIN"] * 1950}},
+    }
+    review["request"]["object"]["spec"]["containers"] = [container]
+    body = json.dumps(review, separators=(",", ":")).encode()
+    assert len(body) < LONG_BODY_BYTES and not _is_long(body)
+    outcome = _decide_body(body, POLICY, None, False, INLINE_LIMITS)
+    assert len(outcome.body) < 64 * 1024
+    assert written[0] < 32 * len(body), written[0]

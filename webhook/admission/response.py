@@ -62,25 +62,31 @@ def warnings_for(findings: Sequence[Finding]) -> list[str]:
     return out
 
 
+# The JSON of an audit record with every string empty.
+_SHORTEST_RECORD = len('{"rule":"","mode":"","path":"","value":"","message":"","hint":""},')
+
+
 def audit_annotations(
     findings: Sequence[Finding], would_patch: Sequence[dict] = ()
 ) -> dict[str, str]:
     annotations: dict[str, str] = {}
     if findings:
-        records = [f.as_record() for f in findings]
-        text = json.dumps(records, separators=(",", ":"), default=str)
+        # No record is shorter than _SHORTEST_RECORD: more than this many never fit.
+        records = [f.as_record() for f in findings[: MAX_AUDIT_VALUE // _SHORTEST_RECORD]]
+        text = _records_json(records, len(findings))
         while len(text) > MAX_AUDIT_VALUE and len(records) > 1:
             records = records[: len(records) // 2]
-            text = json.dumps(
-                records + [{"truncated": len(findings) - len(records)}],
-                separators=(",", ":"),
-                default=str,
-            )
+            text = _records_json(records, len(findings))
         annotations["violations"] = text
         annotations["rules"] = ",".join(sorted({f.rule for f in findings}))
     if would_patch:
         annotations["would-patch"] = _clipped_patch(list(would_patch))
     return annotations
+
+
+def _records_json(records: list[dict], total: int) -> str:
+    tail = [{"truncated": total - len(records)}] if len(records) < total else []
+    return json.dumps(records + tail, separators=(",", ":"), default=str)
 
 
 def _clipped_patch(operations: list[dict]) -> str:

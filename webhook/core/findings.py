@@ -99,15 +99,27 @@ class Finding:
             "rule": v.rule,
             "mode": self.mode,
             "path": v.path,
-            "value": v.value if isinstance(v.value, (str, int, float, bool)) else str(v.value),
+            "value": v.value if isinstance(v.value, (int, float, bool)) else shown(str(v.value)),
             "message": v.message,
             "hint": v.hint,
         }
 
 
+# What a message shows of one name or value. Kubernetes names are at most 253 characters and
+# paths rarely longer; a review can hold a 40 KB name quoted in a thousand findings.
+SHOWN_CHARS = 512
+
+
+def shown(text: str) -> str:
+    """``text``, or its first ``SHOWN_CHARS`` characters and how many more there were."""
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS]}... ({len(text) - SHOWN_CHARS} more characters)"
+
+
 def quote(value: object) -> str:
     """A name in a message, quoted as the API server quotes names: ``container "cuda"``."""
-    return json.dumps(str(value), ensure_ascii=False)
+    return json.dumps(shown(str(value)), ensure_ascii=False)
 
 
 def render_value(value: object) -> str:
