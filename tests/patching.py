@@ -47,6 +47,8 @@ KINDS = {
     "Deployment": ("apps", "v1", "deployments"),
     "Job": ("batch", "v1", "jobs"),
     "ConfigMap": ("", "v1", "configmaps"),
+    "Workflow": ("argoproj.io", "v1alpha1", "workflows"),
+    "TrainJob": ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
 }
 
 

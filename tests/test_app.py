@@ -20,6 +20,7 @@ from flask.testing import FlaskClient
 from gunicorn.http.errors import ChunkMissingTerminator, InvalidChunkSize, NoMoreData
 from werkzeug.test import TestResponse
 
+from tests import patching
 from tests.serving import (
     INVALID_POLICY,
     STRICT_POLICY,
@@ -684,23 +685,11 @@ def test_a_workflow_of_many_templates_is_handed_to_a_long_run(
     workflow["spec"]["templates"][0]["container"]["resources"] = {
         "limits": {"nvidia.com/gpu": "0.5"}
     }
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "u-wf",
-            "kind": {"group": "argoproj.io", "version": "v1alpha1", "kind": "Workflow"},
-            "resource": {"group": "argoproj.io", "version": "v1alpha1", "resource": "workflows"},
-            "namespace": "team-a",
-            "operation": "CREATE",
-            "object": workflow,
-            "userInfo": {"username": "tenant"},
-        },
-    }
+    review = patching.review(workflow, kind="Workflow", namespace="team-a")
     reply = post(client, "/validate", json.dumps(review))
     assert reply.status_code == 200
     assert long_runs == [1]
-    assert reply.get_json()["response"]["uid"] == "u-wf"
+    assert reply.get_json()["response"]["uid"] == review["request"]["uid"]
     assert reply.get_json()["response"]["allowed"] is False
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 import webhook
+from tests.patching import review
 from tests.serving import fixture_bytes
 from webhook.admission.engine import TooMuchWork
 from webhook.server.app import INLINE_LIMITS, _decide_body, _is_long
@@ -202,19 +203,9 @@ def _workflow(templates: int, inherited: Callable[[int], tuple[str, Any]], n: in
 
 
 def _workflow_review(new: dict, old: dict | None = None) -> bytes:
-    request = {
-        "uid": "u",
-        "kind": {"group": "argoproj.io", "version": "v1alpha1", "kind": "Workflow"},
-        "resource": {"group": "argoproj.io", "version": "v1alpha1", "resource": "workflows"},
-        "namespace": "team-a",
-        "operation": "CREATE" if old is None else "UPDATE",
-        "object": new,
-        "userInfo": {"username": "tenant"},
-    }
-    if old is not None:
-        request["oldObject"] = old
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    return json.dumps(review, separators=(",", ":")).encode()
+    operation = "CREATE" if old is None else "UPDATE"
+    built = review(new, kind="Workflow", namespace="team-a", operation=operation, old=old)
+    return json.dumps(built, separators=(",", ":")).encode()
 
 
 def _workflow_body(
@@ -269,14 +260,14 @@ def test_no_workflow_kept_inline_costs_much_more_than_the_container_flood(
 
 
 def test_a_workflow_whose_templates_inherit_too_much_is_not_judged_inline() -> None:
-    """995 templates inheriting 990 host path volumes: a million (template, volume) pairs
+    """980 templates inheriting 980 host path volumes: a million (template, volume) pairs
     in 44 KB, which took half a minute to judge inline."""
     workflow = {
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "Workflow",
         "spec": {
-            "volumes": [{"hostPath": {"path": "/d"}}] * 990,
-            "templates": [{"container": {}}] * 995,
+            "volumes": [{"hostPath": {"path": "/d"}}] * 980,
+            "templates": [{"container": {}}] * 980,
         },
     }
     body = _workflow_review(workflow)
@@ -286,9 +277,9 @@ def test_a_workflow_whose_templates_inherit_too_much_is_not_judged_inline() -> N
 
 
 def test_a_workflow_of_a_thousand_templates_is_not_judged_inline() -> None:
-    """A template costs four times what an empty container does: 990 of them, in 31 KB,
+    """A template costs four times what an empty container does: 980 of them, in 31 KB,
     took 34 ms to judge inline."""
-    workflow = _workflow(990, INHERITED["tolerations"], 0)
+    workflow = _workflow(980, INHERITED["tolerations"], 0)
     del workflow["spec"]["tolerations"]
     body = _workflow_review(workflow)
     assert len(body) < LONG_BODY_BYTES and not _is_long(body)
@@ -310,21 +301,8 @@ def _trainjob(overrides: int, names: int) -> bytes:
             "podSpecOverrides": [{}] * overrides,
         },
     }
-    request = {
-        "uid": "u",
-        "kind": {"group": "trainer.kubeflow.org", "version": "v1alpha1", "kind": "TrainJob"},
-        "resource": {
-            "group": "trainer.kubeflow.org",
-            "version": "v1alpha1",
-            "resource": "trainjobs",
-        },
-        "namespace": "team-a",
-        "operation": "CREATE",
-        "object": job,
-        "userInfo": {"username": "tenant"},
-    }
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    return json.dumps(review, separators=(",", ":")).encode()
+    built = review(job, kind="TrainJob", namespace="team-a")
+    return json.dumps(built, separators=(",", ":")).encode()
 
 
 @pytest.mark.parametrize("names", [1, 10, 100, 1000])
