@@ -7,10 +7,13 @@ containers are warned about, GPU device host paths are audited, fractional GPUs 
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import logging
 import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -552,41 +555,58 @@ def test_a_body_that_cannot_be_read_is_the_clients_error(
     assert ("INFO" in levels) is logged
 
 
-def test_the_decision_line_is_the_one_the_formatter_writes(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    from webhook.server.logs import DECISION_LOGGER, configure_logging, log_decision
-
-    request = {
+DECISION = dict(
+    endpoint="validate",
+    request={
         "uid": "u1",
         "kind": {"kind": "Pod"},
         "namespace": "ml",
-        "name": "p",
+        "name": "p\u00e9\n",  # non-ASCII and a newline: still one line, as UTF-8
         "operation": "CREATE",
         "dryRun": True,
-    }
-    arguments = dict(
-        endpoint="validate",
-        request=request,
-        allowed=False,
-        violations=[("privileged", "Enforce")],
-        mutation="none",
-        duration_ms=0.1234,
-    )
-    logger = logging.getLogger(DECISION_LOGGER)
+    },
+    allowed=False,
+    violations=[("privileged", "Enforce")],
+    mutation="none",
+    duration_ms=0.1234,
+)
+
+
+@contextlib.contextmanager
+def json_logging(stream: Any) -> Iterator[None]:
+    """The server's logging configuration, writing to ``stream``, for the duration."""
+    from webhook.server.logs import configure_logging
+
     root = logging.getLogger("webhook")
     saved = (list(root.handlers), root.propagate, root.level)
-    stream = io.StringIO()
     configure_logging(stream=stream)
     try:
-        log_decision(logger, **arguments)
+        yield
     finally:
         root.handlers[:], root.propagate = saved[0], saved[1]
         root.setLevel(saved[2])
-    (direct,) = [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+@pytest.mark.parametrize("to_file", [False, True], ids=["stream", "file descriptor"])
+def test_the_decision_line_is_the_one_the_formatter_writes(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path, to_file: bool
+) -> None:
+    from webhook.server.logs import DECISION_LOGGER, log_decision
+
+    logger = logging.getLogger(DECISION_LOGGER)
+    # A file: the line is written to its descriptor; a stream without one: through it.
+    with open(tmp_path / "log", "w+", encoding="utf-8") if to_file else io.StringIO() as stream:
+        with json_logging(stream):
+            log_decision(logger, **DECISION)
+            log_decision(logger, **DECISION)
+        stream.seek(0)
+        lines = stream.read().splitlines()
+    first, second = (json.loads(line) for line in lines)
+    assert first.pop("time") and second.pop("time") and first == second
+    direct = json.loads(lines[0])
     # Unconfigured (here: pytest's handler on the root logger), it goes through logging.
     with caplog.at_level(logging.INFO, logger=DECISION_LOGGER):
-        log_decision(logger, **arguments)
+        log_decision(logger, **DECISION)
     (record,) = [r for r in caplog.records if r.name == DECISION_LOGGER]
     formatted = json.loads(JsonFormatter().format(record))
     assert direct.keys() == formatted.keys()
@@ -594,6 +614,33 @@ def test_the_decision_line_is_the_one_the_formatter_writes(
         k: v for k, v in formatted.items() if k != "time"
     }
     assert direct["verdict"] == "denied" and direct["dry_run"] is True
+    assert direct["name"] == "p\u00e9\n" and direct["duration_ms"] == 0.123
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", direct["time"])
+
+
+def test_a_descriptor_that_refuses_the_decision_line_does_not_fail_the_request(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from webhook.server.logs import DECISION_LOGGER, log_decision
+
+    # A pipe whose reader is stuck, set non-blocking (as another process sharing it may do).
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    os.set_blocking(read_end, False)
+    try:
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                os.write(write_end, b"x" * 65536)
+        with open(write_end, "w", closefd=False) as stream, json_logging(stream):
+            log_decision(logging.getLogger(DECISION_LOGGER), **DECISION)  # does not raise
+            # Handed to logging, which reports what it could not write and goes on.
+            assert "Logging error" in capsys.readouterr().err
+            with contextlib.suppress(BlockingIOError):
+                while os.read(read_end, 65536):
+                    pass
+    finally:
+        os.close(read_end)
+        os.close(write_end)
 
 
 def test_a_long_review_whose_decision_was_lost_is_503_and_a_warning(

@@ -11,6 +11,7 @@ import base64
 import http.client
 import json
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -44,6 +45,7 @@ from tests.serving import (
 from webhook import parse_policy
 from webhook.certs.pki import GeneratedCertificates
 from webhook.server.app import MAX_BODY_BYTES
+from webhook.server.gunicorn import METRICS_FLUSH_SECONDS
 
 GPU_POD = fixture_bytes("admission-review-gpu-pod.json")
 FRACTIONAL = fixture_bytes("admission-review-fractional-gpu.json")
@@ -75,6 +77,11 @@ def server(
         log_path=directory / "server.log",
     ) as running:
         yield running
+
+
+def settle_metrics() -> None:
+    """Wait until every worker has added what earlier tests' requests counted."""
+    time.sleep(METRICS_FLUSH_SECONDS * 1.5)
 
 
 def admission(reply_body: bytes) -> dict:
@@ -250,6 +257,7 @@ def test_garbage_on_the_wire_is_no_server_error(server: Server, pki: GeneratedCe
 
 
 def test_metrics_counters_move_across_workers(server: Server) -> None:
+    settle_metrics()
     before = server.metrics()
     for _ in range(4):  # new connections, so both workers are likely to answer some
         server_conn = server.connection()
@@ -258,18 +266,90 @@ def test_metrics_counters_move_across_workers(server: Server) -> None:
             post_json(server_conn, "/mutate", GPU_POD)
         finally:
             server_conn.close()
-    after = server.metrics()
+    expected = {
+        ("gpu_admission_requests_total", (("endpoint", "validate"), ("verdict", "denied"))): 4,
+        ("gpu_admission_requests_total", (("endpoint", "mutate"), ("verdict", "allowed"))): 4,
+        ("gpu_admission_violations_total", (("mode", "Enforce"), ("rule", "gpu-quantity"))): 4,
+        ("gpu_admission_mutations_total", (("outcome", "applied"),)): 4,
+        ("gpu_admission_decision_seconds_count", ()): 8,
+    }
 
-    def delta(name: str, **labels: str) -> float:
-        return metric_value(after, name, **labels) - metric_value(before, name, **labels)
+    def counted() -> str | None:
+        # A worker adds its requests to the shared metrics within a second (and the one
+        # answering the scrape, at once).
+        after = server.metrics()
+        deltas = {
+            (name, labels): metric_value(after, name, **dict(labels))
+            - metric_value(before, name, **dict(labels))
+            for name, labels in expected
+        }
+        return after if deltas == expected else None
 
-    assert delta("gpu_admission_requests_total", endpoint="validate", verdict="denied") == 4
-    assert delta("gpu_admission_requests_total", endpoint="mutate", verdict="allowed") == 4
-    assert delta("gpu_admission_violations_total", rule="gpu-quantity", mode="Enforce") == 4
-    assert delta("gpu_admission_mutations_total", outcome="applied") == 4
-    assert delta("gpu_admission_decision_seconds_count") == 8
+    after = wait_until(counted, timeout=5, what="every request counted")
     expiry = metric_value(after, "gpu_admission_certificate_expiry_timestamp_seconds")
     assert expiry == pytest.approx(time.time() + 365 * 86400, abs=86400)
+
+
+def test_requests_counted_by_a_replaced_worker_are_not_lost(
+    tmp_path: Path, pki: GeneratedCertificates
+) -> None:
+    with Server(
+        policy=write_policy(tmp_path),
+        cert=pki.tls_cert,
+        key=pki.tls_key,
+        ca=pki.ca_cert,
+        log_path=tmp_path / "server.log",
+        workers=1,
+    ) as server:
+        (old_worker,) = server.worker_pids()
+        conn = server.connection()
+        try:
+            for _ in range(5):
+                assert post_json(conn, "/validate", GPU_POD).status == 200
+        finally:
+            conn.close()
+        # At once, well inside the worker's one-second flush: gunicorn replaces its workers
+        # on SIGHUP, stopping the old one gracefully.
+        assert server.process is not None
+        os.kill(server.process.pid, signal.SIGHUP)
+
+        def new_worker() -> set[str] | None:
+            try:  # the old worker may take the connection and close it, stopping
+                return server.worker_pids() - {old_worker}
+            except (OSError, http.client.HTTPException):
+                return None
+
+        wait_until(new_worker, timeout=15, what="a new worker")
+        wait_until(
+            lambda: (
+                f"Worker exiting (pid: {old_worker})"
+                in {r.get("message") for r in server.log_records()}
+            ),
+            timeout=15,
+            what="the old worker gone",
+        )
+        counted = metric_value(server.metrics(), "gpu_admission_requests_total")
+        assert counted == 5
+
+
+def test_the_worker_exit_hook_flushes_the_workers_metrics(tmp_path: Path) -> None:
+    from webhook.server.gunicorn import AdmissionServer
+    from webhook.server.settings import resolve_settings
+
+    settings = resolve_settings({"insecure": True, "policy": write_policy(tmp_path)}, {})
+    server = AdmissionServer(settings, metrics_dir=str(tmp_path), owns_metrics_dir=False)
+    hook = server.cfg.worker_exit
+    hook(None, None)  # in the arbiter, for a worker already gone: nothing to flush
+
+    class Counted:
+        flushed = 0
+
+        def flush(self) -> None:
+            self.flushed += 1
+
+    server._metrics = counted = Counted()  # as load() leaves it in a worker
+    hook(None, None)
+    assert counted.flushed == 1
 
 
 # --------------------------------------------------------------------------- policy
@@ -571,8 +651,12 @@ def test_settings_from_the_environment_and_record_mode(
             conn.close()
         assert "patch" not in response
         assert "tolerations" in response["auditAnnotations"]["would-patch"]
-        text = server.metrics()
-        assert metric_value(text, "gpu_admission_mutations_total", outcome="recorded") == 1
+        name = "gpu_admission_mutations_total"
+        wait_until(
+            lambda: metric_value(server.metrics(), name, outcome="recorded") == 1,
+            timeout=5,
+            what="the recorded patch counted",
+        )
 
 
 def test_insecure_serves_plain_http_with_a_loud_warning(tmp_path: Path) -> None:

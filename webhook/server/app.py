@@ -32,7 +32,7 @@ from webhook.admission.response import compact_json
 from webhook.policy.model import Policy
 from webhook.server.child import ChildDecisionLost
 from webhook.server.logs import APP_LOGGER, DECISION_LOGGER, log_decision
-from webhook.server.metrics import ENDPOINTS, MUTATIONS, VERDICTS, Metrics
+from webhook.server.metrics import Metrics
 from webhook.server.settings import (
     INLINE_JUDGED_ITEMS,
     INLINE_TEMPLATES,
@@ -279,16 +279,6 @@ def create_app(
     metrics = metrics if metrics is not None else Metrics()
     checks = tuple(readiness_checks)
     decision_log = logging.getLogger(DECISION_LOGGER)
-    # Children resolved once: ``labels()`` takes a lock and builds a key on every call.
-    requests_counter = {
-        (endpoint, verdict): metrics.requests.labels(endpoint, verdict)
-        for endpoint in ENDPOINTS
-        for verdict in VERDICTS
-    }
-    decision_seconds = {
-        endpoint: metrics.decision_seconds.labels(endpoint) for endpoint in ENDPOINTS
-    }
-    mutations_counter = {outcome: metrics.mutations.labels(outcome) for outcome in MUTATIONS}
 
     # The record-mode copy of the policy in force, made once per policy rather than per request.
     recording: list[tuple[Policy, Policy]] = []
@@ -323,17 +313,17 @@ def create_app(
                     # off the event loop.
                     outcome = run_long(lambda: _decide_body(body, policy, problem, mutate))
         except _Refused as refused:
-            requests_counter[endpoint, refused.verdict].inc()
+            metrics.answered(endpoint, refused.verdict)
             return _json_response(refused.status, {"error": refused.message})
         except RequestError as exc:
-            requests_counter[endpoint, "invalid"].inc()
+            metrics.answered(endpoint, "invalid")
             return _json_response(400, {"error": str(exc)})
         except ChildDecisionLost as exc:
-            requests_counter[endpoint, "unavailable"].inc()
+            metrics.answered(endpoint, "unavailable")
             log.warning("long review not decided", extra={"fields": {"reason": str(exc)}})
             return _json_response(503, {"error": f"review not decided: {exc}"})
         except _DecisionFailed as failed:
-            requests_counter[endpoint, "error"].inc()
+            metrics.answered(endpoint, "error")
             fields = {"uid": failed.uid, "error": failed.error, "traceback": failed.stack}
             log.error("admission decision failed", extra={"fields": fields})
             return _json_response(500, {"error": "internal error while deciding the review"})
@@ -341,15 +331,15 @@ def create_app(
         return Response(outcome.body, status=200, mimetype=JSON)
 
     def account(endpoint: str, outcome: _Outcome, elapsed: float) -> None:
-        requests_counter[endpoint, "allowed" if outcome.allowed else "denied"].inc()
-        decision_seconds[endpoint].observe(elapsed)
         # The API server calls both webhooks for one object: violations are counted once,
         # from /validate, and mutations from /mutate.
-        if endpoint == "validate":
-            for rule, mode in outcome.violations:
-                metrics.violations.labels(rule, mode).inc()
-        if outcome.mutation != "none":
-            mutations_counter[outcome.mutation].inc()
+        metrics.answered(
+            endpoint,
+            "allowed" if outcome.allowed else "denied",
+            elapsed,
+            outcome.violations if endpoint == "validate" else (),
+            outcome.mutation,
+        )
         log_decision(
             decision_log,
             endpoint=endpoint,

@@ -19,6 +19,10 @@ Drain on SIGTERM
     begins: workers accept no new connection and finish their in-flight requests within
     ``GRACEFUL_TIMEOUT``.
     A second SIGTERM, or SIGINT/SIGQUIT, ends the drain at once.
+
+Metrics
+    Each worker adds what its requests counted to the shared metrics files every
+    ``METRICS_FLUSH_SECONDS`` and when it exits (``webhook.server.metrics``).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from webhook.server.child import run_in_child
 from webhook.server.logs import SERVER_LOGGER, GunicornJsonLogger, configure_logging
 from webhook.server.settings import ServeSettings, SettingsError
 from webhook.server.tls import CertificateReloader, build_server_context
+from webhook.server.watch import every
 from webhook.server.worker import AdmissionWorker, Deadlines
 
 # Nothing that imports prometheus_client is imported here at module level: it picks its
@@ -59,6 +64,8 @@ log = logging.getLogger(SERVER_LOGGER)
 # this long after the drain has been given up by its caller. 15 s of drain plus this fits
 # the manifests' terminationGracePeriodSeconds of 40.
 GRACEFUL_TIMEOUT = 20
+# How late a scrape may see another worker's requests: well inside any scrape interval.
+METRICS_FLUSH_SECONDS = 1.0
 
 
 # --------------------------------------------------------------------------- drain
@@ -158,6 +165,7 @@ class AdmissionServer(BaseApplication):
             "accesslog": None,
             "control_socket_disable": True,
             "child_exit": self._child_exit,
+            "worker_exit": self._worker_exit,
             "pre_request": self._pre_request,
             "on_exit": self._on_exit,
         }
@@ -177,8 +185,15 @@ class AdmissionServer(BaseApplication):
         from webhook.server.store import PolicyStore
 
         configure_logging()
-        self._metrics = Metrics(multiprocess_dir=self._metrics_dir)
-        store = PolicyStore(self._settings.policy, metrics=self._metrics)
+        metrics = self._metrics = Metrics(multiprocess_dir=self._metrics_dir)
+        every(
+            METRICS_FLUSH_SECONDS,
+            metrics.flush,
+            name="metrics-flush",
+            log=log,
+            failure="writing the metrics failed",
+        )
+        store = PolicyStore(self._settings.policy, metrics=metrics)
         store.watch()
         checks = [self._draining]
         if self._tls is not None:
@@ -188,7 +203,7 @@ class AdmissionServer(BaseApplication):
         return create_app(
             store,
             mutation_enabled=self._settings.mutation == "apply",
-            metrics=self._metrics,
+            metrics=metrics,
             readiness_checks=checks,
             run_long=run_in_child,
         )
@@ -217,6 +232,12 @@ class AdmissionServer(BaseApplication):
         from webhook.server.metrics import mark_process_dead
 
         mark_process_dead(worker.pid, self._metrics_dir)
+
+    def _worker_exit(self, server: Any, worker: Any) -> None:
+        # In the exiting worker, what it counted since its last flush; gunicorn also calls
+        # this in the arbiter for a worker that was already gone, which has nothing to add.
+        if self._metrics is not None:
+            self._metrics.flush()
 
     def _on_exit(self, server: Any) -> None:
         if self._owns_metrics_dir:
