@@ -8,8 +8,8 @@ server sets that variable before anything imports this module.
 Without a multiprocess directory (tests, one process), each :class:`Metrics` keeps its own
 registry, so two apps in one process never share counters.
 
-What the request path counts (requests, decision times, violations, mutations) is queued in
-the process and added to the metrics by :meth:`Metrics.flush`: the server flushes each
+What the request path counts (requests, decision times, violations, mutations) is added up
+in the process and written to the metrics by :meth:`Metrics.flush`: the server flushes each
 worker every second, before its own ``/metrics`` answer and when it exits. Writing a sample
 to its file takes a lock, a pid check and a packed write; three of them per request cost as
 much as a sixth of a typical decision. A scrape therefore sees another worker's requests up
@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
-from collections import Counter as Tally
-from collections import deque
 from datetime import datetime
 
+from gevent import monkey
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -46,8 +45,6 @@ ENDPOINTS = ("validate", "mutate")
 VERDICTS = ("allowed", "denied", "invalid", "unavailable", "error")
 # What /mutate did with a patch: returned it, or only recorded it in an audit annotation.
 MUTATIONS = ("applied", "recorded")
-# Requests queued before a flush that nobody scheduled: memory stays bounded without one.
-FLUSH_AT = 4096
 
 
 class Metrics:
@@ -125,9 +122,16 @@ class Metrics:
         for outcome in MUTATIONS:
             self.mutations.labels(outcome)
         self._policy_sha256: str | None = None
-        # (endpoint, verdict, seconds or None, violations, mutation or "none") per request;
-        # a deque, so that a flush in another thread takes exactly what it counts.
-        self._answered: deque[tuple[str, str, float | None, tuple, str]] = deque()
+        # What requests counted since the last flush, added up as they come: a flush then
+        # costs a few writes, not a pass over every request, which would hold the event loop.
+        self._requests: dict[tuple[str, str], int] = {}
+        self._violations: dict[tuple[str, str], int] = {}
+        self._mutations: dict[str, int] = {}
+        # endpoint -> [sum of seconds, observations per bucket of DECISION_BUCKETS and +Inf]
+        self._seconds: dict[str, list] = {}
+        # A lock of the operating system even in a gevent worker (whose threading locks are
+        # greenlet locks, ten times dearer): nothing inside it can switch greenlets.
+        self._pending_lock = monkey.get_original("_thread", "allocate_lock")()
 
     def answered(
         self,
@@ -140,46 +144,43 @@ class Metrics:
         """Count a request answered with ``verdict``; a decision also has its ``seconds``, its
         violations as (rule, mode) pairs and what it did with a patch (see MUTATIONS). Taken
         into the metrics at the next :meth:`flush`."""
-        answered = self._answered
-        answered.append((endpoint, verdict, seconds, violations, mutation))
-        if len(answered) >= FLUSH_AT:
-            self.flush()
+        with self._pending_lock:
+            requests = self._requests
+            requests[endpoint, verdict] = requests.get((endpoint, verdict), 0) + 1
+            if seconds is not None:
+                observed = self._seconds.get(endpoint)
+                if observed is None:
+                    observed = self._seconds[endpoint] = [0.0, [0] * (len(DECISION_BUCKETS) + 1)]
+                observed[0] += seconds
+                # The first bucket whose bound is at least the time, as Histogram.observe.
+                observed[1][bisect_left(DECISION_BUCKETS, seconds)] += 1
+            if violations:
+                pending = self._violations
+                for pair in violations:
+                    pending[pair] = pending.get(pair, 0) + 1
+            if mutation != "none":
+                self._mutations[mutation] = self._mutations.get(mutation, 0) + 1
 
     def flush(self) -> None:
         """Add every request counted since the last flush to the metrics."""
-        answered = self._answered
-        if not answered:
-            return
-        requests: Tally[tuple[str, str]] = Tally()
-        violations: Tally[tuple[str, str]] = Tally()
-        mutations: Tally[str] = Tally()
-        seconds_sum: dict[str, float] = {}
-        # endpoint -> observations per bucket of DECISION_BUCKETS, and past the last (+Inf)
-        seconds_buckets: dict[str, list[int]] = {}
-        for _ in range(len(answered)):
-            endpoint, verdict, seconds, found, mutation = answered.popleft()
-            requests[endpoint, verdict] += 1
-            if seconds is not None:
-                seconds_sum[endpoint] = seconds_sum.get(endpoint, 0.0) + seconds
-                buckets = seconds_buckets.get(endpoint)
-                if buckets is None:
-                    buckets = seconds_buckets[endpoint] = [0] * (len(DECISION_BUCKETS) + 1)
-                # The first bucket whose bound is at least the time, as Histogram.observe.
-                buckets[bisect_left(DECISION_BUCKETS, seconds)] += 1
-            violations.update(found)
-            if mutation != "none":
-                mutations[mutation] += 1
+        with self._pending_lock:
+            if not self._requests:
+                return
+            requests, self._requests = self._requests, {}
+            violations, self._violations = self._violations, {}
+            mutations, self._mutations = self._mutations, {}
+            seconds, self._seconds = self._seconds, {}
         for (endpoint, verdict), count in requests.items():
             self.requests.labels(endpoint, verdict).inc(count)
         for (rule, mode), count in violations.items():
             self.violations.labels(rule, mode).inc(count)
         for outcome, count in mutations.items():
             self.mutations.labels(outcome).inc(count)
-        for endpoint, buckets in seconds_buckets.items():
+        for endpoint, (total, buckets) in seconds.items():
             # Many observations at once, written as Histogram.observe writes one: to its sum
             # and to the bucket it falls in (the exposition accumulates the buckets).
             child = self.decision_seconds.labels(endpoint)
-            child._sum.inc(seconds_sum[endpoint])
+            child._sum.inc(total)
             for bucket, count in zip(child._buckets, buckets, strict=True):
                 if count:
                     bucket.inc(count)
