@@ -451,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--connections", type=int, default=8, help="wrk's connections")
     parser.add_argument("--clients", type=int, default=4, help="Python client processes")
-    parser.add_argument("--seconds", type=float, default=4.0, help="load per server per round")
+    parser.add_argument("--seconds", type=float, default=6.0, help="load per server per round")
     parser.add_argument(
         "--stalled", type=int, default=1000, help="stalled connections of each kind (0: skip)"
     )

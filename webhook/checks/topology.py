@@ -81,12 +81,11 @@ def _show(total: Quantity) -> int | str:
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     for name, total in effective_requests(view).items():
         spec = resource_spec(view, policy, name)
-        path = view.first_request_path(name)
-        shown = _show(total)
         if spec is not None and spec.max_per_pod is not None and total > spec.max_per_pod:
+            shown = _show(total)
             yield Violation(
                 rule=RULE,
-                path=path,
+                path=view.first_request_path(name),
                 value=shown,
                 message=f"the Pod requests {shown} {name} in all, above the policy's maximum "
                 f"of {spec.max_per_pod} per Pod",
@@ -98,9 +97,10 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             continue
         capacity = _node_capacity(view, policy, name)
         if capacity is not None and total > capacity[0]:
+            shown = _show(total)
             yield Violation(
                 rule=RULE,
-                path=path,
+                path=view.first_request_path(name),
                 value=shown,
                 message=f"the Pod requests {shown} {name} in all, but {capacity[1]} offers "
                 f"{capacity[0]}: a Pod must fit on one node",

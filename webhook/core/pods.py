@@ -24,6 +24,7 @@ VISIBILITY_ENV = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
 TOOLKIT_PREFIX = "NVIDIA_"
 CDI_DOMAIN = "cdi.k8s.io"
 Memoized = TypeVar("Memoized")
+_NOT_COMPUTED: Any = object()
 
 
 @dataclass(slots=True)
@@ -102,11 +103,11 @@ class PodView:
     def memo(self, compute: Callable[[PodView, Policy], Memoized], policy: Policy) -> Memoized:
         """``compute(self, policy)``, computed once per view: several checks read the same
         derived facts (the pool choice) and a view is built for one policy."""
-        try:
-            return self._memo[compute]
-        except KeyError:
-            value = self._memo[compute] = compute(self, policy)
-            return value
+        memo = self._memo
+        value = memo.get(compute, _NOT_COMPUTED)
+        if value is _NOT_COMPUTED:  # a lookup, not a KeyError: most memos are computed once
+            value = memo[compute] = compute(self, policy)
+        return value
 
     def field_path(self, name: str) -> str:
         """The path of a pod-level field, in the object it was written in."""
