@@ -13,6 +13,8 @@ import json
 import logging
 import os
 import re
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -589,16 +591,28 @@ def json_logging(stream: Any) -> Iterator[None]:
 
 @pytest.mark.parametrize("to_file", [False, True], ids=["stream", "file descriptor"])
 def test_the_decision_line_is_the_one_the_formatter_writes(
-    caplog: pytest.LogCaptureFixture, tmp_path: Path, to_file: bool
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    to_file: bool,
 ) -> None:
     from webhook.server.logs import DECISION_LOGGER, log_decision
 
     logger = logging.getLogger(DECISION_LOGGER)
     # A file: the line is written to its descriptor; a stream without one: through it.
+    writes: list[int] = []
+    real_write = os.write
+
+    def counted_write(fd: int, data: Any) -> int:
+        writes.append(fd)
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", counted_write)
     with open(tmp_path / "log", "w+", encoding="utf-8") if to_file else io.StringIO() as stream:
         with json_logging(stream):
             log_decision(logger, **DECISION)
             log_decision(logger, **DECISION)
+        assert writes == ([stream.fileno()] * 2 if to_file else [])
         stream.seek(0)
         lines = stream.read().splitlines()
     first, second = (json.loads(line) for line in lines)
@@ -618,29 +632,73 @@ def test_the_decision_line_is_the_one_the_formatter_writes(
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", direct["time"])
 
 
-def test_a_descriptor_that_refuses_the_decision_line_does_not_fail_the_request(
+def test_a_full_non_blocking_log_pipe_gets_the_decision_line_whole() -> None:
+    from webhook.server.logs import DECISION_LOGGER, log_decision
+
+    # A pipe another process set non-blocking, nearly full: the line does not fit at once.
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(write_end, b"x" * 63 + b"\n")
+    os.read(read_end, 4096)
+    many = dict(DECISION, violations=[("privileged", "Enforce")] * 400)  # about 10 KB
+    drained: list[bytes] = []
+
+    def reader() -> None:
+        time.sleep(0.3)  # while the writer waits for room
+        while chunk := os.read(read_end, 65536):
+            drained.append(chunk)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        with open(write_end, "w", closefd=False) as stream, json_logging(stream):
+            log_decision(logging.getLogger(DECISION_LOGGER), **many)
+    finally:
+        os.close(write_end)
+        thread.join(timeout=10)
+        os.close(read_end)
+    *junk, line, end = b"".join(drained).split(b"\n")
+    assert end == b"" and set(junk) == {b"x" * 63}
+    assert json.loads(line)["rules"] == ["privileged"] * 400
+
+
+def test_a_log_descriptor_whose_reader_is_gone_does_not_fail_the_request(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from webhook.server.logs import DECISION_LOGGER, log_decision
 
-    # A pipe whose reader is stuck, set non-blocking (as another process sharing it may do).
     read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    os.set_blocking(read_end, False)
+    os.close(read_end)  # every write now fails (EPIPE): not a byte of the line is written
+    stream = open(write_end, "w", closefd=False)  # noqa: SIM115 (closed below)
     try:
-        with contextlib.suppress(BlockingIOError):
-            while True:
-                os.write(write_end, b"x" * 65536)
-        with open(write_end, "w", closefd=False) as stream, json_logging(stream):
+        with json_logging(stream):
             log_decision(logging.getLogger(DECISION_LOGGER), **DECISION)  # does not raise
-            # Handed to logging, which reports what it could not write and goes on.
-            assert "Logging error" in capsys.readouterr().err
-            with contextlib.suppress(BlockingIOError):
-                while os.read(read_end, 65536):
-                    pass
+        # Handed to logging, which reports what it could not write and goes on.
+        assert "Logging error" in capsys.readouterr().err
     finally:
-        os.close(read_end)
+        with contextlib.suppress(BrokenPipeError):  # what logging left in the stream's buffer
+            stream.close()
         os.close(write_end)
+
+
+def test_identifying_fields_are_logged_short_and_as_strings(tmp_path: Path) -> None:
+    from webhook.server.logs import DECISION_LOGGER, IDENTIFIER_CHARS, log_decision
+
+    nested: Any = "deep"
+    for _ in range(1000):  # deeper than the standard library's encoder can go
+        nested = [nested]
+    request = dict(DECISION["request"], uid="u" * 20_000, name=nested, namespace=7)
+    with open(tmp_path / "log", "w+", encoding="utf-8") as stream:
+        with json_logging(stream):
+            log_decision(logging.getLogger(DECISION_LOGGER), **dict(DECISION, request=request))
+        stream.seek(0)
+        (line,) = stream.read().splitlines()
+    entry = json.loads(line)
+    assert entry["uid"] == "u" * IDENTIFIER_CHARS + "..."
+    assert entry["name"] is None and entry["namespace"] is None
+    assert len(line) < 4096  # PIPE_BUF: written to a pipe in one piece
 
 
 def test_a_long_review_whose_decision_was_lost_is_503_and_a_warning(

@@ -8,6 +8,7 @@ specs hold environment variables, and those hold secrets often enough.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -94,6 +95,11 @@ def _file_descriptor(stream: TextIO) -> int | None:
 # gevent worker that lock is a greenlet lock, which costs a sixth of a typical decision, and
 # no greenlet can run during a write anyway. The lock matters only to real threads.
 _DECISION_LINE_LOCK = monkey.get_original("_thread", "allocate_lock")()
+_select = monkey.get_original("select", "select")
+# How long one wait for a full non-blocking log pipe lasts before the write is tried again.
+DECISION_LINE_WAIT = 1.0
+# The longest uid, name, namespace, operation or kind logged (Kubernetes names: 253).
+IDENTIFIER_CHARS = 256
 
 
 def configure_logging(level: int | str = logging.INFO, stream: TextIO | None = None) -> None:
@@ -153,17 +159,18 @@ def log_decision(
         "level": "info",
         "logger": logger.name,
         "message": "admission decision",
-        "uid": request.get("uid"),
-        "kind": kind.get("kind") if isinstance(kind, dict) else None,
-        "namespace": request.get("namespace"),
-        "name": request.get("name"),
-        "operation": request.get("operation"),
+        "uid": _identifier(request.get("uid")),
+        "kind": _identifier(kind.get("kind")) if isinstance(kind, dict) else None,
+        "namespace": _identifier(request.get("namespace")),
+        "name": _identifier(request.get("name")),
+        "operation": _identifier(request.get("operation")),
         "endpoint": endpoint,
         "verdict": "allowed" if allowed else "denied",
         "rules": [rule for rule, _ in pairs] if pairs else [],
         "modes": [mode for _, mode in pairs] if pairs else [],
         "mutation": mutation,
-        "duration_ms": int(duration_ms * 1000) / 1000,  # round() costs 5 times as much
+        # Rounded to the microsecond; round() costs five times as much.
+        "duration_ms": int(duration_ms * 1000 + 0.5) / 1000,
         "dry_run": request.get("dryRun") is True,
     }
     handler = _json_handler(logger)
@@ -180,15 +187,45 @@ def log_decision(
             handler.stream.flush()
         return
     line = _json_line_bytes(entry)
-    try:
-        with _DECISION_LINE_LOCK:
-            # The stream is flushed after every record it writes: nothing of it is pending.
-            while line:
-                line = line[os.write(fd, line) :]
-    except OSError:
-        # A descriptor that refuses the line (closed, or a full pipe set non-blocking by
-        # another process): through logging, which reports its own errors and goes on.
+    with _DECISION_LINE_LOCK:
+        # The stream is flushed after every record it writes: nothing of it is pending.
+        written = _write_line(fd, line)
+    if not written:
+        # A descriptor that refused the whole line (closed, or a full pipe another process
+        # set non-blocking): through logging, which reports its own errors and goes on.
         _through_logging(logger, entry)
+
+
+def _identifier(value: object) -> str | None:
+    """A request's identifying field as logged: a string, clipped (the API server's are short,
+    a direct client's may be anything, and a line under PIPE_BUF reaches a pipe whole), or
+    None for what is not a string."""
+    if not isinstance(value, str):
+        return None
+    return value if len(value) <= IDENTIFIER_CHARS else value[:IDENTIFIER_CHARS] + "..."
+
+
+def _write_line(fd: int, line: bytes) -> bool:
+    """Write all of ``line`` to ``fd``; False when not a byte of it could be written. A line
+    once begun is finished, never left half-written for the next one to join: a descriptor
+    another process set non-blocking is waited for, as a blocking one would be (under the
+    operating system's select, so that no greenlet runs meanwhile)."""
+    view = memoryview(line)
+    started = False
+    while view:
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:
+            _select([], [fd], [], DECISION_LINE_WAIT)
+            continue
+        except OSError:
+            if started:  # the rest cannot be written (the reader is gone): end the line
+                with contextlib.suppress(OSError):
+                    os.write(fd, b"\n")
+            return started
+        started = True
+        view = view[written:]
+    return True
 
 
 def _through_logging(logger: logging.Logger, entry: dict[str, Any]) -> None:
