@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jsonpatch
 import pytest
@@ -69,14 +70,20 @@ def server(
     tmp_path_factory: pytest.TempPathFactory, pki: GeneratedCertificates
 ) -> Iterator[Server]:
     directory = tmp_path_factory.mktemp("server")
-    with Server(
+    with tls_server(directory, pki) as running:
+        yield running
+
+
+def tls_server(directory: Path, pki: GeneratedCertificates, **options: Any) -> Server:
+    """The server over TLS with the test policy written in ``directory``, logging there."""
+    return Server(
         policy=write_policy(directory),
         cert=pki.tls_cert,
         key=pki.tls_key,
         ca=pki.ca_cert,
         log_path=directory / "server.log",
-    ) as running:
-        yield running
+        **options,
+    )
 
 
 def settle_metrics() -> None:
@@ -293,14 +300,7 @@ def test_metrics_counters_move_across_workers(server: Server) -> None:
 def test_requests_counted_by_a_replaced_worker_are_not_lost(
     tmp_path: Path, pki: GeneratedCertificates
 ) -> None:
-    with Server(
-        policy=write_policy(tmp_path),
-        cert=pki.tls_cert,
-        key=pki.tls_key,
-        ca=pki.ca_cert,
-        log_path=tmp_path / "server.log",
-        workers=1,
-    ) as server:
+    with tls_server(tmp_path, pki, workers=1) as server:
         (old_worker,) = server.worker_pids()
         conn = server.connection()
         try:
@@ -535,12 +535,9 @@ def test_sigterm_drains_then_finishes_in_flight_requests(
 ) -> None:
     # Generous: the assertions below happen inside the drain, on a busy 2-core CI machine.
     drain = 6.0
-    server = Server(
-        policy=write_policy(tmp_path),
-        cert=pki.tls_cert,
-        key=pki.tls_key,
-        ca=pki.ca_cert,
-        log_path=tmp_path / "server.log",
+    server = tls_server(
+        tmp_path,
+        pki,
         drain_seconds=drain,
         # The slow request below outlasts the drain: its body must not hit its deadline.
         env={"GPU_ADMISSION_BODY_TIMEOUT": "60"},
@@ -628,12 +625,9 @@ def test_sigterm_drains_then_finishes_in_flight_requests(
 def test_settings_from_the_environment_and_record_mode(
     tmp_path: Path, pki: GeneratedCertificates
 ) -> None:
-    with Server(
-        policy=write_policy(tmp_path),
-        cert=pki.tls_cert,
-        key=pki.tls_key,
-        ca=pki.ca_cert,
-        log_path=tmp_path / "server.log",
+    with tls_server(
+        tmp_path,
+        pki,
         settings_in_env=True,
         env={"GPU_ADMISSION_MUTATION": "record"},
     ) as server:
