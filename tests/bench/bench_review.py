@@ -10,8 +10,8 @@
     each keeping one connection alive and posting in a loop (Python clients take a larger
     share of the cores, which narrows the gap). Bounded in time; the three targets take
     turns, five rounds; once with the typical fixture, once with the 13 KB Pod. Reported:
-    the median round's requests per second, p50 and p99 (over all rounds with Python
-    clients, the median round's with wrk), and the webhook's ratios to the bare stack.
+    the median round's requests per second, p50 and p99, and the webhook's ratios to the
+    bare stack: the median over rounds of the ratio to the bare round run just before.
 (c) The largest review the API server sends: an UPDATE of a 3 MiB Pod (two 3 MiB objects),
     over the wire.
 (d) Memory (RSS) of each worker after all of the above.
@@ -251,7 +251,7 @@ def load(
     clients: int,
     seconds: float,
 ) -> dict:
-    """Requests per second and latencies from ``clients`` processes for ``seconds``."""
+    """Requests per second, p50 and p99 from ``clients`` processes for ``seconds``."""
     started = time.monotonic()
     futures = [pool.submit(_client, port, str(ca), path, body, seconds) for _ in range(clients)]
     results = [future.result(timeout=seconds + 60) for future in futures]
@@ -259,7 +259,8 @@ def load(
     latencies = [t for r in results for t in r[0]]
     return {
         "rps": len(latencies) / elapsed,
-        "latencies": latencies,
+        "p50": percentile(latencies, 0.50),
+        "p99": percentile(latencies, 0.99),
         "errors": sum(r[1] for r in results),
     }
 
@@ -413,28 +414,32 @@ def bench_served(args: argparse.Namespace) -> None:
 
 
 def _print_comparison(rounds: dict[str, list[dict]]) -> None:
+    """Each target's median round, and the webhook's ratios to the bare stack: the median of
+    the ratios of rounds run back to back (round i of /validate against round i of bare), so
+    that the machine's drift between rounds (a shared machine's speed changes by more than
+    the margin within minutes) cancels instead of adding up."""
     summary = {}
     for name, results in rounds.items():
         summary[name] = {
             "rps": statistics.median(r["rps"] for r in results),
             "errors": sum(r["errors"] for r in results),
+            "p50": statistics.median(r["p50"] for r in results),
+            "p99": statistics.median(r["p99"] for r in results),
         }
-        if "latencies" in results[0]:
-            latencies = [t for r in results for t in r["latencies"]]
-            summary[name]["p50"] = percentile(latencies, 0.50)
-            summary[name]["p99"] = percentile(latencies, 0.99)
-        else:  # wrk reports percentiles per run
-            summary[name]["p50"] = statistics.median(r["p50"] for r in results)
-            summary[name]["p99"] = statistics.median(r["p99"] for r in results)
         s = summary[name]
         print(
             f"  {name:<9} {s['rps']:8.0f} req/s   p50 {s['p50'] * 1000:6.2f} ms   "
             f"p99 {s['p99'] * 1000:6.2f} ms   ({s['errors']} errors)"
         )
     for name in ("validate", "mutate"):
+        pairs = list(zip(rounds[name], rounds["bare"], strict=True))
+        throughput = [served["rps"] / bare["rps"] for served, bare in pairs]
+        p99 = [served["p99"] / bare["p99"] for served, bare in pairs]
         print(
-            f"  {name}/bare: throughput {summary[name]['rps'] / summary['bare']['rps']:.2f}, "
-            f"p99 {summary[name]['p99'] / summary['bare']['p99']:.2f}x"
+            f"  {name}/bare: throughput {statistics.median(throughput):.2f}, "
+            f"p99 {statistics.median(p99):.2f}x   (per round: throughput "
+            + " ".join(f"{ratio:.2f}" for ratio in throughput)
+            + ")"
         )
 
 
