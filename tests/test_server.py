@@ -41,12 +41,12 @@ from tests.serving import (
     post_json,
     read_all,
     request,
+    settle_metrics,
     wait_until,
 )
 from webhook import parse_policy
 from webhook.certs.pki import GeneratedCertificates
 from webhook.server.app import MAX_BODY_BYTES
-from webhook.server.gunicorn import METRICS_FLUSH_SECONDS
 
 GPU_POD = fixture_bytes("admission-review-gpu-pod.json")
 FRACTIONAL = fixture_bytes("admission-review-fractional-gpu.json")
@@ -84,11 +84,6 @@ def tls_server(directory: Path, pki: GeneratedCertificates, **options: Any) -> S
         log_path=directory / "server.log",
         **options,
     )
-
-
-def settle_metrics() -> None:
-    """Wait until every worker has added what earlier tests' requests counted."""
-    time.sleep(METRICS_FLUSH_SECONDS * 1.5)
 
 
 def admission(reply_body: bytes) -> dict:

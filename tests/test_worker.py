@@ -19,12 +19,12 @@ from tests.serving import (
     make_certificates,
     metric_value,
     post_json,
+    settle_metrics,
     wait_until,
 )
 from webhook.admission.engine import review
 from webhook.policy.load import parse_policy
 from webhook.server.child import ChildDecisionLost, run_in_child
-from webhook.server.gunicorn import METRICS_FLUSH_SECONDS
 from webhook.server.settings import Deadlines, SettingsError, resolve_settings
 
 GPU_POD = fixture_bytes("admission-review-gpu-pod.json")
@@ -180,7 +180,7 @@ def test_other_connections_are_answered_while_a_long_review_is_decided(server: S
 def test_a_body_slower_than_its_deadline_is_408_and_the_connection_closes(
     server: Server,
 ) -> None:
-    time.sleep(METRICS_FLUSH_SECONDS * 1.5)  # what earlier tests counted is all in
+    settle_metrics()  # what earlier tests counted is all in
     before = metric_value(server.metrics(), "gpu_admission_requests_total")
     conn = server.connection(timeout=10)
     try:
