@@ -277,6 +277,30 @@ class Server:
         """The workers that report a policy in force."""
         return metric_labels(self.metrics(), "gpu_admission_policy_info", "pid")
 
+    def connections_per_worker(self) -> dict[int, int]:
+        """The established TCP connections to the server's port that each worker process
+        holds (Linux: the workers' socket descriptors matched with /proc/net/tcp)."""
+        assert self.process is not None
+        arbiter = self.process.pid
+        workers = Path(f"/proc/{arbiter}/task/{arbiter}/children").read_text().split()
+        established = set()
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            if local_port == self.port and fields[3] == "01":  # 01: ESTABLISHED
+                established.add(f"socket:[{fields[9]}]")
+        counts = {}
+        for worker in workers:
+            descriptors = Path(f"/proc/{worker}/fd")
+            links = []
+            for fd in descriptors.iterdir():
+                try:
+                    links.append(os.readlink(fd))
+                except FileNotFoundError:
+                    continue  # closed while listed
+            counts[int(worker)] = sum(link in established for link in links)
+        return counts
+
     def wait_listening(self, *, timeout: float, expect_ready: bool) -> None:
         """Wait until /readyz answers (200 when ``expect_ready``, any status otherwise)."""
         deadline = time.monotonic() + timeout

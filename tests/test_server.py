@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import jsonpatch
@@ -320,6 +321,57 @@ def test_requests_counted_by_a_replaced_worker_are_not_lost(
         assert counted == 5
 
 
+def open_at_once(server: Server, count: int) -> list[http.client.HTTPSConnection]:
+    """``count`` keep-alive connections, opened together, each with one review answered."""
+    conns = [server.connection() for _ in range(count)]
+    answered = []
+
+    def review(conn: http.client.HTTPSConnection) -> None:
+        answered.append(post_json(conn, "/validate", GPU_POD).status)
+
+    threads = [threading.Thread(target=review, args=(conn,)) for conn in conns]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert answered == [200] * count
+    return conns
+
+
+def assert_shared_out_evenly(server: Server, count: int) -> None:
+    conns = open_at_once(server, count)
+    try:
+        wait_until(
+            lambda: sum(server.connections_per_worker().values()) == count,
+            timeout=5,
+            what="every connection established on a worker",
+        )
+        counts = sorted(server.connections_per_worker().values())
+        assert counts[-1] - counts[0] <= 2, counts
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def test_keep_alive_connections_are_shared_out_evenly_between_workers(
+    tmp_path: Path, pki: GeneratedCertificates
+) -> None:
+    """Without balancing, 8 connections opened at once went 8/0 or 7/1 as often as 4/4."""
+    with tls_server(tmp_path, pki, workers=2) as server:
+        assert_shared_out_evenly(server, 8)
+        # gunicorn replaces every worker on SIGHUP; the new ones take the freed slots.
+        old_workers = set(server.connections_per_worker())
+        assert server.process is not None
+        os.kill(server.process.pid, signal.SIGHUP)
+
+        def replaced() -> bool:
+            workers = set(server.connections_per_worker())
+            return len(workers) == 2 and not old_workers & workers
+
+        wait_until(replaced, timeout=15, what="the workers replaced")
+        assert_shared_out_evenly(server, 8)
+
+
 def test_the_worker_exit_hook_flushes_the_workers_metrics(tmp_path: Path) -> None:
     from webhook.server.gunicorn import AdmissionServer
     from webhook.server.settings import resolve_settings
@@ -327,7 +379,12 @@ def test_the_worker_exit_hook_flushes_the_workers_metrics(tmp_path: Path) -> Non
     settings = resolve_settings({"insecure": True, "policy": write_policy(tmp_path)}, {})
     server = AdmissionServer(settings, metrics_dir=str(tmp_path), owns_metrics_dir=False)
     hook = server.cfg.worker_exit
-    hook(None, None)  # in the arbiter, for a worker already gone: nothing to flush
+    gone = SimpleNamespace(connection_slot=server.connection_shares.claim(set()))
+    server.connection_shares.opened(gone.connection_slot)
+    # In the arbiter, for a worker already gone: nothing to flush, its slot freed (no other
+    # worker leaves it a connection any more).
+    hook(None, gone)
+    assert server.connection_shares.claim(set()) == gone.connection_slot
 
     class Counted:
         flushed = 0
@@ -336,7 +393,7 @@ def test_the_worker_exit_hook_flushes_the_workers_metrics(tmp_path: Path) -> Non
             self.flushed += 1
 
     server._metrics = counted = Counted()  # as load() leaves it in a worker
-    hook(None, None)
+    hook(None, gone)
     assert counted.flushed == 1
 
 

@@ -209,9 +209,9 @@ def test_a_body_slower_than_its_deadline_is_408_and_the_connection_closes(
 
 
 def test_the_gunicorn_internals_the_worker_builds_on_are_where_it_expects() -> None:
-    """The worker overrides GeventWorker.handle and init_process and calls into gunicorn;
+    """The worker overrides GeventWorker.handle, init_process and run and calls into gunicorn;
     an upgrade that moves any of this must fail here, not in a cluster."""
-    from gunicorn import util
+    from gunicorn import arbiter, sock, util
     from gunicorn.http.parser import Parser
     from gunicorn.workers import base, base_async, ggevent
 
@@ -220,18 +220,40 @@ def test_the_gunicorn_internals_the_worker_builds_on_are_where_it_expects() -> N
     own = {name for name in vars(AdmissionWorker) if not name.startswith("__")}
     inherited = set(dir(ggevent.GeventWorker))
     # What it replaces of gunicorn; its helpers' names are its own, clashing with nothing.
-    assert own & inherited == {"init_process", "handle"}
-    assert own - inherited == {"_serve", "_refuse", "_wait_for_request"}
+    assert own & inherited == {"init_process", "handle", "run"}
+    assert own - inherited == {"_serve", "_refuse", "_wait_for_request", "connection_slot"}
     assert list(inspect.signature(ggevent.GeventWorker.handle).parameters) == [
         "self",
         "listener",
         "client",
         "addr",
     ]
-    # gevent's server hands handle() the socket wrapped by the ssl_context hook's answer.
+    # run() is gunicorn's, with the balancing server (webhook.server.balance) in place of
+    # gevent's: the same server arguments, the same notify loop, the same graceful stop.
     run = inspect.getsource(ggevent.GeventWorker.run)
-    assert '{"ssl_context": ssl_context(self.cfg)}' in run
-    assert "hfun = partial(self.handle, s)" in run
+    for line in (
+        '{"ssl_context": ssl_context(self.cfg)}',
+        "pool = Pool(self.worker_connections)",
+        "hfun = partial(self.handle, s)",
+        "server = StreamServer(s, handle=hfun, spawn=pool, **ssl_args)",
+        "server.max_accept = 1",
+        "while self.alive:",
+        "self.notify()",
+        "server.close()",
+        "while time.time() - ts <= self.cfg.graceful_timeout:",
+        "server.pool.free_count() != server.pool.size",
+        "server.stop(timeout=1)",
+    ):
+        assert line in run, line
+    assert ggevent.ssl_context is sock.ssl_context
+    # The arbiter calls pre_fork before forking and child_exit (or worker_exit, for a worker
+    # already gone) after taking the worker out of WORKERS: a slot is never taken twice.
+    spawn = inspect.getsource(arbiter.Arbiter.spawn_worker)
+    assert spawn.index("self.cfg.pre_fork(self, worker)") < spawn.index("os.fork()")
+    reap = inspect.getsource(arbiter.Arbiter.reap_workers)
+    assert reap.index("self.WORKERS.pop(wpid, None)") < reap.index("self.cfg.child_exit(")
+    kill = inspect.getsource(arbiter.Arbiter.kill_worker)
+    assert kill.index("self.WORKERS.pop(pid)") < kill.index("self.cfg.worker_exit(self, worker)")
     # handle_request raises StopIteration when the connection must close.
     handle_request = inspect.getsource(base_async.AsyncWorker.handle_request)
     assert "raise StopIteration()" in handle_request

@@ -45,6 +45,7 @@ from flask import Flask
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 
+from webhook.server.balance import ConnectionShares
 from webhook.server.child import run_in_child
 from webhook.server.logs import SERVER_LOGGER, GunicornJsonLogger, configure_logging
 from webhook.server.settings import ServeSettings, SettingsError
@@ -129,7 +130,8 @@ class DrainingArbiter(Arbiter):
 class AdmissionServer(BaseApplication):
     """gunicorn configured in code: the worker, TLS, drain and metrics hooks.
 
-    ``deadlines`` is read by each worker (gunicorn hands a worker the application object)."""
+    ``deadlines`` and ``connection_shares`` are read by each worker (gunicorn hands a worker
+    the application object)."""
 
     def __init__(
         self, settings: ServeSettings, *, metrics_dir: str, owns_metrics_dir: bool
@@ -139,6 +141,8 @@ class AdmissionServer(BaseApplication):
         self._owns_metrics_dir = owns_metrics_dir
         self.deadlines: Deadlines = settings.deadlines
         self._drain = DrainFlag()
+        # Room for a full set of workers and their replacements starting while they stop.
+        self.connection_shares = ConnectionShares(2 * settings.workers)
         self._metrics: Metrics | None = None
         self._tls = (
             CertificateReloader(settings.cert, settings.key, on_load=self._certificate_loaded)
@@ -164,6 +168,7 @@ class AdmissionServer(BaseApplication):
             # One line per decision comes from the app; an access log would double it.
             "accesslog": None,
             "control_socket_disable": True,
+            "pre_fork": self._pre_fork,
             "child_exit": self._child_exit,
             "worker_exit": self._worker_exit,
             "pre_request": self._pre_request,
@@ -228,14 +233,21 @@ class AdmissionServer(BaseApplication):
             # Makes gunicorn answer with "Connection: close" and close after the response.
             req.must_close = True
 
+    def _pre_fork(self, server: Any, worker: Any) -> None:
+        taken = {w.connection_slot for w in server.WORKERS.values()}
+        worker.connection_slot = self.connection_shares.claim(taken)
+
     def _child_exit(self, server: Any, worker: Any) -> None:
         from webhook.server.metrics import mark_process_dead
 
+        self.connection_shares.release(worker.connection_slot)
         mark_process_dead(worker.pid, self._metrics_dir)
 
     def _worker_exit(self, server: Any, worker: Any) -> None:
         # In the exiting worker, what it counted since its last flush; gunicorn also calls
-        # this in the arbiter for a worker that was already gone, which has nothing to add.
+        # this in the arbiter for a worker that was already gone, which has nothing to add
+        # (and for which child_exit is not called: its slot is freed here).
+        self.connection_shares.release(worker.connection_slot)
         if self._metrics is not None:
             self._metrics.flush()
 

@@ -38,14 +38,18 @@ import errno
 import logging
 import ssl
 import time
+from functools import partial
 from typing import Any
 
 import gevent
 from gevent.lock import BoundedSemaphore
+from gevent.pool import Pool
 from gevent.socket import wait_read
 from gunicorn import http, util
+from gunicorn.sock import ssl_context
 from gunicorn.workers.ggevent import GeventWorker
 
+from webhook.server.balance import BalancedServer
 from webhook.server.connection import (
     ByteBudget,
     DeadlineBody,
@@ -72,6 +76,9 @@ SMALL_BODY_BUDGET = 32 * 1024 * 1024
 class AdmissionWorker(GeventWorker):
     """gunicorn's gevent worker with per-phase deadlines (see the module's docstring)."""
 
+    # Set by the arbiter before fork (AdmissionServer's pre_fork hook).
+    connection_slot: int | None = None
+
     def init_process(self) -> None:
         # gunicorn's Worker.handle_error writes the HTTP errors its parser detects through
         # util.write_error, as HTML; in this worker process they are written as JSON.
@@ -79,6 +86,42 @@ class AdmissionWorker(GeventWorker):
         self._large_bodies = BoundedSemaphore(LARGE_BODIES_AT_ONCE)
         self._small_bodies = ByteBudget(SMALL_BODY_BUDGET)
         super().init_process()
+
+    def run(self) -> None:
+        """Accept and serve until told to stop, then let open connections finish within the
+        graceful timeout. gunicorn's loop, with servers that leave new connections to a less
+        loaded worker (:mod:`webhook.server.balance`)."""
+        shares, slot = self.app.connection_shares, self.connection_slot
+        ssl_args = {"ssl_context": ssl_context(self.cfg)} if self.cfg.is_ssl else {}
+        servers = []
+        for listener in self.sockets:
+            listener.setblocking(1)
+            server = BalancedServer(
+                listener,
+                shares=shares,
+                slot=slot,
+                handle=partial(self.handle, listener),
+                spawn=Pool(self.worker_connections),
+                **ssl_args,
+            )
+            server.start()
+            servers.append(server)
+        while self.alive:
+            self.notify()
+            gevent.sleep(1.0)
+        # No longer accepting: the other workers stop leaving connections to this one.
+        shares.release(slot)
+        for server in servers:
+            server.close()
+        stop_at = time.monotonic() + self.cfg.graceful_timeout
+        while time.monotonic() < stop_at:
+            if all(server.pool.free_count() == server.pool.size for server in servers):
+                return
+            self.notify()
+            gevent.sleep(1.0)
+        log.warning("graceful timeout: closing the connections still open")
+        for server in servers:
+            server.stop(timeout=1)
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
         """Serve one connection: handshake, then requests until the client or a deadline
@@ -143,6 +186,7 @@ class AdmissionWorker(GeventWorker):
             self.handle_error(req, client, addr, exc)
         finally:
             util.close(client)
+            self.app.connection_shares.closed(self.connection_slot)
 
     def _serve(
         self, listener_name: Any, req: Any, client: Any, addr: Any, deadlines: Deadlines
