@@ -435,7 +435,11 @@ def _print_comparison(rounds: dict[str, list[dict]]) -> None:
         s = summary[name]
         print(
             f"  {name:<9} {s['rps']:8.0f} req/s   p50 {s['p50'] * 1000:6.2f} ms   "
-            f"p99 {s['p99'] * 1000:6.2f} ms   ({s['errors']} errors)"
+            f"p99 {s['p99'] * 1000:6.2f} ms   ({s['errors']} errors; rounds: "
+            + " ".join(f"{r['rps']:.0f}" for r in results)
+            + " req/s, p99 "
+            + " ".join(f"{r['p99'] * 1000:.1f}" for r in results)
+            + " ms)"
         )
     for name in ("validate", "mutate"):
         pairs = list(zip(rounds[name], rounds["bare"], strict=True))
