@@ -4,13 +4,24 @@ test's thread; nothing here is monkey-patched."""
 
 from __future__ import annotations
 
+import socket
+import ssl
+import struct
 import time
 
 import gevent
+import gevent.event
 import gevent.socket
 import pytest
 
-from webhook.server.balance import YIELD_SECONDS, BalancedServer, ConnectionShares
+from tests.serving import make_certificates
+from webhook.server.balance import (
+    TAKE_ALL_SECONDS,
+    YIELD_SECONDS,
+    YIELD_STEP_SECONDS,
+    BalancedServer,
+    ConnectionShares,
+)
 
 
 class Worker:
@@ -24,21 +35,33 @@ class Worker:
         slot: int | None,
         *,
         keep_open: bool = False,
+        **server_options: object,
     ) -> None:
         self.handled: list[float] = []
         self.held: list[gevent.socket.socket] = []
         self.slot = slot
         self.shares = shares
         self.keep_open = keep_open
-        self.server = BalancedServer(listener, shares=shares, slot=slot, handle=self._handle)
+        self.done = gevent.event.Event()
+        self.server = BalancedServer(
+            listener, shares=shares, slot=slot, handle=self._handle, **server_options
+        )
+        self.reads = 0
+        counted_read = self.server.do_read
+
+        def do_read() -> object:
+            self.reads += 1
+            return counted_read()
+
+        self.server.do_read = do_read
+        shares.join(slot)
 
     def _handle(self, client: gevent.socket.socket, _addr: object) -> None:
         self.handled.append(time.monotonic())
         if self.keep_open:
+            # A keep-alive connection: its handler runs until the client goes.
             self.held.append(client)
-            return
-        client.close()
-        self.shares.closed(self.slot)
+            self.done.wait()
 
 
 @pytest.fixture
@@ -98,16 +121,17 @@ def test_connections_opened_at_once_are_split_evenly(listener) -> None:
     finally:
         first.server.close()
         second.server.close()
-        for client in clients + first.held + second.held:
+        first.done.set()
+        second.done.set()
+        for client in clients:
             client.close()
 
 
-def test_a_worker_that_never_accepts_delays_a_connection_by_the_yield_time_only(
-    listener,
-) -> None:
+def test_a_worker_that_never_accepts_delays_connections_by_one_yield_time(listener) -> None:
     shares = ConnectionShares(4)
     serving = Worker(listener, shares, shares.claim(set()))
-    stuck_slot = shares.claim({serving.slot})  # a live worker that accepts nothing
+    stuck_slot = shares.claim({serving.slot})
+    shares.join(stuck_slot)  # accepting, as far as the counts say, but hung
     shares.opened(serving.slot)
     serving.server.start()
     try:
@@ -115,15 +139,67 @@ def test_a_worker_that_never_accepts_delays_a_connection_by_the_yield_time_only(
         wait_handled([serving], 1)
         waited = serving.handled[0] - opened
         assert YIELD_SECONDS * 0.9 <= waited < YIELD_SECONDS + 1.0
-        # The next connection starts a yield of its own, not one already used up.
+        # The pause is a timer, not a busy loop: a look every step, no more.
+        assert serving.reads <= YIELD_SECONDS / YIELD_STEP_SECONDS * 1.5 + 2
+        # Left waiting a whole window, the worker takes what comes without yielding for a
+        # while: a queue of connections is not delayed a window each.
+        opened = time.monotonic()
+        for _ in range(10):
+            connect(listener)
+        wait_handled([serving], 11)
+        assert serving.handled[-1] - opened < YIELD_SECONDS * 0.9
+        # Then it yields again.
+        gevent.sleep(TAKE_ALL_SECONDS)
         opened = connect(listener)
-        wait_handled([serving], 2)
-        assert serving.handled[1] - opened >= YIELD_SECONDS * 0.9
+        wait_handled([serving], 12)
+        assert serving.handled[-1] - opened >= YIELD_SECONDS * 0.9
         # A slot released (its worker stopped accepting or exited) is not yielded to.
         shares.release(stuck_slot)
+        gevent.sleep(TAKE_ALL_SECONDS)
         opened = connect(listener)
-        wait_handled([serving], 3)
-        assert serving.handled[2] - opened < YIELD_SECONDS * 0.9
+        wait_handled([serving], 13)
+        assert serving.handled[-1] - opened < YIELD_SECONDS * 0.9
+    finally:
+        serving.server.close()
+
+
+def test_a_booting_worker_is_left_no_connection(listener) -> None:
+    shares = ConnectionShares(4)
+    serving = Worker(listener, shares, shares.claim(set()))
+    shares.claim({serving.slot})  # forked, not accepting yet: never joins here
+    shares.opened(serving.slot)
+    serving.server.start()
+    try:
+        opened = connect(listener)
+        wait_handled([serving], 1)
+        assert serving.handled[0] - opened < YIELD_SECONDS * 0.9
+    finally:
+        serving.server.close()
+
+
+def test_a_connection_reset_before_its_tls_handshake_is_not_left_counted(
+    listener, tmp_path, capfd
+) -> None:
+    """gevent wraps a TLS connection before the handler runs; a reset then ends the
+    connection without the handler: its count goes all the same, and no traceback is
+    printed (gevent's own wrapper let the error escape its greenlet)."""
+    pki = make_certificates(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki.tls_cert, pki.tls_key)
+    shares = ConnectionShares(2)
+    serving = Worker(listener, shares, shares.claim(set()), ssl_context=context)
+    serving.server.start()
+    try:
+        for _ in range(20):
+            client = gevent.socket.create_connection(listener.getsockname(), timeout=5)
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()  # a reset, sent at once
+        gevent.sleep(0.2)
+        with gevent.Timeout(5):
+            while shares.count(serving.slot):
+                gevent.sleep(0.01)
+        assert shares.count(serving.slot) == 0
+        assert "Traceback" not in capfd.readouterr().err
     finally:
         serving.server.close()
 
@@ -134,6 +210,11 @@ def test_slots_are_claimed_once_and_counts_never_go_below_zero() -> None:
     second = shares.claim({first})
     assert {first, second} == {0, 1}
     assert shares.claim({first, second}) is None
+    # Claimed, not joined: no count, nothing yielded to it.
+    shares.opened(first)
+    assert shares.count(first) == -1
+    shares.join(first)
+    shares.join(second)
     shares.closed(first)
     assert shares.count(first) == 0
     shares.opened(first)
@@ -141,7 +222,11 @@ def test_slots_are_claimed_once_and_counts_never_go_below_zero() -> None:
     # A worker without a slot neither counts nor yields.
     shares.opened(None)
     shares.closed(None)
+    shares.join(None)
     assert not shares.should_yield(None)
     shares.release(second)
     assert not shares.should_yield(first)
-    assert shares.claim({first}) == second and shares.count(second) == 0
+    # A released slot stays out of the counts until its next worker joins it.
+    shares.opened(second)
+    assert shares.count(second) == -1
+    assert shares.claim({first}) == second and shares.count(second) == -1

@@ -246,6 +246,21 @@ def test_the_gunicorn_internals_the_worker_builds_on_are_where_it_expects() -> N
     ):
         assert line in run, line
     assert ggevent.ssl_context is sock.ssl_context
+    # What the balancing server builds on in gevent: a connection's close hook runs once,
+    # however its handler ends, and also when the handler cannot be started; the TLS
+    # wrapper is made in the handler's greenlet, from ssl_args.
+    from gevent import baseserver, server
+
+    assert "finally:\n        close(*args_tuple)" in inspect.getsource(
+        baseserver._handle_and_close_when_done
+    )
+    assert "close(*args)\n            raise" in inspect.getsource(baseserver.BaseServer.do_handle)
+    assert "self.wrap_socket(client_socket, **self.ssl_args)" in inspect.getsource(
+        server.StreamServer.wrap_socket_and_handle
+    )
+    assert "if self.full():" in inspect.getsource(baseserver.BaseServer._do_read)
+    for name in ("do_read", "do_close", "start_accepting", "stop_accepting", "started"):
+        assert hasattr(server.StreamServer, name), name
     # The arbiter calls pre_fork before forking and child_exit (or worker_exit, for a worker
     # already gone) after taking the worker out of WORKERS: a slot is never taken twice.
     spawn = inspect.getsource(arbiter.Arbiter.spawn_worker)

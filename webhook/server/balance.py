@@ -9,16 +9,20 @@ connections, so a lopsided split lasts: one worker's core serves them all, at up
 the server's capacity, with twice the queueing, while the other idles.
 
 Each worker therefore counts its open connections in anonymous shared memory mapped before
-fork (one slot per worker, assigned by the arbiter). A worker that holds more than the
-least loaded live worker leaves a waiting connection to the others: it stops accepting,
-looks again every :data:`YIELD_STEP_SECONDS`, and takes the connection itself if it is still
-waiting after :data:`YIELD_SECONDS` (a less loaded worker may be busy with a burst of
-handshakes for a few milliseconds), so a worker that is stuck delays a new connection by
-that much and no more.
+fork (one slot per worker, assigned by the arbiter, counted from when the worker starts
+accepting; a connection counts from its accept until gevent closes it, whatever ended it).
+A worker that holds more than the least loaded accepting worker leaves a waiting connection
+to the others: it stops accepting, looks again every :data:`YIELD_STEP_SECONDS`, and takes
+the connection itself if it is still waiting after :data:`YIELD_SECONDS` (a less loaded
+worker may be busy with a burst of handshakes for a few milliseconds). A connection left
+waiting that long means the others are not accepting (hung, or stopping): the worker then
+takes whatever arrives, without yielding, for :data:`TAKE_ALL_SECONDS`, so that a queue of
+connections is not delayed a window each.
 """
 
 from __future__ import annotations
 
+import logging
 import mmap
 import time
 from typing import Any
@@ -26,19 +30,25 @@ from typing import Any
 from gevent import monkey
 from gevent.server import StreamServer
 
+from webhook.server.logs import SERVER_LOGGER
+
+log = logging.getLogger(SERVER_LOGGER)
+
 # Longer than a worker takes to handshake a burst of a few connections; short next to the
 # handshake's own deadline.
 YIELD_SECONDS = 0.05
 YIELD_STEP_SECONDS = 0.002
+TAKE_ALL_SECONDS = 1.0
 _FREE = -1
 # A look at the listener that does not wait: the blocking original, not gevent's.
 _select = monkey.get_original("select", "select")
 
 
 class ConnectionShares:
-    """Open connections per worker slot (``-1``: no accepting worker holds the slot).
+    """Open connections per worker slot (``-1``: no worker is accepting in the slot).
 
-    The arbiter claims and releases slots; a worker writes only its own slot's count, and
+    The arbiter claims slots for workers it forks and releases those of workers that exited;
+    a worker joins its slot when it starts accepting, writes only its own slot's count, and
     reads the others' (an aligned 4-byte value is read and written whole)."""
 
     def __init__(self, slots: int) -> None:
@@ -49,12 +59,18 @@ class ConnectionShares:
 
     def claim(self, taken: set[int]) -> int | None:
         """A slot for a worker about to be forked (in the arbiter), none of ``taken``; None
-        when every slot is taken (that worker then accepts without yielding)."""
+        when every slot is taken (that worker then accepts without yielding). Nobody leaves
+        it a connection until the worker joins it: a worker boots for a second or more."""
         for slot in range(len(self._counts)):
             if slot not in taken:
-                self._counts[slot] = 0
+                self._counts[slot] = _FREE
                 return slot
         return None
+
+    def join(self, slot: int | None) -> None:
+        """The worker of ``slot`` starts accepting, with no connection yet."""
+        if slot is not None:
+            self._counts[slot] = 0
 
     def release(self, slot: int | None) -> None:
         """The slot of a worker that exited or stopped accepting."""
@@ -62,7 +78,7 @@ class ConnectionShares:
             self._counts[slot] = _FREE
 
     def opened(self, slot: int | None) -> None:
-        if slot is not None:
+        if slot is not None and self._counts[slot] >= 0:
             self._counts[slot] += 1
 
     def closed(self, slot: int | None) -> None:
@@ -90,26 +106,54 @@ class BalancedServer(StreamServer):
         super().__init__(listener, **kwargs)
         self._shares = shares
         self._slot = slot
-        self._resume = self.loop.timer(YIELD_STEP_SECONDS)
+        # Repeating, and stopped when it fires: a one-shot libev timer started again after it
+        # fired fires at once, which would make the pause a busy loop.
+        self._resume = self.loop.timer(YIELD_STEP_SECONDS, YIELD_STEP_SECONDS)
         # Until when the connection waiting now is left to the others; None: none is.
         self._yield_until: float | None = None
+        self._take_all_until = 0.0
 
     def do_read(self) -> Any:
-        if self._shares.should_yield(self._slot):
-            now = time.monotonic()
+        now = time.monotonic()
+        if now >= self._take_all_until and self._shares.should_yield(self._slot):
             if self._yield_until is None:
                 self._yield_until = now + YIELD_SECONDS
             if now < self._yield_until:
                 self.stop_accepting()
                 self._resume.start(self._accept_again)
                 return None
+            self._take_all_until = now + TAKE_ALL_SECONDS
         self._yield_until = None
         accepted = super().do_read()
         if accepted:
             self._shares.opened(self._slot)
         return accepted
 
+    def do_close(self, *args: Any) -> None:
+        # gevent calls this once for every accepted connection, when its handler returns or
+        # raises, and when the handler could not even be started (a connection reset before
+        # the TLS wrapper was made): the count cannot drift.
+        try:
+            super().do_close(*args)
+        finally:
+            self._shares.closed(self._slot)
+
+    def wrap_socket_and_handle(self, client_socket: Any, address: Any) -> Any:
+        # gevent's own lets an error of the TLS wrapper (a client that reset the connection
+        # before its handshake) escape the greenlet, which prints a traceback of thirty lines
+        # to stderr: any client could fill the log with them, a connection each.
+        try:
+            tls_socket = self.wrap_socket(client_socket, **self.ssl_args)
+        except OSError as exc:
+            log.debug("connection ended before its TLS handshake: %s", exc)
+            return None
+        try:
+            return self.handle(tls_socket, address)
+        finally:
+            tls_socket.close()
+
     def _accept_again(self) -> None:
+        self._resume.stop()
         if not self.started:
             return
         if not _select([self.socket], [], [], 0)[0]:

@@ -104,8 +104,11 @@ class AdmissionWorker(GeventWorker):
                 spawn=Pool(self.worker_connections),
                 **ssl_args,
             )
-            server.start()
             servers.append(server)
+        # Counted as accepting only now: the other workers leave nothing to a booting one.
+        shares.join(slot)
+        for server in servers:
+            server.start()
         while self.alive:
             self.notify()
             gevent.sleep(1.0)
@@ -186,7 +189,6 @@ class AdmissionWorker(GeventWorker):
             self.handle_error(req, client, addr, exc)
         finally:
             util.close(client)
-            self.app.connection_shares.closed(self.connection_slot)
 
     def _serve(
         self, listener_name: Any, req: Any, client: Any, addr: Any, deadlines: Deadlines
