@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import threading
@@ -123,6 +124,28 @@ def test_one_byte_tls_records_cannot_keep_the_worker_to_themselves(
             assert result["status"] == 408, result
             assert result["closed_after"] < BODY_FLOOR_SECONDS + 1.0 + 1.0, result
     no_worker_lost(server, pids)
+
+
+def test_connections_reset_before_their_handshake_leave_nothing_behind(server: Server) -> None:
+    """A reset before the TLS wrapper is made used to print a 30-line traceback from gevent
+    (any client could fill the log) and to stay counted as an open connection forever."""
+    before = len(server.log().splitlines())
+    for payload in (b"", b"\x16\x03\x01"):  # nothing, or the start of a ClientHello
+        for _ in range(20):
+            client = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            if payload:
+                client.sendall(payload)
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()
+    assert timed_review(server) < PROMPT_SECONDS
+    wait_until(
+        lambda: sum(server.connections_per_worker().values()) == 0,
+        timeout=5,
+        what="every reset connection gone",
+    )
+    added = server.log().splitlines()[before:]
+    assert all(line.startswith("{") for line in added), added[:40]
+    assert not any('"level":"error"' in line for line in added)
 
 
 def test_an_endless_head_is_refused_with_431_at_its_limit(server: Server) -> None:
