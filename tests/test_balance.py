@@ -4,6 +4,7 @@ test's thread; nothing here is monkey-patched."""
 
 from __future__ import annotations
 
+import errno
 import socket
 import ssl
 import struct
@@ -230,3 +231,27 @@ def test_slots_are_claimed_once_and_counts_never_go_below_zero() -> None:
     shares.opened(second)
     assert shares.count(second) == -1
     assert shares.claim({first}) == second and shares.count(second) == -1
+
+
+def test_a_tls_setup_failure_that_is_not_the_clients_is_logged_as_an_error(
+    listener, caplog
+) -> None:
+    shares = ConnectionShares(2)
+
+    def broken_context() -> ssl.SSLContext:
+        raise OSError(errno.EBADF, "bad file descriptor")
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.wrap_socket = lambda *args, **kwargs: broken_context()  # type: ignore[method-assign]
+    serving = Worker(listener, shares, shares.claim(set()), ssl_context=context)
+    serving.server.start()
+    try:
+        with caplog.at_level("DEBUG"):
+            connect(listener)
+            with gevent.Timeout(5):
+                while not any(r.levelname == "ERROR" for r in caplog.records):
+                    gevent.sleep(0.01)
+        assert not serving.handled
+        assert shares.count(serving.slot) == 0
+    finally:
+        serving.server.close()

@@ -22,8 +22,10 @@ connections is not delayed a window each.
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
+import ssl
 import time
 from typing import Any
 
@@ -145,7 +147,10 @@ class BalancedServer(StreamServer):
         try:
             tls_socket = self.wrap_socket(client_socket, **self.ssl_args)
         except OSError as exc:
-            log.debug("connection ended before its TLS handshake: %s", exc)
+            if isinstance(exc, (ConnectionError, ssl.SSLError)) or exc.errno == errno.ENOTCONN:
+                log.debug("connection ended before its TLS handshake: %s", exc)
+            else:  # not the client's doing (a bad descriptor, a certificate that fails)
+                log.exception("could not set up TLS on a new connection")
             return None
         try:
             return self.handle(tls_socket, address)
