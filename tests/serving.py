@@ -291,9 +291,12 @@ class Server:
                 established.add(f"socket:[{fields[9]}]")
         counts = {}
         for worker in workers:
-            descriptors = Path(f"/proc/{worker}/fd")
             links = []
-            for fd in descriptors.iterdir():
+            try:
+                descriptors = list(Path(f"/proc/{worker}/fd").iterdir())
+            except FileNotFoundError:
+                continue  # exited since it was listed
+            for fd in descriptors:
                 try:
                     links.append(os.readlink(fd))
                 except FileNotFoundError:

@@ -338,6 +338,19 @@ def open_at_once(server: Server, count: int) -> list[http.client.HTTPSConnection
     return conns
 
 
+def wait_accepting(server: Server, workers: int) -> None:
+    """Until ``workers`` workers have said they accept connections: a booting worker is left
+    none, so connections opened before it accepts go to the others."""
+    wait_until(
+        lambda: (
+            sum(r.get("message") == "accepting connections" for r in server.log_records())
+            >= workers
+        ),
+        timeout=15,
+        what=f"{workers} workers accepting",
+    )
+
+
 def assert_shared_out_evenly(server: Server, count: int) -> None:
     conns = open_at_once(server, count)
     try:
@@ -358,6 +371,7 @@ def test_keep_alive_connections_are_shared_out_evenly_between_workers(
 ) -> None:
     """Without balancing, 8 connections opened at once went 8/0 or 7/1 as often as 4/4."""
     with tls_server(tmp_path, pki, workers=2) as server:
+        wait_accepting(server, 2)
         assert_shared_out_evenly(server, 8)
         # gunicorn replaces every worker on SIGHUP; the new ones take the freed slots.
         old_workers = set(server.connections_per_worker())
@@ -369,6 +383,7 @@ def test_keep_alive_connections_are_shared_out_evenly_between_workers(
             return len(workers) == 2 and not old_workers & workers
 
         wait_until(replaced, timeout=15, what="the workers replaced")
+        wait_accepting(server, 4)
         assert_shared_out_evenly(server, 8)
 
 

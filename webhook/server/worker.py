@@ -109,6 +109,7 @@ class AdmissionWorker(GeventWorker):
         shares.join(slot)
         for server in servers:
             server.start()
+        log.info("accepting connections", extra={"fields": {"pid": self.pid, "slot": slot}})
         while self.alive:
             self.notify()
             gevent.sleep(1.0)
