@@ -277,12 +277,16 @@ class Server:
         """The workers that report a policy in force."""
         return metric_labels(self.metrics(), "gpu_admission_policy_info", "pid")
 
+    def child_pids(self) -> list[str]:
+        """The processes the arbiter forked (its workers, and any long decision's child)."""
+        assert self.process is not None
+        arbiter = self.process.pid
+        return Path(f"/proc/{arbiter}/task/{arbiter}/children").read_text().split()
+
     def connections_per_worker(self) -> dict[int, int]:
         """The established TCP connections to the server's port that each worker process
         holds (Linux: the workers' socket descriptors matched with /proc/net/tcp)."""
-        assert self.process is not None
-        arbiter = self.process.pid
-        workers = Path(f"/proc/{arbiter}/task/{arbiter}/children").read_text().split()
+        workers = self.child_pids()
         established = set()
         for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
             fields = line.split()

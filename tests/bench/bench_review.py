@@ -306,11 +306,8 @@ def load_wrk(port: int, path: str, body_file: Path, connections: int, seconds: f
 
 def worker_rss_mib(server: Server) -> list[float]:
     """Resident memory of each worker process of ``server``."""
-    assert server.process is not None
-    pid = server.process.pid
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     sizes = []
-    for child in children:
+    for child in server.child_pids():
         for line in Path(f"/proc/{child}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 sizes.append(int(line.split()[1]) / 1024)
