@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.admission import mutation, response, updates
 from webhook.admission.request import RequestError, parse_request, workload_kind
 from webhook.admission.wire import AdmissionReviewResponse
 from webhook.checks.registry import CHECKS
-from webhook.core.findings import Finding, Violation
+from webhook.core.findings import Finding
 from webhook.core.pods import PodView
 from webhook.core.pools import select_pool
 from webhook.core.scope import reach
@@ -33,9 +33,10 @@ STOP_AFTER_DENIALS = response.MAX_DENIAL_ERRORS + 1
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 JUDGED_SUBRESOURCES = ("", "ephemeralcontainers")
 EVERY_RULE = frozenset(RULE_IDS)
+NO_RULES: frozenset[str] = frozenset()
 
-# Each check as the judging loop reads it: (rule id, check function, a security rule?).
-_PLAN = tuple((check.rule, check.run, check.rule in SECURITY_RULES) for check in CHECKS)
+# Each rule's check function, for the judging loop.
+_RUNS = {check.rule: check.run for check in CHECKS}
 
 
 class TooMuchWork(Exception):
@@ -58,10 +59,10 @@ class WorkLimits:
     judged_items: int
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """The response to send, and what it rests on: the findings (with their modes) and the
-    patch, applied or only recorded, for metrics and logs."""
+    patch, applied or only recorded, for metrics and logs. A tuple: one is made per request,
+    and a frozen dataclass costs four times as much to make."""
 
     response: AdmissionReviewResponse
     findings: tuple[Finding, ...] = ()
@@ -226,43 +227,34 @@ def _judge(
 ) -> Iterator[Finding]:
     """The findings, template by template and check by check, as they are found: whoever
     reads them stops judging by not reading on."""
-    plan = _PLAN if rules is None else tuple(step for step in _PLAN if step[0] in rules)
+    only = None if rules is None else frozenset(rules)
+    # A template's reach is the scope of the security rules alone: not worked out without one.
+    security = only is None or not only.isdisjoint(SECURITY_RULES)
     for view in views:
-        modes = policy.rule_modes(view.namespace)
         exempt = _exempt_rules(policy, view)
         if exempt is EVERY_RULE:
             continue
+        ruleset = policy.rule_modes(view.namespace)
+        needs_reach = security and ruleset.needs_reach
+        reach_scope = reach(view, policy).scope if needs_reach else None
         relevance: Scope = "gpuPods" if view.gpu_relevant else "otherPods"
-        reach_scope: Scope | None = None  # decided for the first security rule that runs
-        for rule, run, security in plan:
-            if exempt and rule in exempt:
+        for rule, mode, scope in ruleset.steps(relevance, reach_scope):
+            if (exempt and rule in exempt) or (only is not None and rule not in only):
                 continue
-            if security:
-                reach_scope = reach_scope or reach(view, policy).scope
-                scope = reach_scope
-            else:
-                scope = relevance
-            mode = modes[rule].for_scope(scope)
-            if mode == "Off":
-                continue
-            for violation in run(view, policy):
-                effective = _effective(mode, violation)
-                yield Finding(violation, effective, view.identity, scope if security else None)
-
-
-def _effective(mode: str, violation: Violation) -> str:
-    return "Warn" if violation.advisory and mode == "Enforce" else mode
+            for violation in _RUNS[rule](view, policy):
+                effective = "Warn" if violation.advisory and mode == "Enforce" else mode
+                yield Finding(violation, effective, view.identity, scope)
 
 
 def _exempt_rules(policy: Policy, view: PodView) -> frozenset[str]:
     """The rules this template is exempt from, looked up once per template."""
-    exempt: set[str] = set()
+    exempt = NO_RULES
     for exemption in policy.exemptions:
         if exemption.applies(view.namespace, view.service_account):
             if exemption.rules is None:
                 return EVERY_RULE
-            exempt |= exemption.rules
-    return frozenset(exempt)
+            exempt = exempt | exemption.rules
+    return exempt
 
 
 def _mutate(

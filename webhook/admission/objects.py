@@ -11,7 +11,6 @@ import copy
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 from webhook.admission import patch
@@ -19,7 +18,7 @@ from webhook.admission.engine import decide
 from webhook.admission.wire import API_VERSION
 from webhook.core.findings import Finding
 from webhook.core.targets import walk_templates
-from webhook.policy.model import Policy, RuleModes, WorkloadKind
+from webhook.policy.model import Policy, RuleModes, RuleSet, WorkloadKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +60,8 @@ def enforce_everything(policy: Policy) -> Policy:
     """The policy with every rule that is on turned to Enforce, in every scope and in every
     namespace override: the question "what would this policy block?". Exemptions stay."""
 
-    def promote(rules: MappingProxyType) -> MappingProxyType:
-        return MappingProxyType(
+    def promote(rules: RuleSet) -> RuleSet:
+        return RuleSet(
             {
                 rule: RuleModes(
                     "Off" if modes.gpu_pods == "Off" else "Enforce",

@@ -22,10 +22,8 @@ from webhook.policy.model import Policy
 RULE = "sharing-mode"
 
 
-def sharing_of(view: PodView, policy: Policy, name: str) -> str | None:
-    spec = resource_spec(view, policy, name)
-    if spec is not None:
-        return spec.sharing
+def _mig_sharing(name: str) -> str | None:
+    """The sharing mode a MIG resource name means, for one the policy does not declare."""
     short = name.partition("/")[2]
     if short.startswith(mig.MIG_PREFIX) and mig.is_well_formed(short[len(mig.MIG_PREFIX) :]):
         return "MIGTimeSlicing" if short.endswith(".shared") else "MIG"
@@ -41,10 +39,10 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         for name, quantity in container.gpu_quantity.items():
             if quantity is None or quantity <= 0:
                 continue
-            mode = sharing_of(view, policy, name)
+            spec = resource_spec(view, policy, name)
+            mode = spec.sharing if spec is not None else _mig_sharing(name)
             if mode is None:
                 continue
-            spec = resource_spec(view, policy, name)
             if spec is not None and spec.fail_requests_greater_than_one and quantity > 1:
                 yield Violation(
                     rule=RULE,

@@ -7,10 +7,10 @@ domains, so that no check walks resources again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from webhook.policy.model import (
     Policy,
@@ -23,8 +23,6 @@ VISIBILITY_ENV = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
 # Every variable the container toolkit reads starts with it.
 TOOLKIT_PREFIX = "NVIDIA_"
 CDI_DOMAIN = "cdi.k8s.io"
-Memoized = TypeVar("Memoized")
-_NOT_COMPUTED: Any = object()
 
 
 @dataclass(slots=True)
@@ -98,16 +96,13 @@ class PodView:
     host_paths: tuple[tuple[str, str], ...] = ()
     # Pod-level fields taken from another object (an Argo Workflow's spec): field -> its path.
     inherited: Mapping[str, str] = field(default_factory=dict)
-    _memo: dict = field(default_factory=dict, repr=False)
-
-    def memo(self, compute: Callable[[PodView, Policy], Memoized], policy: Policy) -> Memoized:
-        """``compute(self, policy)``, computed once per view: several checks read the same
-        derived facts (the pool choice) and a view is built for one policy."""
-        memo = self._memo
-        value = memo.get(compute, _NOT_COMPUTED)
-        if value is _NOT_COMPUTED:  # a lookup, not a KeyError: most memos are computed once
-            value = memo[compute] = compute(self, policy)
-        return value
+    # Facts several checks read, worked out on first use by the functions that own them (a view
+    # is built for one policy): ``webhook.core.pools.select_pool``'s Selection,
+    # ``webhook.core.scope.reach``'s Reach and ``webhook.core.scope.asks_for_gpu``'s answer.
+    # None until then; plain fields, since each is read several times per request.
+    selection: Any = field(default=None, repr=False)
+    reach: Any = field(default=None, repr=False)
+    asks_gpu: bool | None = field(default=None, repr=False)
 
     def field_path(self, name: str) -> str:
         """The path of a pod-level field, in the object it was written in."""
@@ -190,11 +185,17 @@ def _container_gpu(
     if not isinstance(resources, dict):
         return {}
     found: dict[str, tuple[Any, str]] = {}
+    retired = policy.retired
     for where in ("requests", "limits"):  # limits last: they win, as for the scheduler
         values = resources.get(where)
         if isinstance(values, dict):
             for name, value in values.items():
-                if isinstance(name, str) and policy.is_vendor_resource(name):
+                # Without a domain only a retired name is one (cpu and memory are in every Pod).
+                if (
+                    isinstance(name, str)
+                    and ("/" in name or name in retired)
+                    and policy.is_vendor_resource(name)
+                ):
                     found[name] = (value, where)
     return found
 

@@ -9,7 +9,7 @@ in the pools it could land in) or forbidden (its namespace may not use those poo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from webhook.core.findings import Violation, quote
 from webhook.core.pods import PodView
@@ -17,8 +17,7 @@ from webhook.core.scheduling import expression_matches, term_allows_labels, tole
 from webhook.policy.model import POOL_ANNOTATION, Policy, Pool, ResourceSpec
 
 
-@dataclass(frozen=True, slots=True)
-class Selection:
+class Selection(NamedTuple):
     """``pools``: where the Pod may land, the candidates its namespace may use (or, when it may
     use none, every candidate: a Pod admitted anyway still gets a place); empty when no
     declared pool applies. ``taints``: what it must tolerate there; ``violations``: why the
@@ -38,7 +37,10 @@ NO_GPU = Selection((), (), (), ())
 
 def select_pool(view: PodView, policy: Policy) -> Selection:
     """Where the Pod may land and what it must tolerate there; decided once per view."""
-    return view.memo(_select, policy)
+    selection = view.selection
+    if selection is None:
+        selection = view.selection = _select(view, policy)
+    return selection
 
 
 def _select(view: PodView, policy: Policy) -> Selection:

@@ -90,14 +90,20 @@ class Reach(NamedTuple):
 
 def reach(view: PodView, policy: Policy) -> Reach:
     """How this Pod (or template) can reach GPU nodes; decided once per view."""
-    return view.memo(_reach, policy)
+    found = view.reach
+    if found is None:
+        found = view.reach = _reach(view, policy)
+    return found
 
 
 def asks_for_gpu(view: PodView, policy: Policy) -> bool:
     """Whether a container asks for a GPU resource, misspelt ones included (for advice).
     Computed once per view: every finding's advice asks it, and a Pod with thousands of
     containers and findings would otherwise pay their product."""
-    return view.memo(_asks_for_gpu, policy)
+    asks = view.asks_gpu
+    if asks is None:
+        asks = view.asks_gpu = _asks_for_gpu(view, policy)
+    return asks
 
 
 def _asks_for_gpu(view: PodView, policy: Policy) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Mapping
 from types import MappingProxyType
 
 from webhook.policy import mig
@@ -18,6 +19,7 @@ from webhook.policy.model import (
     ResourceSpec,
     RuleMode,
     RuleModes,
+    RuleSet,
 )
 from webhook.policy.names import NearMisses, normalise_host_path
 from webhook.policy.workloads import compile_workloads
@@ -26,9 +28,15 @@ DEFAULT_RULE_MODES = {"gpuPods": "Enforce", "otherPods": "Audit"}
 # --- Compilation ------------------------------------------------------------------------
 
 
+# What makes an fnmatch pattern more than a plain name.
+_GLOB = re.compile(r"[*?\[]")
+
+
 def _namespaces(patterns: list[str]) -> NamespaceMatcher:
-    regex = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
-    return NamespaceMatcher(patterns=tuple(patterns), regex=regex)
+    names = frozenset(p for p in patterns if not _GLOB.search(p))
+    globs = [p for p in patterns if p not in names]
+    regex = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in globs)) if globs else None
+    return NamespaceMatcher(patterns=tuple(patterns), names=names, regex=regex)
 
 
 def _resource(raw: dict, defaults: ResourceSpec | None = None) -> ResourceSpec:
@@ -45,7 +53,7 @@ def _resource(raw: dict, defaults: ResourceSpec | None = None) -> ResourceSpec:
     )
 
 
-def _rule_modes(base: dict[str, RuleModes], ruleset: dict) -> MappingProxyType:
+def _rule_modes(base: Mapping[str, RuleModes], ruleset: dict) -> RuleSet:
     """``ruleset``'s modes over ``base``. Its ``default`` changes the mode of rules that are
     on; a rule (or scope) that is Off in ``base`` comes back only where ``ruleset`` names it,
     so a namespace override's default never re-enables what the policy turned off."""
@@ -63,7 +71,7 @@ def _rule_modes(base: dict[str, RuleModes], ruleset: dict) -> MappingProxyType:
             _scope_mode(entry, named, "otherPods", current.other_pods),
             _scope_mode(entry, named, "reachablePods", current.reachable_pods),
         )
-    return MappingProxyType(out)
+    return RuleSet(out)
 
 
 def _scope_mode(entry: dict, named: dict, key: str, current: RuleMode | None) -> RuleMode | None:
@@ -120,7 +128,7 @@ def compile_policy(doc: dict, source: str, digest: str) -> Policy:
     }
     rules = _rule_modes(builtin, spec.get("rules", {}))
     overrides = tuple(
-        NamespaceOverride(_namespaces(o["namespaces"]), _rule_modes(dict(rules), o["rules"]))
+        NamespaceOverride(_namespaces(o["namespaces"]), _rule_modes(rules, o["rules"]))
         for o in spec.get("namespaceOverrides", [])
     )
     exemptions = tuple(
