@@ -353,3 +353,68 @@ def test_a_resource_outside_the_vendor_domains_is_refused() -> None:
         error
     )
     assert "add amd.com to vendorDomains" in str(error)
+
+
+RULE_SET_POLICY = """
+rules:
+  host-devices: {enabled: false}
+  privileged: {otherPods: "Off", reachablePods: Audit}
+  topology: {gpuPods: Warn}
+namespaceOverrides:
+  - namespaces: ["dev-*", lab]
+    rules:
+      default: {gpuPods: Warn, otherPods: Warn}
+      topology: {otherPods: "Off"}
+  - namespaces: [quiet]
+    rules:
+      default: {enabled: false}
+"""
+
+
+@pytest.mark.parametrize("namespace", ["default", "dev-1", "lab", "quiet", "labs"])
+def test_the_compiled_rule_steps_are_the_modes_of_each_rule_in_order(namespace: str) -> None:
+    # The judging loop reads RuleSet.steps instead of each rule's modes: for every pair of
+    # scopes they must say exactly what the modes say, rule by rule, in RULE_IDS order.
+    from webhook.policy.model import RULE_IDS, SCOPES, SECURITY_RULES
+
+    policy = webhook.parse_policy(policy_text(RULE_SET_POLICY), source="policy.yaml")
+    ruleset = policy.rule_modes(namespace)
+    on_somewhere = {
+        rule
+        for rule in SECURITY_RULES
+        if any(ruleset[rule].for_scope(scope) != "Off" for scope in SCOPES)
+    }
+    assert ruleset.needs_reach == bool(on_somewhere)
+    for relevance in ("gpuPods", "otherPods"):
+        for reach in (*SCOPES, None):
+            expected = []
+            for rule in RULE_IDS:
+                security = rule in SECURITY_RULES
+                if security and reach is None:
+                    continue
+                mode = ruleset[rule].for_scope(reach if security else relevance)
+                if mode != "Off":
+                    expected.append((rule, mode, reach if security else None))
+            assert list(ruleset.steps(relevance, reach)) == expected, (relevance, reach)
+    if namespace == "quiet":
+        assert ruleset.steps("gpuPods", "gpuPods") == ()
+        assert not ruleset.needs_reach
+
+
+@pytest.mark.parametrize(
+    "namespace, matched",
+    [
+        ("lab", True),
+        ("dev-1", True),
+        ("dev-", True),
+        ("labs", False),
+        ("la", False),
+        ("xdev-1", False),
+        ("default", False),
+    ],
+)
+def test_namespace_names_match_exactly_and_globs_as_globs(namespace: str, matched: bool) -> None:
+    policy = webhook.parse_policy(policy_text(RULE_SET_POLICY), source="policy.yaml")
+    override = policy.namespace_overrides[0]
+    assert override.namespaces.names == frozenset({"lab"})
+    assert override.namespaces.matches(namespace) is matched
