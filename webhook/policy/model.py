@@ -128,12 +128,14 @@ class RuleSet(Mapping[str, RuleModes]):
 
     def _compile(self, relevance: Scope, reach: Scope | None) -> Iterator[RuleStep]:
         for rule in RULE_IDS:
-            security = rule in SECURITY_RULES
-            if security and reach is None:
-                continue
-            mode = self._modes[rule].for_scope(reach if security else relevance)  # type: ignore[arg-type]
+            if rule not in SECURITY_RULES:
+                mode, reported = self._modes[rule].for_scope(relevance), None
+            elif reach is not None:
+                mode, reported = self._modes[rule].for_scope(reach), reach
+            else:
+                continue  # security rules left out
             if mode != "Off":
-                yield rule, mode, reach if security else None
+                yield rule, mode, reported
 
     def steps(self, relevance: Scope, reach: Scope | None) -> tuple[RuleStep, ...]:
         """The rules that run on a template of this GPU-relevance and reach (None: no
