@@ -221,7 +221,13 @@ def test_the_gunicorn_internals_the_worker_builds_on_are_where_it_expects() -> N
     inherited = set(dir(ggevent.GeventWorker))
     # What it replaces of gunicorn; its helpers' names are its own, clashing with nothing.
     assert own & inherited == {"init_process", "handle", "run"}
-    assert own - inherited == {"_serve", "_refuse", "_wait_for_request", "connection_slot"}
+    assert own - inherited == {
+        "_converse",
+        "_serve",
+        "_refuse",
+        "_wait_for_request",
+        "connection_slot",
+    }
     assert list(inspect.signature(ggevent.GeventWorker.handle).parameters) == [
         "self",
         "listener",
@@ -259,6 +265,15 @@ def test_the_gunicorn_internals_the_worker_builds_on_are_where_it_expects() -> N
         server.StreamServer.wrap_socket_and_handle
     )
     assert "if self.full():" in inspect.getsource(baseserver.BaseServer._do_read)
+    # Making room (webhook.server.room): the constructor sets the pool's ``full`` on the
+    # instance, which the balancing server replaces after it; when full, gevent stops
+    # accepting until the pool frees a slot.
+    set_spawn = inspect.getsource(baseserver.BaseServer.set_spawn)
+    assert "self.full = self.pool.full" in set_spawn
+    assert "rawlink(self._start_accepting_if_started)" in set_spawn
+    assert "self.pool._semaphore.rawlink(self._start_accepting_if_started)" in inspect.getsource(
+        baseserver.BaseServer._do_read
+    )
     for name in ("do_read", "do_close", "start_accepting", "stop_accepting", "started"):
         assert hasattr(server.StreamServer, name), name
     # The arbiter calls pre_fork before forking and child_exit (or worker_exit, for a worker

@@ -27,6 +27,7 @@ import logging
 import mmap
 import ssl
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gevent import monkey
@@ -104,10 +105,22 @@ class BalancedServer(StreamServer):
 
     max_accept = 1
 
-    def __init__(self, listener: Any, *, shares: ConnectionShares, slot: int | None, **kwargs):
+    def __init__(
+        self,
+        listener: Any,
+        *,
+        shares: ConnectionShares,
+        slot: int | None,
+        make_room: Callable[[], bool],
+        **kwargs,
+    ):
         super().__init__(listener, **kwargs)
         self._shares = shares
         self._slot = slot
+        self._make_room = make_room
+        # gevent asks ``full()`` before each accept and, when full, accepts again once the
+        # pool frees a slot; its constructor set the pool's own ``full`` on the instance.
+        self.full = self._full_or_making_room
         # Repeating, and stopped when it fires: a one-shot libev timer started again after it
         # fired fires at once, which would make the pause a busy loop.
         self._resume = self.loop.timer(YIELD_STEP_SECONDS, YIELD_STEP_SECONDS)
@@ -130,6 +143,17 @@ class BalancedServer(StreamServer):
         if accepted:
             self._shares.opened(self._slot)
         return accepted
+
+    def _full_or_making_room(self) -> bool:
+        """Whether the pool is full; when it is, and no other worker holds fewer connections
+        (one that does takes the waiting connection), the connection that has waited on its
+        client longest is closed, and the waiting one is accepted in its place
+        (:mod:`webhook.server.room`)."""
+        if not self.pool.full():
+            return False
+        if not self._shares.should_yield(self._slot):
+            self._make_room()
+        return True
 
     def do_close(self, *args: Any) -> None:
         # gevent calls this once for every accepted connection, when its handler returns or

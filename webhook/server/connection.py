@@ -21,6 +21,8 @@ from gevent.event import Event
 from gunicorn import util
 from gunicorn.http.errors import LimitRequestHeaders, NoMoreData
 
+from webhook.server.room import WaitingRoom
+
 T = TypeVar("T")
 
 # The request line and headers together. The API server sends a few hundred bytes; a bearer
@@ -136,7 +138,8 @@ def body_size(req: Any) -> int | None:
 class DeadlineBody:
     """A request body (``wsgi.input``) that must be read before a deadline (``time.monotonic``),
     charged to a ``budget`` of bytes as it arrives (the bytes a client announces cost nothing
-    until it sends them).
+    until it sends them). While a read waits, the connection is in the worker's ``waiting``
+    room (:mod:`webhook.server.room`).
 
     Past the deadline, or when the budget has no room for the next piece before it, reading
     raises :class:`TimeoutError`, which the app answers with 408, and the request is marked so
@@ -144,18 +147,28 @@ class DeadlineBody:
     """
 
     def __init__(
-        self, req: Any, deadline_at: float, seconds: float, budget: ByteBudget | None = None
+        self,
+        req: Any,
+        deadline_at: float,
+        seconds: float,
+        budget: ByteBudget | None = None,
+        waiting: WaitingRoom | None = None,
     ) -> None:
         self._req = req
         self._body = req.body
         self._seconds = seconds
         self._deadline = deadline_at
         self._budget = budget
+        self._waiting = waiting
         self.charged = 0
 
     def _within(self, read: Callable[[], T]) -> T:
         remaining = self._deadline - time.monotonic()
         expired = TimeoutError(f"the request body did not arrive within {self._seconds:g} s")
+        # While it reads, the connection waits on its client: it may be closed to make room.
+        connection = gevent.getcurrent()
+        if self._waiting is not None:
+            self._waiting.enter(connection)
         try:
             if remaining <= 0:
                 raise expired
@@ -164,6 +177,9 @@ class DeadlineBody:
         except TimeoutError:
             self._req.must_close = True
             raise
+        finally:
+            if self._waiting is not None:
+                self._waiting.leave(connection)
 
     def _charge(self, data: bytes) -> bytes:
         if self._budget is not None and data:

@@ -19,13 +19,15 @@ Why this design
     runs. Reads give the event loop a turn every few calls and the head is read in linear
     time (:mod:`webhook.server.connection`), so no client can keep the loop busy.
 
-    Memory is bounded per worker: connections by ``max_connections``; a head is at most
-    ``HEAD_BYTES_LIMIT``; at most ``LARGE_BODIES_AT_ONCE`` bodies of ``LONG_BODY_BYTES`` or
-    more are read at a time (others wait for a turn within their deadline, then get 503), and
-    smaller bodies share ``SMALL_BODY_BUDGET`` bytes, charged as they arrive (one that gets no
-    room before its deadline gets 408); a long decision's child has a capped memory. Chunked
-    bodies, whose size is unknown until read, are refused with 411: the API server always
-    sends a Content-Length.
+    Memory is bounded per worker: connections by ``max_connections`` (when a worker holds
+    that many, the connection that has waited on its client longest is closed to let a new
+    one in: :mod:`webhook.server.room`); a head is at most ``HEAD_BYTES_LIMIT``; at most
+    ``LARGE_BODIES_AT_ONCE`` bodies of ``LONG_BODY_BYTES`` or more are read at a time (others
+    wait for a turn within their deadline, then get 503), and smaller bodies share
+    ``SMALL_BODY_BUDGET`` bytes, charged as they arrive (one that gets no room before its
+    deadline gets 408); a long decision's child has a capped memory. Chunked bodies, whose
+    size is unknown until read, are refused with 411: the API server always sends a
+    Content-Length.
 
 What it overrides of gunicorn's ``GeventWorker``
     ``init_process`` (JSON error pages, the body budgets) and ``handle`` (one connection,
@@ -63,6 +65,7 @@ from webhook.server.connection import (
     write_json_error,
 )
 from webhook.server.logs import SERVER_LOGGER
+from webhook.server.room import Evicted, WaitingRoom
 from webhook.server.settings import LONG_BODY_BYTES, MAX_BODY_BYTES, Deadlines
 
 log = logging.getLogger(SERVER_LOGGER)
@@ -85,6 +88,7 @@ class AdmissionWorker(GeventWorker):
         util.write_error = write_json_error
         self._large_bodies = BoundedSemaphore(LARGE_BODIES_AT_ONCE)
         self._small_bodies = ByteBudget(SMALL_BODY_BUDGET)
+        self._waiting = WaitingRoom()
         super().init_process()
 
     def run(self) -> None:
@@ -102,6 +106,7 @@ class AdmissionWorker(GeventWorker):
                 slot=slot,
                 handle=partial(self.handle, listener),
                 spawn=Pool(self.worker_connections),
+                make_room=self._waiting.make_room,
                 **ssl_args,
             )
             servers.append(server)
@@ -131,7 +136,25 @@ class AdmissionWorker(GeventWorker):
         """Serve one connection: handshake, then requests until the client or a deadline
         ends it. Replaces gunicorn's loop, which has one keep-alive timeout for everything
         and none for the handshake, the body or the response."""
+        # Waiting on the client from here until a request's head is read, and again from
+        # the end of each answer: while it waits, it may be closed to make room for a new
+        # connection (webhook.server.room), with Evicted, wherever it waits.
+        connection, waiting = gevent.getcurrent(), self._waiting
+        waiting.enter(connection)
+        try:
+            self._converse(listener, client, addr, connection)
+        except Evicted:
+            log.info(
+                "closed the connection that waited longest, to make room for a new one",
+                extra={"fields": {"max_connections": self.worker_connections}},
+            )
+        finally:
+            waiting.leave(connection)
+            util.close(client)
+
+    def _converse(self, listener: Any, client: Any, addr: Any, connection: Any) -> None:
         deadlines: Deadlines = self.app.deadlines
+        waiting = self._waiting
         req = None
         try:
             if isinstance(client, ssl.SSLSocket):
@@ -151,8 +174,10 @@ class AdmissionWorker(GeventWorker):
                     if not read_head(parser.unreader, paced):
                         return
                     req = next(parser)
+                waiting.leave(connection)
                 if not self._serve(listener_name, req, client, addr, deadlines):
                     return
+                waiting.enter(connection)
                 # Whatever the app left of the body is discarded now, under the headers'
                 # deadline (over the whole drain: gunicorn's bounds each read); a body that
                 # failed leaves the next request's start unknown.
@@ -188,8 +213,6 @@ class AdmissionWorker(GeventWorker):
                 log.exception("socket error while serving a connection")
         except Exception as exc:  # the parser's refusals: answered as JSON by handle_error
             self.handle_error(req, client, addr, exc)
-        finally:
-            util.close(client)
 
     def _serve(
         self, listener_name: Any, req: Any, client: Any, addr: Any, deadlines: Deadlines
@@ -217,7 +240,11 @@ class AdmissionWorker(GeventWorker):
         # next request, reads the body itself.
         body = req.body
         charged = DeadlineBody(
-            req, body_deadline, seconds, budget=None if large else self._small_bodies
+            req,
+            body_deadline,
+            seconds,
+            budget=None if large else self._small_bodies,
+            waiting=self._waiting,
         )
         req.body = charged
         try:
