@@ -14,6 +14,7 @@ import gevent
 import gevent.event
 import gevent.socket
 import pytest
+from gevent.pool import Pool
 
 from tests.serving import make_certificates
 from webhook.server.balance import (
@@ -44,8 +45,15 @@ class Worker:
         self.shares = shares
         self.keep_open = keep_open
         self.done = gevent.event.Event()
+        self.handlers: list[gevent.Greenlet] = []
+        self.rooms_made = 0
         self.server = BalancedServer(
-            listener, shares=shares, slot=slot, handle=self._handle, **server_options
+            listener,
+            shares=shares,
+            slot=slot,
+            handle=self._handle,
+            make_room=self._make_room,
+            **server_options,
         )
         self.reads = 0
         counted_read = self.server.do_read
@@ -57,7 +65,16 @@ class Worker:
         self.server.do_read = do_read
         shares.join(slot)
 
+    def _make_room(self) -> bool:
+        """Ends the oldest handler still running, as the worker's waiting room does."""
+        self.rooms_made += 1
+        running = [handler for handler in self.handlers if not handler.dead]
+        if running:
+            running[0].kill(block=False)
+        return bool(running)
+
     def _handle(self, client: gevent.socket.socket, _addr: object) -> None:
+        self.handlers.append(gevent.getcurrent())
         self.handled.append(time.monotonic())
         if self.keep_open:
             # A keep-alive connection: its handler runs until the client goes.
@@ -255,3 +272,47 @@ def test_a_tls_setup_failure_that_is_not_the_clients_is_logged_as_an_error(
         assert shares.count(serving.slot) == 0
     finally:
         serving.server.close()
+
+
+def test_a_full_worker_makes_room_and_accepts_the_waiting_connection(listener) -> None:
+    shares = ConnectionShares(4)
+    worker = Worker(listener, shares, shares.claim(set()), keep_open=True, spawn=Pool(2))
+    worker.server.start()
+    clients = []
+    try:
+        clients = [gevent.socket.create_connection(listener.getsockname()) for _ in range(2)]
+        wait_handled([worker], 2)
+        assert worker.rooms_made == 0
+        clients.append(gevent.socket.create_connection(listener.getsockname()))
+        wait_handled([worker], 3)  # accepted once the oldest was ended to make room
+        assert worker.rooms_made == 1
+        assert worker.handlers[0].dead and not worker.handlers[1].dead
+        assert worker.server.pool.free_count() == 0
+    finally:
+        worker.done.set()
+        for client in clients:
+            client.close()
+        worker.server.close()
+
+
+def test_a_full_worker_makes_no_room_while_another_holds_fewer(listener) -> None:
+    shares = ConnectionShares(4)
+    full = Worker(listener, shares, shares.claim(set()), keep_open=True, spawn=Pool(1))
+    other = Worker(listener, shares, shares.claim({full.slot}), keep_open=True)
+    full.server.start()
+    clients = []
+    try:
+        clients = [gevent.socket.create_connection(listener.getsockname())]
+        wait_handled([full], 1)
+        other.server.start()  # holds none: the next connection is its own
+        clients.append(gevent.socket.create_connection(listener.getsockname()))
+        wait_handled([full, other], 2)
+        assert (len(full.handled), len(other.handled)) == (1, 1)
+        assert full.rooms_made == 0 and not full.handlers[0].dead
+    finally:
+        full.done.set()
+        other.done.set()
+        for client in clients:
+            client.close()
+        full.server.close()
+        other.server.close()

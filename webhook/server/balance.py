@@ -111,7 +111,7 @@ class BalancedServer(StreamServer):
         *,
         shares: ConnectionShares,
         slot: int | None,
-        make_room: Callable[[], bool],
+        make_room: Callable[[], bool] | None = None,
         **kwargs,
     ):
         super().__init__(listener, **kwargs)
@@ -120,7 +120,8 @@ class BalancedServer(StreamServer):
         self._make_room = make_room
         # gevent asks ``full()`` before each accept and, when full, accepts again once the
         # pool frees a slot; its constructor set the pool's own ``full`` on the instance.
-        self.full = self._full_or_making_room
+        if self.pool is not None:
+            self.full = self._full_or_making_room
         # Repeating, and stopped when it fires: a one-shot libev timer started again after it
         # fired fires at once, which would make the pause a busy loop.
         self._resume = self.loop.timer(YIELD_STEP_SECONDS, YIELD_STEP_SECONDS)
@@ -151,7 +152,7 @@ class BalancedServer(StreamServer):
         (:mod:`webhook.server.room`)."""
         if not self.pool.full():
             return False
-        if not self._shares.should_yield(self._slot):
+        if self._make_room is not None and not self._shares.should_yield(self._slot):
             self._make_room()
         return True
 
