@@ -42,6 +42,9 @@ log = logging.getLogger(SERVER_LOGGER)
 YIELD_SECONDS = 0.05
 YIELD_STEP_SECONDS = 0.002
 TAKE_ALL_SECONDS = 1.0
+# A full worker with no connection waiting on its client (all being decided or answered)
+# looks again this often: decisions take milliseconds.
+ROOM_RETRY_SECONDS = 0.02
 _FREE = -1
 # A look at the listener that does not wait: the blocking original, not gevent's.
 _select = monkey.get_original("select", "select")
@@ -125,35 +128,44 @@ class BalancedServer(StreamServer):
         # Repeating, and stopped when it fires: a one-shot libev timer started again after it
         # fired fires at once, which would make the pause a busy loop.
         self._resume = self.loop.timer(YIELD_STEP_SECONDS, YIELD_STEP_SECONDS)
+        self._room_retry = self.loop.timer(ROOM_RETRY_SECONDS, ROOM_RETRY_SECONDS)
         # Until when the connection waiting now is left to the others; None: none is.
         self._yield_until: float | None = None
         self._take_all_until = 0.0
 
-    def do_read(self) -> Any:
+    def _leaves_it(self) -> bool:
+        """Whether the connection waiting now is left to a less loaded worker for the moment
+        (then looked at again in ``YIELD_STEP_SECONDS``)."""
         now = time.monotonic()
         if now >= self._take_all_until and self._shares.should_yield(self._slot):
             if self._yield_until is None:
                 self._yield_until = now + YIELD_SECONDS
             if now < self._yield_until:
-                self.stop_accepting()
                 self._resume.start(self._accept_again)
-                return None
+                return True
             self._take_all_until = now + TAKE_ALL_SECONDS
         self._yield_until = None
+        return False
+
+    def do_read(self) -> Any:
+        if self._leaves_it():
+            self.stop_accepting()
+            return None
         accepted = super().do_read()
         if accepted:
             self._shares.opened(self._slot)
         return accepted
 
     def _full_or_making_room(self) -> bool:
-        """Whether the pool is full; when it is, and no other worker holds fewer connections
-        (one that does takes the waiting connection), the connection that has waited on its
-        client longest is closed, and the waiting one is accepted in its place
-        (:mod:`webhook.server.room`)."""
+        """Whether the pool is full. When it is, and the waiting connection is not left to a
+        less loaded worker (as :meth:`do_read` leaves it), a connection that waits on its
+        client is closed and the waiting one is accepted in its place once its slot is free
+        (:mod:`webhook.server.room`); when none waits on its client (all are being decided
+        or answered), the worker looks again in ``ROOM_RETRY_SECONDS``."""
         if not self.pool.full():
             return False
-        if self._make_room is not None and not self._shares.should_yield(self._slot):
-            self._make_room()
+        if self._make_room is not None and not self._leaves_it() and not self._make_room():
+            self._room_retry.start(self._accept_again)
         return True
 
     def do_close(self, *args: Any) -> None:
@@ -184,6 +196,7 @@ class BalancedServer(StreamServer):
 
     def _accept_again(self) -> None:
         self._resume.stop()
+        self._room_retry.stop()
         if not self.started:
             return
         if not _select([self.socket], [], [], 0)[0]:
@@ -192,4 +205,5 @@ class BalancedServer(StreamServer):
 
     def close(self) -> None:
         self._resume.stop()
+        self._room_retry.stop()
         super().close()

@@ -153,6 +153,7 @@ class DeadlineBody:
         seconds: float,
         budget: ByteBudget | None = None,
         waiting: WaitingRoom | None = None,
+        answered: bool = False,
     ) -> None:
         self._req = req
         self._body = req.body
@@ -160,6 +161,7 @@ class DeadlineBody:
         self._deadline = deadline_at
         self._budget = budget
         self._waiting = waiting
+        self._answered = answered
         self.charged = 0
 
     def _within(self, read: Callable[[], T]) -> T:
@@ -168,7 +170,7 @@ class DeadlineBody:
         # While it reads, the connection waits on its client: it may be closed to make room.
         connection = gevent.getcurrent()
         if self._waiting is not None:
-            self._waiting.enter(connection)
+            self._waiting.enter(connection, self._answered)
         try:
             if remaining <= 0:
                 raise expired

@@ -65,7 +65,7 @@ from webhook.server.connection import (
     write_json_error,
 )
 from webhook.server.logs import SERVER_LOGGER
-from webhook.server.room import Evicted, WaitingRoom
+from webhook.server.room import Evicted, WaitingRoom, WatchedWrites
 from webhook.server.settings import LONG_BODY_BYTES, MAX_BODY_BYTES, Deadlines
 
 log = logging.getLogger(SERVER_LOGGER)
@@ -115,9 +115,22 @@ class AdmissionWorker(GeventWorker):
         for server in servers:
             server.start()
         log.info("accepting connections", extra={"fields": {"pid": self.pid, "slot": slot}})
+        evicted = 0
         while self.alive:
             self.notify()
             gevent.sleep(1.0)
+            # One line a second at most, however fast a flood makes room be made.
+            if self._waiting.evicted != evicted:
+                log.info(
+                    "closed connections that waited on their clients, to make room for new ones",
+                    extra={
+                        "fields": {
+                            "connections": self._waiting.evicted - evicted,
+                            "max_connections": self.worker_connections,
+                        }
+                    },
+                )
+                evicted = self._waiting.evicted
         # No longer accepting: the other workers stop leaving connections to this one.
         shares.release(slot)
         for server in servers:
@@ -140,14 +153,11 @@ class AdmissionWorker(GeventWorker):
         # the end of each answer: while it waits, it may be closed to make room for a new
         # connection (webhook.server.room), with Evicted, wherever it waits.
         connection, waiting = gevent.getcurrent(), self._waiting
-        waiting.enter(connection)
+        waiting.enter(connection, answered=False)
         try:
             self._converse(listener, client, addr, connection)
         except Evicted:
-            log.info(
-                "closed the connection that waited longest, to make room for a new one",
-                extra={"fields": {"max_connections": self.worker_connections}},
-            )
+            log.debug("closed a connection waiting on its client, to make room for a new one")
         finally:
             waiting.leave(connection)
             util.close(client)
@@ -167,7 +177,8 @@ class AdmissionWorker(GeventWorker):
             parser = http.get_parser(self.cfg, paced, addr)
             listener_name = listener.getsockname()
             phase, wait = FIRST_REQUEST_PHASE, deadlines.headers
-            while self._wait_for_request(client, parser, phase, wait):
+            writes = WatchedWrites(client, waiting, connection)
+            while self._wait_for_request(client, parser, phase, wait, writes.answered):
                 phase, wait = "idle", deadlines.idle
                 req = None
                 with deadline(HEADERS_PHASE, deadlines.headers):
@@ -175,9 +186,10 @@ class AdmissionWorker(GeventWorker):
                         return
                     req = next(parser)
                 waiting.leave(connection)
-                if not self._serve(listener_name, req, client, addr, deadlines):
+                if not self._serve(listener_name, req, writes, addr, deadlines):
                     return
-                waiting.enter(connection)
+                writes.answered = True
+                waiting.enter(connection, answered=True)
                 # Whatever the app left of the body is discarded now, under the headers'
                 # deadline (over the whole drain: gunicorn's bounds each read); a body that
                 # failed leaves the next request's start unknown.
@@ -215,10 +227,11 @@ class AdmissionWorker(GeventWorker):
             self.handle_error(req, client, addr, exc)
 
     def _serve(
-        self, listener_name: Any, req: Any, client: Any, addr: Any, deadlines: Deadlines
+        self, listener_name: Any, req: Any, client: WatchedWrites, addr: Any, deadlines: Deadlines
     ) -> bool:
         """Serve one parsed request, its body within its deadline and the worker's body
         budgets; False when the connection must close."""
+        connection = gevent.getcurrent()
         size = body_size(req)
         if size is None:
             self._refuse(
@@ -230,11 +243,16 @@ class AdmissionWorker(GeventWorker):
         # A body over the limit is refused unread: it takes no room. A large one takes a turn
         # before it is read; smaller ones are charged to the budget as their bytes arrive.
         large = LONG_BODY_BYTES <= size <= MAX_BODY_BYTES
-        if large and not self._large_bodies.acquire(
-            timeout=max(body_deadline - time.monotonic(), 0)
-        ):
-            self._refuse(client, 503, "Service Unavailable", "too many large request bodies")
-            return False
+        if large:
+            # Its client has sent nothing of the body yet: it may be closed to make room.
+            self._waiting.enter(connection, client.answered)
+            try:
+                turn = self._large_bodies.acquire(timeout=max(body_deadline - time.monotonic(), 0))
+            finally:
+                self._waiting.leave(connection)
+            if not turn:
+                self._refuse(client, 503, "Service Unavailable", "too many large request bodies")
+                return False
         # What the app reads has the body's deadline (counted from the end of the headers,
         # the wait for room included); the parser, which discards an unread rest before the
         # next request, reads the body itself.
@@ -245,11 +263,14 @@ class AdmissionWorker(GeventWorker):
             seconds,
             budget=None if large else self._small_bodies,
             waiting=self._waiting,
+            answered=client.answered,
         )
         req.body = charged
         try:
             give_turn_if_due()
             self.handle_request(listener_name, req, client, addr)
+            if client.evicted:
+                raise Evicted()
         finally:
             req.body = body
             if large:
@@ -264,14 +285,22 @@ class AdmissionWorker(GeventWorker):
         except OSError:
             pass  # a client that does not read does not get it
 
-    def _wait_for_request(self, client: Any, parser: Any, phase: str, seconds: float) -> bool:
+    def _wait_for_request(
+        self, client: Any, parser: Any, phase: str, seconds: float, answered: bool
+    ) -> bool:
         """Wait until the next request starts, at most ``seconds``; False when the
         connection should close instead (idle too long, or the worker is stopping).
-        :class:`PhaseExpired` when a new connection sends no first request in time."""
+        :class:`PhaseExpired` when a new connection sends no first request in time. The
+        connection is in the waiting room throughout; once the request starts, its wait
+        starts afresh (a request's head is waited for from its start)."""
+        connection = gevent.getcurrent()
         if parser.unreader.buf.tell() or (isinstance(client, ssl.SSLSocket) and client.pending()):
             # Pipelined bytes are here already: serve them after the other connections had a
             # turn, or a client pipelining hundreds of requests would keep the loop to itself.
+            # Waiting for its turn is not waiting on the client: it is not closed meanwhile.
+            self._waiting.leave(connection)
             give_turn()
+            self._waiting.enter(connection, answered)
             return True
         deadline_at = time.monotonic() + seconds
         # Checked every second: a stopping worker closes its idle connections at once
@@ -285,7 +314,8 @@ class AdmissionWorker(GeventWorker):
                 return False
             try:
                 wait_read(client.fileno(), min(remaining, 1.0), TimeoutError)
-                return True
             except TimeoutError:
                 continue
+            self._waiting.enter(connection, answered)
+            return True
         return False
