@@ -81,14 +81,17 @@ def test_a_wait_that_starts_again_goes_to_the_back(room) -> None:
 
 def test_a_connection_that_stops_waiting_before_it_is_told_is_spared(room) -> None:
     waiting, outcomes, connections = room
+    looked_again: list[bool] = []
+    waiting.on_spared = lambda: looked_again.append(True)
     assert waiting.make_room() is True  # a is chosen...
     waiting.leave(connections["a"])  # ...and its request arrives before the loop's turn
     gevent.sleep(0)
-    # a is spared, and the room the newcomer needs is made from the next one at once.
-    assert not connections["a"].dead
+    # a is spared, and the server is asked to look for room again.
+    assert not connections["a"].dead and outcomes == {}
+    assert looked_again == [True] and waiting.evicted == 0
+    assert waiting.make_room() is True
     gevent.sleep(0)
-    assert outcomes == {"b": "evicted"}
-    assert waiting.evicted == 1
+    assert outcomes == {"b": "evicted"} and waiting.evicted == 1
 
 
 def test_connections_never_answered_go_first_once_past_their_grace(monkeypatch) -> None:
@@ -138,11 +141,9 @@ def test_a_send_that_blocks_waits_on_the_client_and_one_that_does_not_never_does
     waiting = WaitingRoom()
     ours, theirs = gevent.socket.socketpair()  # theirs never reads
     outcome: list[str] = []
-    made: list[WatchedWrites] = []
 
     def answer() -> None:
         writes = WatchedWrites(ours, waiting, gevent.getcurrent())
-        made.append(writes)
         try:
             writes.sendall(b"x" * 100)  # fits the buffers: no wait
             assert len(waiting) == 0
@@ -157,7 +158,9 @@ def test_a_send_that_blocks_waits_on_the_client_and_one_that_does_not_never_does
         assert len(waiting) == 1
         assert waiting.make_room() is True
         sender.join(timeout=5)
-        assert outcome == ["evicted"] and made[0].evicted
+        assert outcome == ["evicted"] and waiting.told(sender)
+        waiting.ended(sender)
+        assert not waiting.told(sender)
         assert len(waiting) == 0
     finally:
         ours.close()
@@ -182,6 +185,7 @@ def small_server(tmp_path) -> Iterator[Server]:
         "GPU_ADMISSION_HANDSHAKE_TIMEOUT": str(LONG_DEADLINE),
         "GPU_ADMISSION_HEADERS_TIMEOUT": str(LONG_DEADLINE),
         "GPU_ADMISSION_IDLE_TIMEOUT": str(LONG_DEADLINE),
+        "GPU_ADMISSION_BODY_TIMEOUT": str(LONG_DEADLINE),
     }
     with Server(
         policy=policy,
@@ -358,4 +362,26 @@ def test_clients_that_do_not_read_their_answers_cannot_hold_a_full_worker(small_
     finally:
         for reader in readers:
             reader.close()
+    assert not [r for r in small_server.log_records() if r.get("level") == "error"]
+
+
+def test_clients_that_stall_inside_their_bodies_cannot_hold_a_full_worker(small_server) -> None:
+    """Connections that send a head and half a body, then nothing, fill the cap; a newcomer
+    is answered at once and the first of them is closed, not left open without an answer."""
+    stalled = []
+    newcomers: list = []  # kept open: the worker stays full
+    try:
+        for _ in range(CAP):
+            sock = _tls(small_server)
+            sock.sendall(REVIEW_REQUEST[: len(REVIEW_REQUEST) - len(GPU_POD) // 2])
+            stalled.append(sock)
+        time.sleep(room_module.FRESH_GRACE_SECONDS + 0.2)
+        for _ in range(3):
+            assert _timed_fresh_review(small_server, newcomers) < PROMPT_SECONDS
+        for sock in stalled[:3]:
+            sock.settimeout(5)
+            assert sock.recv(1) == b""  # closed, without an answer
+    finally:
+        for sock in stalled + newcomers:
+            sock.close()
     assert not [r for r in small_server.log_records() if r.get("level") == "error"]

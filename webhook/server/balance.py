@@ -165,8 +165,16 @@ class BalancedServer(StreamServer):
         if not self.pool.full():
             return False
         if self._make_room is not None and not self._leaves_it() and not self._make_room():
-            self._room_retry.start(self._accept_again)
+            self.look_again()
+        # gevent links its restart to the pool's release each time it finds the pool full:
+        # one link is enough, however often the worker looks again.
+        self.pool._semaphore.unlink(self._start_accepting_if_started)
         return True
+
+    def look_again(self) -> None:
+        """Look for room again in ``ROOM_RETRY_SECONDS`` (none could be made just now)."""
+        if self.started:
+            self._room_retry.start(self._accept_again)
 
     def do_close(self, *args: Any) -> None:
         # gevent calls this once for every accepted connection, when its handler returns or

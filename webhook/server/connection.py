@@ -185,7 +185,14 @@ class DeadlineBody:
 
     def _charge(self, data: bytes) -> bytes:
         if self._budget is not None and data:
-            if not self._budget.acquire(len(data), self._deadline):
+            # Waiting for room in the budget is the worker's wait, not the client's.
+            connection = gevent.getcurrent()
+            if self._waiting is not None:
+                self._waiting.leave(connection)
+            acquired = self._budget.acquire(len(data), self._deadline)
+            if self._waiting is not None:
+                self._waiting.enter(connection, self._answered)
+            if not acquired:
                 raise TimeoutError(
                     f"the request body got no room within {self._seconds:g} s: the worker "
                     "holds as many request bodies as it may"

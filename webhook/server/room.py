@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from gevent import Greenlet, GreenletExit
@@ -52,6 +53,11 @@ class WaitingRoom:
         self._answered: OrderedDict[Greenlet, float] = OrderedDict()
         # Chosen to be closed, not yet told: one that stops waiting first is spared.
         self._chosen: set[Greenlet] = set()
+        # Told (Evicted thrown where it waited), until its handler ends: gunicorn's gevent
+        # worker ends a request quietly on a GreenletExit, so the handler asks after it.
+        self._told: set[Greenlet] = set()
+        # Called when a chosen connection was spared: the server looks again for room soon.
+        self.on_spared: Callable[[], None] | None = None
         # Connections closed to make room, for the worker's periodic log line.
         self.evicted = 0
 
@@ -65,11 +71,20 @@ class WaitingRoom:
         line.move_to_end(connection)
 
     def leave(self, connection: Greenlet) -> None:
-        """``connection`` got what it waited for (or ended)."""
+        """``connection`` got what it waited for."""
         if self._fresh.pop(connection, None) is None:
             self._answered.pop(connection, None)
         if self._chosen:
             self._chosen.discard(connection)
+
+    def told(self, connection: Greenlet) -> bool:
+        """Whether ``connection`` was told to close (however its request ended since)."""
+        return connection in self._told
+
+    def ended(self, connection: Greenlet) -> None:
+        """``connection``'s handler ends: it is forgotten."""
+        self.leave(connection)
+        self._told.discard(connection)
 
     def make_room(self) -> bool:
         """Close a waiting connection (see the module's docstring); False when none waits.
@@ -103,11 +118,13 @@ class WaitingRoom:
         if connection in self._chosen:
             self._chosen.discard(connection)
             self.evicted += 1
+            self._told.add(connection)
             connection.throw(Evicted())
-        else:
+        elif self.on_spared is not None:
             # It stopped waiting before it could be told: the room the newcomer needs is
-            # made from another (gevent accepts again only once the pool frees a slot).
-            self.make_room()
+            # made from another, or looked for again soon if none waits now (gevent accepts
+            # again only once the pool frees a slot).
+            self.on_spared()
 
 
 class WatchedWrites:
@@ -121,9 +138,6 @@ class WatchedWrites:
         self._connection = connection
         # Whether the connection was answered before this answer (its line in the room).
         self.answered = False
-        # Closed while a send blocked: gunicorn's gevent worker ends the request quietly on a
-        # GreenletExit, so the worker learns it here and closes the connection.
-        self.evicted = False
 
     def sendall(self, data: bytes) -> None:
         # A send that does not block never gives the loop a turn, so only one that blocks
@@ -131,9 +145,6 @@ class WatchedWrites:
         self._waiting.enter(self._connection, self.answered)
         try:
             self._sock.sendall(data)
-        except Evicted:
-            self.evicted = True
-            raise
         finally:
             self._waiting.leave(self._connection)
 

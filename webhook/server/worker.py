@@ -110,6 +110,7 @@ class AdmissionWorker(GeventWorker):
                 **ssl_args,
             )
             servers.append(server)
+        self._waiting.on_spared = lambda: [server.look_again() for server in servers]
         # Counted as accepting only now: the other workers leave nothing to a booting one.
         shares.join(slot)
         for server in servers:
@@ -159,7 +160,7 @@ class AdmissionWorker(GeventWorker):
         except Evicted:
             log.debug("closed a connection waiting on its client, to make room for a new one")
         finally:
-            waiting.leave(connection)
+            waiting.ended(connection)
             util.close(client)
 
     def _converse(self, listener: Any, client: Any, addr: Any, connection: Any) -> None:
@@ -269,7 +270,9 @@ class AdmissionWorker(GeventWorker):
         try:
             give_turn_if_due()
             self.handle_request(listener_name, req, client, addr)
-            if client.evicted:
+            if self._waiting.told(connection):
+                # Closed while it waited on its client (for its body, or for its answer to be
+                # read); gunicorn's gevent worker ended the request quietly.
                 raise Evicted()
         finally:
             req.body = body
