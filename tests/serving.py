@@ -401,6 +401,23 @@ class Server:
         return reply.body.decode()
 
 
+def tls_server(directory: Path, env: Mapping[str, str], *, workers: int = 2) -> Server:
+    """The server (not started: use it in a ``with``) over TLS with new certificates and
+    ``TEST_POLICY``, all in ``directory``, its log in ``directory/server.log``."""
+    certificates = make_certificates(directory / "pki")
+    policy = directory / "policy.yaml"
+    policy.write_text(TEST_POLICY)
+    return Server(
+        policy=policy,
+        cert=certificates.tls_cert,
+        key=certificates.tls_key,
+        ca=certificates.ca_cert,
+        log_path=directory / "server.log",
+        workers=workers,
+        env=env,
+    )
+
+
 def peer_serial(conn: http.client.HTTPConnection) -> int:
     """Serial number of the certificate the server presented on ``conn``."""
     from cryptography import x509

@@ -21,12 +21,11 @@ import pytest
 from tests.abusive import KINDS
 from tests.serving import (
     REPO,
-    TEST_POLICY,
     Server,
     client_context,
     fixture_bytes,
-    make_certificates,
     post_json,
+    tls_server,
     wait_until,
 )
 from webhook.server.connection import HEAD_BYTES_LIMIT
@@ -42,24 +41,13 @@ PROMPT_SECONDS = 1.0
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    directory = tmp_path_factory.mktemp("abusive")
-    pki = make_certificates(directory / "pki")
-    policy = directory / "policy.yaml"
-    policy.write_text(TEST_POLICY)
     env = {
         "GPU_ADMISSION_HEADERS_TIMEOUT": str(HEADERS_SECONDS),
         "GPU_ADMISSION_BODY_TIMEOUT": str(BODY_FLOOR_SECONDS),
         "GPU_ADMISSION_WRITE_TIMEOUT": str(WRITE_SECONDS),
     }
-    with Server(
-        policy=policy,
-        cert=pki.tls_cert,
-        key=pki.tls_key,
-        ca=pki.ca_cert,
-        log_path=directory / "server.log",
-        workers=1,  # every attack and every probe on the same event loop
-        env=env,
-    ) as running:
+    # One worker: every attack and every probe on the same event loop.
+    with tls_server(tmp_path_factory.mktemp("abusive"), env, workers=1) as running:
         yield running
 
 

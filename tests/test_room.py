@@ -14,13 +14,12 @@ import gevent.socket
 import pytest
 
 from tests.serving import (
-    TEST_POLICY,
     Server,
     client_context,
     fixture_bytes,
-    make_certificates,
     post_json,
     request,
+    tls_server,
     wait_until,
 )
 from webhook.server import room as room_module
@@ -177,9 +176,6 @@ PROMPT_SECONDS = 2.0
 
 @pytest.fixture
 def small_server(tmp_path) -> Iterator[Server]:
-    pki = make_certificates(tmp_path / "pki")
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(TEST_POLICY)
     env = {
         "GPU_ADMISSION_MAX_CONNECTIONS": str(CAP),
         "GPU_ADMISSION_HANDSHAKE_TIMEOUT": str(LONG_DEADLINE),
@@ -187,15 +183,7 @@ def small_server(tmp_path) -> Iterator[Server]:
         "GPU_ADMISSION_IDLE_TIMEOUT": str(LONG_DEADLINE),
         "GPU_ADMISSION_BODY_TIMEOUT": str(LONG_DEADLINE),
     }
-    with Server(
-        policy=policy,
-        cert=pki.tls_cert,
-        key=pki.tls_key,
-        ca=pki.ca_cert,
-        log_path=tmp_path / "server.log",
-        workers=1,
-        env=env,
-    ) as running:
+    with tls_server(tmp_path, env, workers=1) as running:
         yield running
 
 

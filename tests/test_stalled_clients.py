@@ -17,11 +17,10 @@ import pytest
 
 from tests.serving import (
     REPO,
-    TEST_POLICY,
     Server,
     fixture_bytes,
-    make_certificates,
     post_json,
+    tls_server,
 )
 from tests.stalling import KINDS, PHASES
 
@@ -38,24 +37,13 @@ PROMPT_SECONDS = 1.0
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    directory = tmp_path_factory.mktemp("stalled")
-    pki = make_certificates(directory / "pki")
-    policy = directory / "policy.yaml"
-    policy.write_text(TEST_POLICY)
     env = {
         "GPU_ADMISSION_HANDSHAKE_TIMEOUT": str(DEADLINES["handshake"]),
         "GPU_ADMISSION_HEADERS_TIMEOUT": str(DEADLINES["headers"]),
         "GPU_ADMISSION_BODY_TIMEOUT": str(DEADLINES["body"]),
         "GPU_ADMISSION_IDLE_TIMEOUT": str(DEADLINES["idle"]),
     }
-    with Server(
-        policy=policy,
-        cert=pki.tls_cert,
-        key=pki.tls_key,
-        ca=pki.ca_cert,
-        log_path=directory / "server.log",
-        env=env,
-    ) as running:
+    with tls_server(tmp_path_factory.mktemp("stalled"), env) as running:
         yield running
 
 
