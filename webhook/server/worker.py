@@ -20,8 +20,8 @@ Why this design
     time (:mod:`webhook.server.connection`), so no client can keep the loop busy.
 
     Memory is bounded per worker: connections by ``max_connections`` (when a worker holds
-    that many, the connection that has waited on its client longest is closed to let a new
-    one in: :mod:`webhook.server.room`); a head is at most ``HEAD_BYTES_LIMIT``; at most
+    that many, a connection that waits on its client is closed to let a new one in:
+    :mod:`webhook.server.room`); a head is at most ``HEAD_BYTES_LIMIT``; at most
     ``LARGE_BODIES_AT_ONCE`` bodies of ``LONG_BODY_BYTES`` or more are read at a time (others
     wait for a turn within their deadline, then get 503), and smaller bodies share
     ``SMALL_BODY_BUDGET`` bytes, charged as they arrive (one that gets no room before its
@@ -110,7 +110,12 @@ class AdmissionWorker(GeventWorker):
                 **ssl_args,
             )
             servers.append(server)
-        self._waiting.on_spared = lambda: [server.look_again() for server in servers]
+
+        def look_again() -> None:
+            for server in servers:
+                server.look_again()
+
+        self._waiting.on_spared = look_again
         # Counted as accepting only now: the other workers leave nothing to a booting one.
         shares.join(slot)
         for server in servers:
