@@ -200,6 +200,9 @@ def _container_gpu(
     return found
 
 
+_new_tuple = tuple.__new__
+
+
 class ContainerSource(NamedTuple):
     """Where a container of a view is: its list (or field) name, index, object and path. A
     tuple: a 1,000-container Pod makes 1,000 of them per review."""
@@ -252,9 +255,11 @@ def listed_containers(
         list_name = ".".join(fields)
         for index, container in enumerate(items):
             if isinstance(container, dict):
-                yield ContainerSource(
-                    list_name, index, container, f"{spec_path}.{list_name}[{index}]"
-                )
+                path = f"{spec_path}.{list_name}[{index}]"
+                # tuple.__new__: a NamedTuple's own __new__ is a Python function, a frame more
+                # per container.
+                fields = (list_name, index, container, path, "resources", "")
+                yield _new_tuple(ContainerSource, fields)
 
 
 def view_of(

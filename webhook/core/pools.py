@@ -52,8 +52,7 @@ def _select(view: PodView, policy: Policy) -> Selection:
     annotation = view.annotations.get(POOL_ANNOTATION)
     if annotation is not None and policy.pools:
         return _explicit(view, policy, str(annotation), requested)
-    pool_names = {name for pool in policy.pools for name in pool.resources}
-    if not any(name in pool_names for name in requested):
+    if policy.pooled_names.isdisjoint(requested):
         # Offered outside every declared pool only: the GPU nodes of gpuNodeTaints, which
         # carry none of the pools' labels.
         if policy.pools and not _admits_unpooled(view, policy):

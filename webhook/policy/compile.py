@@ -193,6 +193,8 @@ def compile_policy(doc: dict, source: str, digest: str) -> Policy:
             [t["key"] for t in spec.get("gpuNodeTaints", [])]
             + [t["key"] for pool in pools for t in pool.taints]
         ),
+        pooled_names=frozenset(name for pool in pools for name in pool.resources),
+        has_reserved_pools=any(pool.namespaces is not None for pool in pools),
         retired=MappingProxyType(
             {
                 r["name"]: (r["replacement"], r.get("reason", ""))

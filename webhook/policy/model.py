@@ -306,6 +306,8 @@ class Policy:
     binder_namespaces: NamespaceMatcher | None
     gpu_label_keys: frozenset[str]  # node labels that select a GPU pool
     gpu_taint_keys: frozenset[str]  # taint keys of GPU nodes (pools' and gpuNodeTaints)
+    pooled_names: frozenset[str]  # the GPU resources some pool offers
+    has_reserved_pools: bool  # some pool is open to some namespaces only
     warnings: tuple[PolicyWarning, ...] = ()  # whole-policy lints, in line order
 
     def rule_modes(self, namespace: str) -> RuleSet:
@@ -321,10 +323,6 @@ class Policy:
 
     def is_binder(self, namespace: str) -> bool:
         return self.binder_namespaces is not None and self.binder_namespaces.matches(namespace)
-
-    @property
-    def has_reserved_pools(self) -> bool:
-        return any(pool.namespaces is not None for pool in self.pools)
 
     def is_vendor_resource(self, name: str) -> bool:
         """A GPU resource: under a vendor domain, or a retired GPU resource name."""
