@@ -17,6 +17,7 @@ from tests.serving import (
     Server,
     client_context,
     fixture_bytes,
+    metric_value,
     post_json,
     request,
     tls_server,
@@ -243,6 +244,12 @@ def test_a_full_worker_closes_its_longest_waiting_idle_tcp_connection(small_serv
     )
     assert summary[0]["connections"] == 1 and summary[0]["max_connections"] == CAP
     assert not [r for r in small_server.log_records() if r.get("level") == "error"]
+    # And counted where an alert can see it, with the line.
+    wait_until(
+        lambda: metric_value(small_server.metrics(), "gpu_admission_connections_closed_total") == 1,
+        timeout=5,
+        what="the metric of connections closed to make room",
+    )
 
 
 def test_idle_keep_alive_connections_cannot_hold_a_full_worker(small_server) -> None:

@@ -183,6 +183,11 @@ class AdmissionServer(BaseApplication):
         for name, value in options.items():
             self.cfg.set(name, value)
 
+    @property
+    def metrics(self) -> Metrics | None:
+        """This worker's metrics, once its app is built (see :meth:`load`)."""
+        return self._metrics
+
     def load(self) -> Flask:
         """Build the app in a worker, after fork: each worker has its own store and metrics."""
         from webhook.server.app import create_app

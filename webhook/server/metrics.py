@@ -100,6 +100,14 @@ class Metrics:
             "Policy files refused because they were missing or invalid.",
             registry=registry,
         )
+        # Written by the worker once a second, with its log line on them (a flood decides how
+        # many it closes, never how often the files are written).
+        self.connections_closed = Counter(
+            "gpu_admission_connections_closed",
+            "Connections a full worker closed to make room for new ones: each waited on its "
+            "client (idle, or stalled in a handshake, head or body, or not reading its answer).",
+            registry=registry,
+        )
         # One series per worker (liveall): during a reload the workers can briefly disagree,
         # and that should be visible rather than averaged away.
         self.policy_info = Gauge(

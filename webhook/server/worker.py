@@ -136,6 +136,9 @@ class AdmissionWorker(GeventWorker):
                         }
                     },
                 )
+                metrics = self.app.metrics
+                if metrics is not None:
+                    metrics.connections_closed.inc(self._waiting.evicted - evicted)
                 evicted = self._waiting.evicted
         # No longer accepting: the other workers stop leaving connections to this one.
         shares.release(slot)
