@@ -226,6 +226,7 @@ def test_the_gunicorn_internals_the_worker_builds_on_are_where_it_expects() -> N
         "_serve",
         "_refuse",
         "_wait_for_request",
+        "_report_room_made",
         "connection_slot",
     }
     assert list(inspect.signature(ggevent.GeventWorker.handle).parameters) == [

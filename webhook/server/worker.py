@@ -121,29 +121,18 @@ class AdmissionWorker(GeventWorker):
         for server in servers:
             server.start()
         log.info("accepting connections", extra={"fields": {"pid": self.pid, "slot": slot}})
-        evicted = 0
+        reported = 0
         while self.alive:
             self.notify()
             gevent.sleep(1.0)
             # One line a second at most, however fast a flood makes room be made.
-            if self._waiting.evicted != evicted:
-                log.info(
-                    "closed connections that waited on their clients, to make room for new ones",
-                    extra={
-                        "fields": {
-                            "connections": self._waiting.evicted - evicted,
-                            "max_connections": self.worker_connections,
-                        }
-                    },
-                )
-                metrics = self.app.metrics
-                if metrics is not None:
-                    metrics.connections_closed.inc(self._waiting.evicted - evicted)
-                evicted = self._waiting.evicted
+            reported = self._report_room_made(reported)
         # No longer accepting: the other workers stop leaving connections to this one.
         shares.release(slot)
         for server in servers:
             server.close()
+        # What the last second made room for, now that no more can be made.
+        self._report_room_made(reported)
         stop_at = time.monotonic() + self.cfg.graceful_timeout
         while time.monotonic() < stop_at:
             if all(server.pool.free_count() == server.pool.size for server in servers):
@@ -170,6 +159,22 @@ class AdmissionWorker(GeventWorker):
         finally:
             waiting.ended(connection)
             util.close(client)
+
+    def _report_room_made(self, reported: int) -> int:
+        """Log and count the connections closed to make room since ``reported`` of them were;
+        returns how many are reported now."""
+        closed = self._waiting.evicted - reported
+        if closed:
+            log.info(
+                "closed connections that waited on their clients, to make room for new ones",
+                extra={
+                    "fields": {"connections": closed, "max_connections": self.worker_connections}
+                },
+            )
+            metrics = self.app.metrics
+            if metrics is not None:
+                metrics.connections_closed.inc(closed)
+        return self._waiting.evicted
 
     def _converse(self, listener: Any, client: Any, addr: Any, connection: Any) -> None:
         deadlines: Deadlines = self.app.deadlines
