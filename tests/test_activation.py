@@ -24,7 +24,7 @@ from webhook.policy.workloads import WORKLOADS_WEBHOOK
 
 try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
     from kubeapi import FakeKubeAPI, kube_api, kube_api_client, kube_api_kubeconfig  # noqa: F401
-    from serving import TEST_POLICY, Server, make_certificates
+    from serving import make_certificates, tls_server
 except ImportError:  # pragma: no cover
     from tests.kubeapi import (  # noqa: F401
         FakeKubeAPI,
@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover
         kube_api_client,
         kube_api_kubeconfig,
     )
-    from tests.serving import TEST_POLICY, Server, make_certificates
+    from tests.serving import make_certificates, tls_server
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "gpu-admission"
@@ -124,19 +124,8 @@ def webhooks(api: FakeKubeAPI, kind: str) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
-    directory = tmp_path_factory.mktemp("activation")
-    pki = make_certificates(directory / "pki")
-    policy = directory / "policy.yaml"
-    policy.write_text(TEST_POLICY)
-    with Server(
-        policy=policy,
-        cert=pki.tls_cert,
-        key=pki.tls_key,
-        ca=pki.ca_cert,
-        log_path=directory / "server.log",
-        workers=1,
-    ) as server:
-        yield server, pki
+    with tls_server(tmp_path_factory.mktemp("activation"), {}, workers=1) as server:
+        yield server
 
 
 def add_tls_secret(api: FakeKubeAPI, ca_cert: Path) -> str:
@@ -156,10 +145,10 @@ def add_tls_secret(api: FakeKubeAPI, ca_cert: Path) -> str:
 def test_activate_waits_for_the_server_then_sets_the_ca_and_failure_policy(
     kube_api, kube_api_kubeconfig, served, capsys
 ) -> None:
-    server, pki = served
+    server = served
     add_namespace(kube_api)
     add_webhooks(kube_api)
-    bundle = add_tls_secret(kube_api, pki.ca_cert)
+    bundle = add_tls_secret(kube_api, server.ca)
     argv = ["webhooks", "activate", "--kubeconfig", str(kube_api_kubeconfig)]
     argv += ["--readyz-url", f"https://127.0.0.1:{server.port}/readyz", "--timeout", "30"]
     assert main(argv) == 0
@@ -187,7 +176,7 @@ def test_activate_waits_for_the_server_then_sets_the_ca_and_failure_policy(
 def test_activate_changes_nothing_unless_the_server_proves_the_secrets_ca(
     kube_api, kube_api_client, served, tmp_path
 ) -> None:
-    server, _ = served
+    server = served
     add_namespace(kube_api)
     add_webhooks(kube_api)
     other = make_certificates(tmp_path / "other")  # a CA the server's certificate is not from
@@ -249,7 +238,7 @@ def test_bootstrap_renews_a_certificate_that_does_not_name_the_service(
 
 
 def test_activate_waits_for_a_secret_issued_late(kube_api, kube_api_client, served) -> None:
-    server, pki = served
+    server = served
     add_namespace(kube_api)
     add_webhooks(kube_api)
     waits: list[float] = []
@@ -257,7 +246,7 @@ def test_activate_waits_for_a_secret_issued_late(kube_api, kube_api_client, serv
     def issued_meanwhile(seconds: float) -> None:
         waits.append(seconds)
         if len(waits) == 2:  # cert-manager issues it while activation waits
-            add_tls_secret(kube_api, pki.ca_cert)
+            add_tls_secret(kube_api, server.ca)
 
     activate_webhooks(
         kube_api_client,

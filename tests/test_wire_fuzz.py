@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.serving import TEST_POLICY, Server, client_context, fixture_bytes, make_certificates
+from tests.serving import Server, client_context, fixture_bytes, tls_server
 
 GPU_POD = fixture_bytes("admission-review-gpu-pod.json")
 SEED = 20261202
@@ -88,18 +88,8 @@ MALFORMED = {
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     directory = tmp_path_factory.mktemp("fuzz")
-    pki = make_certificates(directory / "pki")
-    policy = directory / "policy.yaml"
-    policy.write_text(TEST_POLICY)
     env = {f"GPU_ADMISSION_{phase}_TIMEOUT": DEADLINE for phase in ("HANDSHAKE", "HEADERS", "BODY")}
-    with Server(
-        policy=policy,
-        cert=pki.tls_cert,
-        key=pki.tls_key,
-        ca=pki.ca_cert,
-        log_path=directory / "server.log",
-        env=env,
-    ) as running:
+    with tls_server(directory, env) as running:
         yield running
 
 

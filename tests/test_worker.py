@@ -16,10 +16,10 @@ from tests.serving import (
     TEST_POLICY,
     Server,
     fixture_bytes,
-    make_certificates,
     metric_value,
     post_json,
     settle_metrics,
+    tls_server,
     wait_until,
 )
 from webhook.admission.engine import review
@@ -98,18 +98,7 @@ def test_the_body_deadline_grows_with_the_body_and_is_bounded() -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     directory = tmp_path_factory.mktemp("worker")
-    pki = make_certificates(directory / "pki")
-    policy = directory / "policy.yaml"
-    policy.write_text(TEST_POLICY)
-    with Server(
-        policy=policy,
-        cert=pki.tls_cert,
-        key=pki.tls_key,
-        ca=pki.ca_cert,
-        log_path=directory / "server.log",
-        workers=1,
-        env={"GPU_ADMISSION_BODY_TIMEOUT": "1"},
-    ) as running:
+    with tls_server(directory, {"GPU_ADMISSION_BODY_TIMEOUT": "1"}, workers=1) as running:
         yield running
 
 
