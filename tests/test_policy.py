@@ -395,9 +395,9 @@ def test_the_compiled_rule_steps_are_the_modes_of_each_rule_in_order(namespace: 
                 mode = ruleset[rule].for_scope(reach if security else relevance)
                 if mode != "Off":
                     expected.append((rule, mode, reach if security else None))
-            assert list(ruleset.steps(relevance, reach)) == expected, (relevance, reach)
+            assert list(ruleset.steps[relevance, reach]) == expected, (relevance, reach)
     if namespace == "quiet":
-        assert ruleset.steps("gpuPods", "gpuPods") == ()
+        assert ruleset.steps["gpuPods", "gpuPods"] == ()
         assert not ruleset.needs_reach
 
 

@@ -21,7 +21,7 @@ from webhook.admission.request import RequestError, parse_request, workload_kind
 from webhook.admission.wire import AdmissionReviewResponse
 from webhook.checks.registry import CHECKS
 from webhook.core.findings import Finding
-from webhook.core.pods import PodView
+from webhook.core.pods import PodView, build_view
 from webhook.core.pools import select_pool
 from webhook.core.scope import reach
 from webhook.core.targets import walk_views
@@ -34,6 +34,8 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 JUDGED_SUBRESOURCES = ("", "ephemeralcontainers")
 EVERY_RULE = frozenset(RULE_IDS)
 NO_RULES: frozenset[str] = frozenset()
+
+_new_tuple = tuple.__new__
 
 # Each rule's check function, for the judging loop.
 _RUNS = {check.rule: check.run for check in CHECKS}
@@ -139,10 +141,14 @@ def decide(
             batch, complete = _take(judging, STOP_AFTER_DENIALS)
             batch = forgive(batch)
             findings += batch
-    if workload.kind == "Pod" and MIRROR_ANNOTATION in _annotations(obj):
+    if findings and workload.kind == "Pod" and MIRROR_ANNOTATION in _annotations(obj):
         # The kubelet never runs a Pod it receives with this annotation (it runs static Pods
         # from its own files and only mirrors them here): denying the mirror changes nothing.
         findings = [Finding(f.violation, "Audit", f.template, f.scope) for f in findings]
+    if not findings:
+        # Decision(response), without the Python-level __new__ of a NamedTuple: most reviews
+        # end here.
+        return _new_tuple(Decision, (response.build(uid), (), (), False, False))
     return Decision(
         response.build(
             uid,
@@ -162,6 +168,13 @@ def _views(
     policy: Policy,
     limits: WorkLimits | None,
 ) -> list[PodView]:
+    targets = workload.targets
+    if len(targets) == 1 and targets[0].shape == "template" and not targets[0].path.steps:
+        # A Pod, its own lone template, within any limits: built without walking anything.
+        if limits is not None and limits.templates < 1:
+            raise TooMuchWork(f"more than {limits.templates} templates")
+        view = build_view(workload.kind, "", obj, namespace, policy)
+        return [view] if view is not None else []
     if limits is None:
         return list(walk_views(obj, workload, namespace, policy))
     views: list[PodView] = []
@@ -238,7 +251,7 @@ def _judge(
         needs_reach = security and ruleset.needs_reach
         reach_scope = reach(view, policy).scope if needs_reach else None
         relevance: Scope = "gpuPods" if view.gpu_relevant else "otherPods"
-        for rule, mode, scope in ruleset.steps(relevance, reach_scope):
+        for rule, mode, scope in ruleset.steps[relevance, reach_scope]:
             if (exempt and rule in exempt) or (only is not None and rule not in only):
                 continue
             for violation in _RUNS[rule](view, policy):
@@ -269,16 +282,16 @@ def _mutate(
     if request["operation"] == "CREATE":
         # On UPDATE the validate path judges quantities against oldObject: what the object
         # already had must not block a controller's label or finalizer update.
-        denials = [
-            f for f in run_checks(views, policy, rules=("gpu-quantity",)) if f.mode == "Enforce"
-        ]
+        found = run_checks(views, policy, rules=("gpu-quantity",))
+        denials = [f for f in found if f.mode == "Enforce"] if found else None
         if denials:
             return Decision(response.build(uid, denials=denials), findings=tuple(denials))
     if (
         workload.kind != "Pod"
         or not policy.mutation_enabled
-        or MIRROR_ANNOTATION in _annotations(obj)
         or not views
+        # A Pod's view has its own annotations.
+        or MIRROR_ANNOTATION in views[0].annotations
     ):
         return Decision(response.build(uid))
     view = views[0]
@@ -306,11 +319,10 @@ def _mutate(
         return Decision(
             response.build(uid, would_patch=operations), patch=operations, patch_recorded=True
         )
-    return Decision(
-        response.build(uid, patch=operations, encode_json=encode_json),
-        patch=operations,
-        patch_applied=True,
-    )
+    # Decision(response, patch=operations, patch_applied=True), without the Python-level
+    # __new__ of a NamedTuple: a GPU Pod's CREATE ends here.
+    applied = response.build(uid, patch=operations, encode_json=encode_json)
+    return _new_tuple(Decision, (applied, (), operations, True, False))
 
 
 def _annotations(obj: Mapping) -> Mapping:

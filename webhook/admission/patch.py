@@ -18,7 +18,7 @@ def escape(segment: Segment) -> str:
 
 
 def pointer(segments: Sequence[Segment]) -> str:
-    parts = [str(s) for s in segments]
+    parts = list(map(str, segments))
     joined = "/".join(parts)
     if "~" in joined or joined.count("/") != len(parts) - 1:
         # A segment holds a character to escape (an annotation key has a slash).

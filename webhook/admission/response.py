@@ -150,9 +150,8 @@ def build(
         }
     if warnings:
         response["warnings"] = warnings_for(warnings)
-    annotations = audit_annotations(audits, would_patch)
-    if annotations:
-        response["auditAnnotations"] = annotations
+    if audits or would_patch:
+        response["auditAnnotations"] = audit_annotations(audits, would_patch)
     if patch and not denials:
         response["patchType"] = "JSONPatch"
         encoded = encode_json(list(patch))

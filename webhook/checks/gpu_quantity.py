@@ -20,7 +20,7 @@ RULE = "gpu-quantity"
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
-    for container in view.gpu_containers():
+    for container in view.gpu_containers:
         resources = container.resources
         limits = resources.get("limits") if isinstance(resources.get("limits"), dict) else {}
         requests = resources.get("requests") if isinstance(resources.get("requests"), dict) else {}

@@ -28,7 +28,8 @@ RULE = "pool-access"
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     selection = select_pool(view, policy)
-    yield from (v for v in selection.violations if v.rule == RULE)
+    if selection.violations:  # mostly none: no generator made for them
+        yield from (v for v in selection.violations if v.rule == RULE)
     if not policy.has_reserved_pools or view.kind != "Pod" or view.spec_path != "spec":
         return
     if not selection.requested:

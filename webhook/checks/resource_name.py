@@ -31,7 +31,7 @@ MAX_UNDECLARED_NAMES = 100
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     undeclared = 0
-    for container in view.gpu_containers():
+    for container in view.gpu_containers:
         for name in container.gpu:
             if name in policy.declared_names or name in policy.companion_names:
                 continue
@@ -61,7 +61,7 @@ def _too_many(view: PodView, container: ContainerView, name: str, policy: Policy
     names it stands for are its identity: an UPDATE that changes them is not forgiven for
     what the old object had."""
     known = policy.declared_names | policy.companion_names
-    undeclared = [f"{c.name}/{n}" for c in view.gpu_containers() for n in c.gpu if n not in known]
+    undeclared = [f"{c.name}/{n}" for c in view.gpu_containers for n in c.gpu if n not in known]
     unjudged = ",".join(sorted(undeclared[MAX_UNDECLARED_NAMES:]))
     total = len(undeclared)
     return Violation(

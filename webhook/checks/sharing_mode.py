@@ -32,7 +32,8 @@ def _mig_sharing(name: str) -> str | None:
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     selection = select_pool(view, policy)
-    yield from (v for v in selection.violations if v.rule == RULE)
+    if selection.violations:  # mostly none: no generator made for them
+        yield from (v for v in selection.violations if v.rule == RULE)
     first: tuple[str, str, str] | None = None  # (mode, resource, container path)
     reported: set[str] = set()
     for container in view.containers:

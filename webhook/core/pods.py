@@ -50,24 +50,35 @@ class ContainerView:
         """The env entries whose names start with ``NVIDIA_`` (index, entry): found in one
         pass on first use, since an environment can hold hundreds of variables, several
         checks read only these, and the mutation reads none."""
-        if self._nvidia_env is None:
-            self._nvidia_env = _nvidia_env(self.spec)
-        return self._nvidia_env
+        found = self._nvidia_env
+        if found is not None:
+            return found
+        env = self.spec.get("env")
+        found = ()
+        if isinstance(env, list) and env:
+            try:
+                # The common case, looped in C: every entry an object with a string name, and
+                # no name holding the prefix (a name that starts with it holds it).
+                holds_prefix = TOOLKIT_PREFIX in "\n".join(map(dict.get, env, repeat("name")))
+            except TypeError:
+                holds_prefix = True  # an entry not an object, or a name not a string: one by one
+            if holds_prefix:
+                found = tuple(
+                    [
+                        (index, var)
+                        for index, var in enumerate(env)
+                        if isinstance(var, dict)
+                        and isinstance(name := var.get("name"), str)
+                        and name.startswith(TOOLKIT_PREFIX)
+                    ]
+                )
+        self._nvidia_env = found
+        return found
 
     @property
     def resources(self) -> Mapping:
         resources = self.spec.get(self.resources_field)
         return resources if isinstance(resources, dict) else {}
-
-    @property
-    def asks_for_vendor_resource(self) -> bool:
-        """Asks for some vendor resource, GPU or not: any quantity but a clean zero (a negative
-        or unparsable one is an attempt, and is judged as one). GPU-relevance for the GPU
-        rules; the security rules use ``webhook.core.scope`` instead."""
-        for quantity in self.gpu_quantity.values():
-            if quantity is None or quantity != 0:
-                return True
-        return False
 
     @property
     def is_sidecar(self) -> bool:
@@ -89,11 +100,15 @@ class PodView:
     service_account: str
     identity: str = ""  # the template's place, with list items named (see walk_templates)
     gpu_relevant: bool = False
+    # The containers that ask for some vendor-domain resource (any quantity), in order.
+    gpu_containers: tuple[ContainerView, ...] = ()
     # Fields that change the Pod in ways nothing can judge before it exists: (path, value).
     unjudged: tuple[tuple[str, Any], ...] = ()
     # Host paths an operator mounts from a field of its own (NIMService's storage.hostPath):
     # (field path, the path on the host).
     host_paths: tuple[tuple[str, str], ...] = ()
+    # The template's metadata.annotations (empty when it has none, or not an object).
+    annotations: Mapping = field(default_factory=dict)
     # Pod-level fields taken from another object (an Argo Workflow's spec): field -> its path.
     inherited: Mapping[str, str] = field(default_factory=dict)
     # Facts several checks read, worked out on first use by the functions that own them (a view
@@ -107,14 +122,6 @@ class PodView:
     def field_path(self, name: str) -> str:
         """The path of a pod-level field, in the object it was written in."""
         return self.inherited.get(name) or f"{self.spec_path}.{name}"
-
-    @property
-    def annotations(self) -> Mapping:
-        annotations = self.metadata.get("annotations")
-        return annotations if isinstance(annotations, dict) else {}
-
-    def gpu_containers(self) -> Iterator[ContainerView]:
-        return (c for c in self.containers if c.gpu)
 
     def requested_gpu_names(self) -> list[str]:
         """Vendor resources some container asks for (quantity above zero), in first-seen order."""
@@ -276,6 +283,8 @@ def view_of(
 ) -> PodView:
     """A view of pod-level fields and containers, wherever in an object they are written."""
     containers: list[ContainerView] = []
+    gpu_containers: list[ContainerView] = []
+    asks_vendor_resource = False
     declared = policy.declared_names
     retired = policy.retired
     # Positional arguments and plain loops: a view is built per template per request.
@@ -285,21 +294,27 @@ def view_of(
         requests_declared = False
         for name, (value, _) in gpu.items():
             quantity = quantities[name] = parse_quantity(value)
-            if (quantity is None or quantity != 0) and (name in declared or name in retired):
-                requests_declared = True
-        containers.append(
-            ContainerView(
-                list_name,
-                index,
-                container,
-                str(container.get("name") or fallback_name or f"#{index}"),
-                path,
-                gpu,
-                quantities,
-                requests_declared,
-                resources_field,
-            )
+            # Any quantity but a clean zero is an ask (a negative or unparsable one is an
+            # attempt, and is judged as one): of some vendor resource, GPU or not, it makes the
+            # template GPU-relevant (the GPU rules' scope; the security rules use reach).
+            if quantity is None or quantity != 0:
+                asks_vendor_resource = True
+                if name in declared or name in retired:
+                    requests_declared = True
+        container_view = ContainerView(
+            list_name,
+            index,
+            container,
+            str(container.get("name") or fallback_name or f"#{index}"),
+            path,
+            gpu,
+            quantities,
+            requests_declared,
+            resources_field,
         )
+        containers.append(container_view)
+        if gpu:
+            gpu_containers.append(container_view)
     service_account = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
     view = PodView(
         kind,
@@ -311,41 +326,24 @@ def view_of(
         namespace,
         str(service_account),
         identity,
-        False,  # gpu_relevant, which reads the view: set below
+        asks_vendor_resource,  # gpu_relevant, for another reason set below
+        tuple(gpu_containers),
         unjudged,
     )
-    view.gpu_relevant = _gpu_relevant(view, policy)
+    annotations = metadata.get("annotations")
+    if isinstance(annotations, dict):
+        view.annotations = annotations
+    if not asks_vendor_resource:
+        view.gpu_relevant = _gpu_relevant(view, policy)
     return view
 
 
-def _nvidia_env(container: Mapping) -> tuple[tuple[int, dict], ...]:
-    env = container.get("env")
-    if not isinstance(env, list) or not env:
-        return ()
-    try:
-        # The common case, looped in C: every entry an object with a string name, and no name
-        # holding the prefix (a name that starts with it holds it).
-        if TOOLKIT_PREFIX not in "\n".join(map(dict.get, env, repeat("name"))):
-            return ()
-    except TypeError:
-        pass  # an entry that is not an object, or a name that is not a string: one by one
-    return tuple(
-        [
-            (index, var)
-            for index, var in enumerate(env)
-            if isinstance(var, dict)
-            and isinstance(name := var.get("name"), str)
-            and name.startswith(TOOLKIT_PREFIX)
-        ]
-    )
-
-
 def _gpu_relevant(view: PodView, policy: Policy) -> bool:
-    """GPU-relevant: asks for a GPU, fiddles with GPU visibility, or aims at GPU nodes."""
+    """GPU-relevant for a template that asks for no vendor resource (see view_of): it fiddles
+    with GPU visibility, or aims at GPU nodes."""
     for container in view.containers:
-        if container.asks_for_vendor_resource:
-            return True
-        if any(var["name"] in VISIBILITY_ENV for _, var in container.nvidia_env):
+        env = container.nvidia_env
+        if env and any(var["name"] in VISIBILITY_ENV for _, var in env):
             return True
     if any(is_cdi_annotation(k) for k in view.annotations):
         return True

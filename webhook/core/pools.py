@@ -33,6 +33,7 @@ class Selection(NamedTuple):
 
 
 NO_GPU = Selection((), (), (), ())
+_new_tuple = tuple.__new__  # a NamedTuple's own __new__ is a Python function, a call more
 
 
 def select_pool(view: PodView, policy: Policy) -> Selection:
@@ -46,7 +47,7 @@ def select_pool(view: PodView, policy: Policy) -> Selection:
 def _select(view: PodView, policy: Policy) -> Selection:
     # Only declared GPU resources choose a pool; undeclared vendor resources are the
     # resource-name rule's (unknownResources), companion resources go with any pool.
-    requested = tuple(n for n in view.requested_gpu_names() if n in policy.declared_names)
+    requested = tuple(filter(policy.declared_names.__contains__, view.requested_gpu_names()))
     if not requested:
         return NO_GPU
     annotation = view.annotations.get(POOL_ANNOTATION)
@@ -63,7 +64,7 @@ def _select(view: PodView, policy: Policy) -> Selection:
                 (_pend_forever(view, requested, compatible, [], True, unpooled=True),),
                 requested,
             )
-        return Selection((), policy.gpu_node_taints, (), requested)
+        return _new_tuple(Selection, ((), policy.gpu_node_taints, (), requested, ()))
 
     offering = [p for p in policy.pools if all(n in p.resources for n in requested)]
     compatible = [p for p in policy.pools if _compatible(view, p)]

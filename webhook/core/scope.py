@@ -23,6 +23,8 @@ device-visibility rule and the ``injectVoid`` mutation share.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from operator import attrgetter
 from typing import NamedTuple
 
 from webhook.core.hostpaths import in_device_list_dir, is_gpu_device_path
@@ -30,6 +32,8 @@ from webhook.core.pods import TOOLKIT_PREFIX, ContainerView, PodView, is_cdi_ann
 from webhook.core.scheduling import tolerates
 from webhook.policy.model import Policy, Scope
 from webhook.policy.names import near_miss_key
+
+_new_tuple = tuple.__new__  # a NamedTuple's own __new__ is a Python function, a call more
 
 # The container toolkit's variables: a closed list. These four widen what a container sees
 # whatever it requested; the others only tune a GPU the container was given.
@@ -64,17 +68,20 @@ def is_toolkit_variable(name: object) -> bool:
     )
 
 
-def requests_gpu(container: ContainerView) -> bool:
-    """The one answer to "does this container request a GPU", for the device-visibility rule
-    and the ``injectVoid`` mutation alike: a declared (or retired) GPU resource in any quantity
-    but a clean zero, decided when the view was built against its policy. Not an undeclared
-    vendor resource such as ``nvidia.com/hostdev``, and not a DRA claim (out of scope)."""
-    return container.requests_declared_gpu
+# The one answer to "does this container request a GPU", for the device-visibility rule and
+# the ``injectVoid`` mutation alike: a declared (or retired) GPU resource in any quantity but a
+# clean zero, decided when the view was built against its policy. Not an undeclared vendor
+# resource such as ``nvidia.com/hostdev``, and not a DRA claim (out of scope). An attribute
+# getter: called for every container of every review, it costs no Python frame.
+requests_gpu: Callable[[ContainerView], bool] = attrgetter("requests_declared_gpu")
 
 
 def toolkit_env(container: ContainerView) -> list[tuple[int, dict]]:
     """The container's env entries that set a variable the container toolkit reads."""
-    return [(i, var) for i, var in container.nvidia_env if is_toolkit_variable(var["name"])]
+    env = container.nvidia_env
+    if not env:  # the common case, without making a list
+        return []
+    return [(i, var) for i, var in env if is_toolkit_variable(var["name"])]
 
 
 class Reach(NamedTuple):
@@ -117,7 +124,7 @@ def _asks_for_gpu(view: PodView, policy: Policy) -> bool:
 def _reach(view: PodView, policy: Policy) -> Reach:
     reason = _own_signal(view, policy)
     if reason is not None:
-        return Reach("gpuPods", reason)
+        return _new_tuple(Reach, ("gpuPods", reason))
     if isinstance(view.spec.get("nodeName"), str) and view.spec["nodeName"]:
         return Reach("gpuPods", "spec.nodeName skips the scheduler's taint checks")
     tolerations = view.tolerations()

@@ -111,7 +111,7 @@ class RuleSet(Mapping[str, RuleModes]):
     leave them out), the rules that are on, in ``RULE_IDS`` order, with their modes.
     Judging a template then looks up one tuple instead of a mode per rule."""
 
-    __slots__ = ("_modes", "_steps", "needs_reach")
+    __slots__ = ("_modes", "steps", "needs_reach")
 
     def __init__(self, modes: Mapping[str, RuleModes]) -> None:
         self._modes = dict(modes)
@@ -121,10 +121,12 @@ class RuleSet(Mapping[str, RuleModes]):
             for rule in SECURITY_RULES
             for scope in SCOPES
         )
-        self._steps: dict[tuple[Scope, Scope | None], tuple[RuleStep, ...]] = {}
+        # (relevance, reach) -> the rules that run on such a template (None: no security
+        # rule), with their modes, in RULE_IDS order. Read-only; a dict, read once per template.
+        self.steps: dict[tuple[Scope, Scope | None], tuple[RuleStep, ...]] = {}
         for relevance in ("gpuPods", "otherPods"):
             for reach in (*SCOPES, None):
-                self._steps[relevance, reach] = tuple(self._compile(relevance, reach))
+                self.steps[relevance, reach] = tuple(self._compile(relevance, reach))
 
     def _compile(self, relevance: Scope, reach: Scope | None) -> Iterator[RuleStep]:
         for rule in RULE_IDS:
@@ -136,11 +138,6 @@ class RuleSet(Mapping[str, RuleModes]):
                 continue  # security rules left out
             if mode != "Off":
                 yield rule, mode, reported
-
-    def steps(self, relevance: Scope, reach: Scope | None) -> tuple[RuleStep, ...]:
-        """The rules that run on a template of this GPU-relevance and reach (None: no
-        security rule), with their modes, in ``RULE_IDS`` order."""
-        return self._steps[relevance, reach]
 
     def __getitem__(self, rule: str) -> RuleModes:
         return self._modes[rule]
