@@ -247,7 +247,7 @@ def _judge(
         exempt = _exempt_rules(policy, view)
         if exempt is EVERY_RULE:
             continue
-        ruleset = policy.rule_modes(view.namespace)
+        ruleset = policy.rule_modes(view.namespace) if policy.namespace_overrides else policy.rules
         needs_reach = security and ruleset.needs_reach
         reach_scope = reach(view, policy).scope if needs_reach else None
         relevance: Scope = "gpuPods" if view.gpu_relevant else "otherPods"
@@ -282,7 +282,7 @@ def _mutate(
     if request["operation"] == "CREATE":
         # On UPDATE the validate path judges quantities against oldObject: what the object
         # already had must not block a controller's label or finalizer update.
-        found = run_checks(views, policy, rules=("gpu-quantity",))
+        found = list(_judge(views, policy, ("gpu-quantity",)))
         denials = [f for f in found if f.mode == "Enforce"] if found else None
         if denials:
             return Decision(response.build(uid, denials=denials), findings=tuple(denials))

@@ -47,11 +47,11 @@ VOID_ENTRY = f"{VISIBLE_DEVICES}=void"
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
-    require_void = _void_requirement(view, policy)
+    require_void = _void_requirement(view, policy) if policy.inject_void else None
     for container in view.containers:
         gpu = requests_gpu(container)
         voided = False
-        for index, var in toolkit_env(container):
+        for index, var in toolkit_env(container) if container.nvidia_env else ():
             name = var["name"]
             value = var.get("value", "")
             # Exactly as the toolkit compares it: " VOID " is a device list it cannot resolve.

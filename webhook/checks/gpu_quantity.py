@@ -21,7 +21,7 @@ RULE = "gpu-quantity"
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     for container in view.gpu_containers:
-        resources = container.resources
+        resources = container.spec[container.resources_field]  # holds the container's GPUs
         limits = resources.get("limits") if isinstance(resources.get("limits"), dict) else {}
         requests = resources.get("requests") if isinstance(resources.get("requests"), dict) else {}
         for name, (_, chosen) in container.gpu.items():

@@ -85,16 +85,17 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             field="hostIPC",
             advisory=True,
         )
-    yield from _host_process(
-        view, policy, spec.get("securityContext"), view.field_path("securityContext"), "spec"
-    )
+    # Only a securityContext with windowsOptions can ask for a HostProcess container.
+    context = spec.get("securityContext")
+    if isinstance(context, dict) and "windowsOptions" in context:
+        yield from _host_process(view, policy, context, view.field_path("securityContext"), "spec")
     for container in view.containers:
         context = container.spec.get("securityContext")
         if not isinstance(context, dict):
             continue
-        yield from _host_process(
-            view, policy, context, f"{container.path}.securityContext", container.name
-        )
+        if "windowsOptions" in context:
+            path = f"{container.path}.securityContext"
+            yield from _host_process(view, policy, context, path, container.name)
         capabilities = context.get("capabilities")
         added = capabilities.get("add") if isinstance(capabilities, dict) else None
         for index, raw in enumerate(added if isinstance(added, list) else ()):
@@ -123,9 +124,9 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
 
 
 def _host_process(
-    view: PodView, policy: Policy, context: object, path: str, subject: str
+    view: PodView, policy: Policy, context: dict, path: str, subject: str
 ) -> Iterator[Violation]:
-    windows = context.get("windowsOptions") if isinstance(context, dict) else None
+    windows = context.get("windowsOptions")
     if isinstance(windows, dict) and windows.get("hostProcess") is True:
         yield Violation(
             rule=RULE,

@@ -102,6 +102,9 @@ class PodView:
     gpu_relevant: bool = False
     # The containers that ask for some vendor-domain resource (any quantity), in order.
     gpu_containers: tuple[ContainerView, ...] = ()
+    # The vendor resources some container asks for (a quantity above zero, or not a quantity),
+    # in first-seen order.
+    requested_gpu_names: tuple[str, ...] = ()
     # Fields that change the Pod in ways nothing can judge before it exists: (path, value).
     unjudged: tuple[tuple[str, Any], ...] = ()
     # Host paths an operator mounts from a field of its own (NIMService's storage.hostPath):
@@ -122,15 +125,6 @@ class PodView:
     def field_path(self, name: str) -> str:
         """The path of a pod-level field, in the object it was written in."""
         return self.inherited.get(name) or f"{self.spec_path}.{name}"
-
-    def requested_gpu_names(self) -> list[str]:
-        """Vendor resources some container asks for (quantity above zero), in first-seen order."""
-        names: dict[str, None] = {}
-        for container in self.containers:
-            for name, quantity in container.gpu_quantity.items():
-                if quantity is None or quantity > 0:
-                    names[name] = None
-        return list(names)
 
     def first_request_path(self, name: str) -> str:
         for container in self.containers:
@@ -183,28 +177,6 @@ def _dig(obj: Any, *keys: str) -> Any:
             return None
         obj = obj.get(key)
     return obj
-
-
-def _container_gpu(
-    container: Mapping, policy: Policy, resources_field: str = "resources"
-) -> dict[str, tuple[Any, str]]:
-    resources = container.get(resources_field)
-    if not isinstance(resources, dict):
-        return {}
-    found: dict[str, tuple[Any, str]] = {}
-    retired = policy.retired
-    for where in ("requests", "limits"):  # limits last: they win, as for the scheduler
-        values = resources.get(where)
-        if isinstance(values, dict):
-            for name, value in values.items():
-                # Without a domain only a retired name is one (cpu and memory are in every Pod).
-                if (
-                    isinstance(name, str)
-                    and ("/" in name or name in retired)
-                    and policy.is_vendor_resource(name)
-                ):
-                    found[name] = (value, where)
-    return found
 
 
 _new_tuple = tuple.__new__
@@ -284,12 +256,29 @@ def view_of(
     """A view of pod-level fields and containers, wherever in an object they are written."""
     containers: list[ContainerView] = []
     gpu_containers: list[ContainerView] = []
+    requested: dict[str, None] = {}
     asks_vendor_resource = False
     declared = policy.declared_names
     retired = policy.retired
-    # Positional arguments and plain loops: a view is built per template per request.
+    # Positional arguments and plain loops, one function: a view is built per template per
+    # request, and each function called is one more to bring into the processor's caches.
     for list_name, index, container, path, resources_field, fallback_name in sources:
-        gpu = _container_gpu(container, policy, resources_field)
+        # Vendor-domain resources: name -> (value, where), the limit winning over the request
+        # as for the scheduler.
+        gpu: dict[str, tuple[Any, str]] = {}
+        resources = container.get(resources_field)
+        for where in ("requests", "limits") if isinstance(resources, dict) else ():
+            values = resources.get(where)
+            if isinstance(values, dict):
+                for name, value in values.items():
+                    # Without a domain only a retired name is one (cpu and memory are in
+                    # every Pod).
+                    if (
+                        isinstance(name, str)
+                        and ("/" in name or name in retired)
+                        and policy.is_vendor_resource(name)
+                    ):
+                        gpu[name] = (value, where)
         quantities: dict[str, Quantity | None] = {}
         requests_declared = False
         for name, (value, _) in gpu.items():
@@ -301,6 +290,8 @@ def view_of(
                 asks_vendor_resource = True
                 if name in declared or name in retired:
                     requests_declared = True
+                if quantity is None or quantity > 0:
+                    requested[name] = None
         container_view = ContainerView(
             list_name,
             index,
@@ -328,6 +319,7 @@ def view_of(
         identity,
         asks_vendor_resource,  # gpu_relevant, for another reason set below
         tuple(gpu_containers),
+        tuple(requested),
         unjudged,
     )
     annotations = metadata.get("annotations")

@@ -47,7 +47,7 @@ def select_pool(view: PodView, policy: Policy) -> Selection:
 def _select(view: PodView, policy: Policy) -> Selection:
     # Only declared GPU resources choose a pool; undeclared vendor resources are the
     # resource-name rule's (unknownResources), companion resources go with any pool.
-    requested = tuple(filter(policy.declared_names.__contains__, view.requested_gpu_names()))
+    requested = tuple(filter(policy.declared_names.__contains__, view.requested_gpu_names))
     if not requested:
         return NO_GPU
     annotation = view.annotations.get(POOL_ANNOTATION)

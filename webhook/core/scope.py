@@ -144,7 +144,8 @@ def _own_signal(view: PodView, policy: Policy) -> str | None:
     """A signal in the Pod's own resources, environment, volumes or annotations."""
     for container in view.containers:
         for name in container.gpu:
-            if _is_gpu_ask(name, policy):
+            # A declared name, the common case, settles it without a call.
+            if name in policy.declared_names or _is_gpu_ask(name, policy):
                 return f"it asks for {name}"
         if container.resources.get("claims"):
             return "it has a DRA resource claim"
