@@ -434,6 +434,18 @@ def test_exemption_limited_to_rules():
     assert denied(decision) == [("privileged", PRIVILEGED)]
 
 
+def test_exemptions_are_looked_for_only_where_one_could_apply():
+    # The judging loop looks at the exemptions only for a namespace one of them names, or when
+    # one names namespaces by a glob: the precheck must never skip an exemption that applies.
+    named = policy(BASE_SPEC + "exemptions:\n  - namespaces: [monitoring]\n", name="named")
+    assert named.exempted_names == {"monitoring"} and not named.exempts_by_glob
+    assert EXEMPTIONS.exempted_names == {"kube-flannel", "monitoring"}
+    assert EXEMPTIONS.exempts_by_glob
+    assert_allowed_clean(validate(bad_gpu_pod(), named, namespace="monitoring"))
+    for namespace in ("monitorin", "monitoring-x", "default"):
+        assert not validate(bad_gpu_pod(), named, namespace=namespace).allowed
+
+
 def test_exemption_does_not_leak_to_other_namespaces():
     decision = validate(bad_gpu_pod(), EXEMPTIONS, namespace="kube-system")
     assert rules_in(decision, "Enforce") == {"privileged", "host-devices"}

@@ -261,6 +261,8 @@ def _judge(
 
 def _exempt_rules(policy: Policy, view: PodView) -> frozenset[str]:
     """The rules this template is exempt from, looked up once per template."""
+    if view.namespace not in policy.exempted_names and not policy.exempts_by_glob:
+        return NO_RULES  # no exemption names its namespace
     exempt = NO_RULES
     for exemption in policy.exemptions:
         if exemption.applies(view.namespace, view.service_account):

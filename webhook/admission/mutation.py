@@ -48,11 +48,11 @@ def plan(
     planned = _Planned(pod)
     injected: list[str] = []  # what was added, for the annotation
 
-    missing = [
-        toleration_for(taint)
-        for taint in selection.taints
-        if not any(tolerates(t, taint) for t in view.tolerations())
-    ]
+    tolerations = view.tolerations()
+    missing = []
+    for taint in selection.taints:
+        if not (tolerations and any(tolerates(t, taint) for t in tolerations)):
+            missing.append(toleration_for(taint))
     if missing:
         planned.add(patch.append(planned.working, ("spec", "tolerations"), missing))
         injected.append(f"tolerations={len(missing)}")

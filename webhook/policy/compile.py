@@ -195,6 +195,8 @@ def compile_policy(doc: dict, source: str, digest: str) -> Policy:
         ),
         pooled_names=frozenset(name for pool in pools for name in pool.resources),
         has_reserved_pools=any(pool.namespaces is not None for pool in pools),
+        exempted_names=frozenset(name for e in exemptions for name in e.namespaces.names),
+        exempts_by_glob=any(e.namespaces.regex is not None for e in exemptions),
         retired=MappingProxyType(
             {
                 r["name"]: (r["replacement"], r.get("reason", ""))

@@ -305,6 +305,10 @@ class Policy:
     gpu_taint_keys: frozenset[str]  # taint keys of GPU nodes (pools' and gpuNodeTaints)
     pooled_names: frozenset[str]  # the GPU resources some pool offers
     has_reserved_pools: bool  # some pool is open to some namespaces only
+    # The namespaces some exemption names, and whether one names namespaces by a glob: a
+    # template's exemptions are looked for only when it could have one.
+    exempted_names: frozenset[str]
+    exempts_by_glob: bool
     warnings: tuple[PolicyWarning, ...] = ()  # whole-policy lints, in line order
 
     def rule_modes(self, namespace: str) -> RuleSet:
