@@ -170,11 +170,14 @@ def _views(
 ) -> list[PodView]:
     targets = workload.targets
     if len(targets) == 1 and targets[0].shape == "template" and not targets[0].path.steps:
-        # A Pod, its own lone template, within any limits: built without walking anything.
+        # A Pod, its own lone template: built without walking anything. A lone template
+        # holds nothing twice, so only the count of templates can be past the limits.
+        view = build_view(workload.kind, "", obj, namespace, policy)
+        if view is None:
+            return []
         if limits is not None and limits.templates < 1:
             raise TooMuchWork(f"more than {limits.templates} templates")
-        view = build_view(workload.kind, "", obj, namespace, policy)
-        return [view] if view is not None else []
+        return [view]
     if limits is None:
         return list(walk_views(obj, workload, namespace, policy))
     views: list[PodView] = []
