@@ -294,9 +294,8 @@ def _mutate(
     if (
         workload.kind != "Pod"
         or not policy.mutation_enabled
+        or MIRROR_ANNOTATION in _annotations(obj)
         or not views
-        # A Pod's view has its own annotations.
-        or MIRROR_ANNOTATION in views[0].annotations
     ):
         return Decision(response.build(uid))
     view = views[0]

@@ -138,6 +138,8 @@ def _refusal(body: bytes, exc: orjson.JSONDecodeError) -> _Refused:
         body.decode("utf-8")
     except UnicodeDecodeError as bad:
         return _Refused(400, f"request body is not UTF-8: byte {bad.start}")
+    except MemoryError:
+        return _Refused(413, TOO_BIG_TO_JUDGE)
     return _Refused(400, f"request body is not valid JSON: {exc}")
 
 
