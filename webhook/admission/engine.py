@@ -170,8 +170,9 @@ def _views(
 ) -> list[PodView]:
     targets = workload.targets
     if len(targets) == 1 and targets[0].shape == "template" and not targets[0].path.steps:
-        # A Pod, its own lone template: built without walking anything. A lone template
-        # holds nothing twice, so only the count of templates can be past the limits.
+        # A Pod, its own lone template: the view walk_views would build, without walking an
+        # empty path through its generators. A lone template holds nothing twice, so only the
+        # count of templates can be past the limits.
         view = build_view(workload.kind, "", obj, namespace, policy)
         if view is None:
             return []

@@ -86,11 +86,6 @@ def walk_views(
     kind = workload.kind
     for target in workload.targets:
         if target.shape == "template":
-            if not target.path.steps:  # a Pod: the object is its own template
-                view = build_view(kind, "", obj, namespace, policy)
-                if view is not None:
-                    yield view
-                continue
             for path, identity, template in walk_path(obj, target.path):
                 view = build_view(kind, path, template, namespace, policy, identity)
                 if view is not None:

@@ -152,14 +152,10 @@ def log_decision(
         return
     kind = request.get("kind")
     pairs = list(violations)
-    # The timestamp as _utc_timestamp writes it, written out: a line per request, and each
-    # function it calls is one more to bring into the processor's caches.
-    now = time.time()
-    second = int(now)
     # Built in the order JsonFormatter writes: time, level, logger and message first, in one
     # literal (a line per request: every step counts).
     entry: dict[str, Any] = {
-        "time": _utc_second(second) + _MILLISECONDS[int((now - second) * 1000)],
+        "time": _utc_timestamp(time.time()),
         "level": "info",
         "logger": logger.name,
         "message": "admission decision",
@@ -190,10 +186,7 @@ def log_decision(
             handler.stream.write(_json_line(entry) + handler.terminator)
             handler.stream.flush()
         return
-    try:  # _json_line_bytes, written out
-        line = orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE)
-    except (TypeError, orjson.JSONEncodeError):
-        line = _json_line_bytes(entry)
+    line = _json_line_bytes(entry)
     with _DECISION_LINE_LOCK:
         # The stream is flushed after every record it writes: nothing of it is pending. Mostly
         # one write takes the whole line; _write_line finishes what it did not.
