@@ -89,7 +89,24 @@ def test_gpu_container_may_tune_its_gpu():
         "NVIDIA_NVSWITCH": "enabled",
         "NVIDIA_VISIBLE_DEVICES": "void",
     }
-    assert_allowed_clean(validate(pod(container("train", gpu=1, env=env))))
+    granted = policy(
+        BASE_SPEC
+        + """
+tenants:
+  - namespaces: [ml]
+    grants:
+      toolkitVariables: [NVIDIA_GDRCOPY, NVIDIA_GDS, NVIDIA_MOFED, NVIDIA_NVSWITCH]
+"""
+    )
+    assert_allowed_clean(validate(pod(container("train", gpu=1, env=env)), granted))
+    # Without the grant, the node-shared variables are new findings: warned for this release.
+    decision = validate(pod(container("train", gpu=1, env=env)))
+    assert decision.allowed
+    assert [f.violation.field for f in decision.findings if f.mode == "Warn"] == [
+        f"containers.env[{name}]"
+        for name in ("NVIDIA_GDRCOPY", "NVIDIA_GDS", "NVIDIA_MOFED", "NVIDIA_NVSWITCH")
+    ]
+    assert decision.findings[0].violation.hint.endswith("(spec.tenants[].grants.toolkitVariables)")
 
 
 @pytest.mark.parametrize("value", ["all", "0,1,2,3", "GPU-6f1c2b3a", "nvidia.com/gpu=all"])

@@ -18,6 +18,7 @@ from .conftest import (
     status_message,
     template,
     validate,
+    warnings,
 )
 
 PATH = "spec.volumes[0].hostPath.path"
@@ -110,12 +111,37 @@ def test_a_parent_path_names_what_it_exposes():
     assert "/run/containerd: containerd's socket" in message
 
 
-@pytest.mark.parametrize(
-    "raw",
-    ["/data", "/mnt/datasets", "/scratch", "/devices", "/device", "/tmp", "/var/logs", "/opt/x"],
-)
-def test_data_directories_are_allowed(raw):
-    assert_allowed_clean(validate(gpu_pod_with(raw)))
+DATA_DIRECTORIES = [
+    "/data",
+    "/mnt/datasets",
+    "/scratch",
+    "/devices",
+    "/device",
+    "/tmp",
+    "/var/logs",
+]
+LISTED = policy(BASE_SPEC + f"hostDevices: {{allowedPaths: [{', '.join(DATA_DIRECTORIES)}]}}")
+
+
+@pytest.mark.parametrize("raw", DATA_DIRECTORIES + ["/opt/x"])
+def test_data_directories_are_warned_while_the_policy_lists_none(raw):
+    decision = validate(gpu_pod_with(raw))
+    assert decision.allowed
+    assert by_mode(decision, "Warn") == [("host-devices", PATH)]
+    violation = decision.findings[0].violation
+    assert "not on the policy's allowed host paths (none are listed)" in violation.message
+    assert "spec.hostDevices.allowedPaths" in violation.hint
+
+
+@pytest.mark.parametrize("raw", DATA_DIRECTORIES)
+def test_data_directories_the_policy_lists_are_allowed(raw):
+    assert_allowed_clean(validate(gpu_pod_with(raw), LISTED))
+
+
+def test_unlisted_paths_are_denied_once_new_checks_are_enforced():
+    enforced = policy(BASE_SPEC + "newChecks: Enforce")
+    decision = validate(gpu_pod_with("/data"), enforced)
+    assert denied(decision) == [("host-devices", PATH)]
 
 
 def test_non_host_path_volumes_are_ignored():
@@ -146,11 +172,15 @@ def test_policy_paths_below_and_above_them_are_denied(raw):
 
 @pytest.mark.parametrize("raw", ["/opt/nvidiax", "/opt/nvid"])
 def test_policy_paths_do_not_match_mere_prefixes(raw):
-    assert_allowed_clean(validate(gpu_pod_with(raw), OPT))
+    decision = validate(gpu_pod_with(raw), OPT)
+    assert decision.allowed and "policy lists" not in " ".join(warnings(decision))
 
 
 def test_policy_paths_only_apply_under_that_policy():
-    assert_allowed_clean(validate(gpu_pod_with("/opt/nvidia/lib")))
+    assert_allowed_clean(validate(gpu_pod_with("/opt/nvidia/lib"), LISTED_OPT))
+
+
+LISTED_OPT = policy(BASE_SPEC + "hostDevices: {allowedPaths: [/opt/nvidia]}")
 
 
 ALLOW_LIST = policy(BASE_SPEC + "hostDevices: {allowedPaths: [/data, /scratch]}")
@@ -198,7 +228,7 @@ def test_mounting_the_host_alone_does_not_bring_a_pod_onto_gpu_nodes(raw):
 
 @pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
 def test_every_kind(kind):
-    good = validate(kind.wrap(template(container(gpu=1), volumes=[host_path("/data")])))
+    good = validate(kind.wrap(template(container(gpu=1), volumes=[host_path("/data")])), LISTED)
     assert good.allowed
     assert "host-devices" not in {f.rule for f in good.findings}
 

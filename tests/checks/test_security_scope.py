@@ -509,7 +509,25 @@ def test_multi_node_training_is_allowed():
         hostNetwork=True,
         tolerations=[GPU_TOLERATION],
     )
-    assert_allowed_clean(validate(obj))
+    granted = policy(
+        BASE_SPEC
+        + """
+hostDevices: {allowedPaths: [/data]}
+tenants:
+  - namespaces: ["*"]
+    grants: {capabilities: [IPC_LOCK, SYS_NICE, SYS_RESOURCE]}
+  - namespaces: [ml]
+    grants: {hostNetwork: true}
+"""
+    )
+    assert_allowed_clean(validate(obj, granted))
+    # Under the default policy: warned (hostNetwork beyond baseline, a path no allow-list names).
+    decision = validate(obj)
+    assert decision.allowed
+    assert by_mode(decision, "Warn") == [
+        ("host-devices", "spec.volumes[0].hostPath.path"),
+        ("pod-security", "spec.hostNetwork"),
+    ]
 
 
 def test_void_in_a_sidecar_is_allowed():

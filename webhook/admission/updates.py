@@ -6,7 +6,8 @@
 - A Pod: its spec is all but frozen, so findings the old Pod already had are forgiven (a Job
   controller must always be able to remove its finalizer) — unless the update changes where the
   Pod can land (tolerations, scheduling gates, node selection, before it is scheduled) or adds
-  a CDI annotation: the Pod is then judged anew, with its new reachability.
+  or changes an annotation that has the node inject devices or mounts (CDI, NRI, GKE's): the
+  Pod is then judged anew, with its new reachability.
 - A workload: a finding is forgiven only if the old object had the same finding, with the same
   value, in Enforce mode under the policy in force (it was admitted some other way: before the
   policy, or under an exemption since withdrawn), and, for the security rules, its template
@@ -22,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from webhook.core.findings import Finding, render_value
+from webhook.core.injection import classify
 from webhook.core.pods import ephemeral_container_names, is_cdi_annotation
 from webhook.policy.model import SECURITY_RULES, Scope, WorkloadKind
 
@@ -95,18 +97,19 @@ def _spec(obj: Mapping) -> Mapping:
     return spec if isinstance(spec, dict) else {}
 
 
-def _cdi(obj: Mapping) -> dict:
+def _injecting(obj: Mapping) -> dict:
+    """The annotations that have the node inject devices or mounts: CDI's, NRI's, GKE's."""
     metadata = obj.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     if not isinstance(annotations, dict):
         return {}
-    return {k: v for k, v in annotations.items() if is_cdi_annotation(k)}
+    return {k: v for k, v in annotations.items() if is_cdi_annotation(k) or classify(k) is not None}
 
 
 def _moves_pod(pod: Mapping, old: Mapping) -> bool:
     """Whether the update can change where the Pod lands or which devices it is given."""
-    new_cdi, old_cdi = _cdi(pod), _cdi(old)
-    if any(old_cdi.get(k) != v for k, v in new_cdi.items()):
+    added, before = _injecting(pod), _injecting(old)
+    if any(before.get(k) != v for k, v in added.items()):
         return True
     spec, old_spec = _spec(pod), _spec(old)
     if old_spec.get("nodeName"):

@@ -13,8 +13,16 @@ Restricted, in every container of a Pod that can reach a GPU node:
 - the toolkit's other variables (``NVIDIA_DRIVER_CAPABILITIES``, ``NVIDIA_REQUIRE_*``,
   ``NVIDIA_DISABLE_REQUIRE``, ``NVIDIA_GDRCOPY``, ``NVIDIA_GDS``, ``NVIDIA_MOFED``,
   ``NVIDIA_NVSWITCH``) in a container that requests no GPU;
+- the node-shared device variables (``NVIDIA_MOFED``, ``NVIDIA_NVSWITCH``, ``NVIDIA_GDRCOPY``,
+  ``NVIDIA_GDS``) in a container that requests a GPU, unless a tenant grant names them: they add
+  devices the node shares between its GPU Pods (warned while the policy's ``newChecks`` is
+  Warn; the device plugin can set the first three itself);
+- ``CUDA_VERSION`` in a container that requests no GPU, without ``NVIDIA_REQUIRE_CUDA`` and
+  without ``NVIDIA_VISIBLE_DEVICES=void``: the toolkit takes the image for a legacy CUDA image
+  and exposes every GPU (as ``NVIDIA_VISIBLE_DEVICES=all`` would);
 - CDI annotations (``cdi.k8s.io/*``, ``nvidia.cdi.k8s.io/*``), which ask the runtime for devices
-  directly;
+  directly, and containerd NRI's ``cdi-devices.noderesource.dev`` (older ``cdi-devices.nri.io``)
+  unless a tenant grant names the key;
 - with ``deviceVisibility.injectVoid``, a Pod (not a template) that can reach a GPU node, whose
   containers that request no GPU lack ``NVIDIA_VISIBLE_DEVICES=void`` (a Pod that reaches GPU
   nodes only through a wildcard toleration is warned).
@@ -31,9 +39,11 @@ from collections.abc import Iterator
 from webhook.core import advice
 from webhook.core.findings import Violation, quote
 from webhook.core.hostpaths import in_device_list_dir
-from webhook.core.pods import ContainerView, PodView, is_cdi_annotation
+from webhook.core.injection import injections
+from webhook.core.pods import CUDA_VERSION, ContainerView, PodView, is_cdi_annotation
 from webhook.core.scope import (
     NO_DEVICES,
+    NODE_SHARED_VARIABLES,
     VISIBLE_DEVICES,
     WIDENING_VARIABLES,
     reach,
@@ -44,23 +54,31 @@ from webhook.policy.model import Policy
 
 RULE = "device-visibility"
 VOID_ENTRY = f"{VISIBLE_DEVICES}=void"
+REQUIRE_CUDA = "NVIDIA_REQUIRE_CUDA"
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     require_void = _void_requirement(view, policy) if policy.inject_void else None
     for container in view.containers:
         gpu = requests_gpu(container)
-        voided = False
+        voided = requires_cuda = False
         for index, var in toolkit_env(container) if container.nvidia_env else ():
             name = var["name"]
             value = var.get("value", "")
+            requires_cuda = requires_cuda or name == REQUIRE_CUDA
             # Exactly as the toolkit compares it: " VOID " is a device list it cannot resolve.
             if name == VISIBLE_DEVICES and "valueFrom" not in var and value in NO_DEVICES:
                 voided = True
                 continue
             if name not in WIDENING_VARIABLES and gpu:
+                if name in NODE_SHARED_VARIABLES and (
+                    name not in policy.grants(view.namespace).toolkit_variables
+                ):
+                    yield _node_shared(view, container, index, var, policy)
                 continue  # tunes the GPU the container was given
             yield _variable(view, policy, container, index, var, gpu)
+        if not gpu and not voided and not requires_cuda and container.cuda_version_index >= 0:
+            yield _legacy_cuda(view, policy, container)
         mounts = container.spec.get("volumeMounts")
         for index, mount in enumerate(mounts if isinstance(mounts, list) else ()):
             path = mount.get("mountPath") if isinstance(mount, dict) else None
@@ -119,6 +137,25 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 field=f"{container.list_name}.env[{VISIBLE_DEVICES}]",
                 advisory=require_void,
             )
+    for injection in injections(view) if view.annotations else ():
+        if injection.rule != RULE or injection.key in policy.grants(view.namespace).annotations:
+            continue
+        yield Violation(
+            rule=RULE,
+            path=f"{view.metadata_path}.annotations[{injection.key}]",
+            value=view.annotations[injection.key],
+            message=f"the annotation {injection.key} has the node inject {injection.injects}",
+            hint=advice.fix(
+                view,
+                policy,
+                "remove the annotation, or have the platform team grant it to the namespace "
+                "(spec.tenants[].grants.annotations)",
+                gpu="request GPUs in resources.limits",
+            ),
+            error_type="Forbidden",
+            subject="annotations",
+            field=f"annotations[{injection.key}]",
+        )
     for key in view.annotations:
         if is_cdi_annotation(key):
             yield Violation(
@@ -184,6 +221,47 @@ def _variable(
         hint=advice.fix(view, policy, remedy),
         subject=container.name,
         field=field,
+    )
+
+
+def _node_shared(
+    view: PodView, container: ContainerView, index: int, var: dict, policy: Policy
+) -> Violation:
+    name = var["name"]
+    return Violation(
+        rule=RULE,
+        path=f"{container.path}.env[{index}].value",
+        value=var.get("value", ""),
+        message=f"container {quote(container.name)} sets {name}, which adds devices its node "
+        "shares between GPU Pods (RDMA, NVSwitch, GPUDirect), past the device plugin's "
+        "allocation",
+        hint="remove the variable (the device plugin sets it where the node offers them), or "
+        "have the platform team grant it to the namespace (spec.tenants[].grants."
+        "toolkitVariables)",
+        subject=container.name,
+        field=f"{container.list_name}.env[{name}]",
+        # New in this release: warned while the policy's newChecks is Warn.
+        advisory=policy.new_checks_advisory,
+    )
+
+
+def _legacy_cuda(view: PodView, policy: Policy, container: ContainerView) -> Violation:
+    index = container.cuda_version_index
+    return Violation(
+        rule=RULE,
+        path=f"{container.path}.env[{index}]",
+        value=CUDA_VERSION,
+        message=f"container {quote(container.name)} requests no GPU and sets {CUDA_VERSION} "
+        f"without {REQUIRE_CUDA}: "
+        + advice.why(
+            view,
+            policy,
+            "the container toolkit takes it for a legacy CUDA image and exposes every GPU of "
+            f"the node, as {VISIBLE_DEVICES}=all would",
+        ),
+        hint=advice.fix(view, policy, f"add {{name: {VISIBLE_DEVICES}, value: void}} to env"),
+        subject=container.name,
+        field=f"{container.list_name}.env[{CUDA_VERSION}]",
     )
 
 

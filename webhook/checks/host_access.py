@@ -4,12 +4,13 @@ Restricted: ``hostPID`` (every process of the node, other tenants' GPU processes
 MPS through the device plugin does not need it); Windows ``hostProcess`` (Pod or container
 ``windowsOptions``); added capabilities ``SYS_ADMIN``, ``SYS_MODULE``, ``SYS_RAWIO``,
 ``DAC_READ_SEARCH``, ``BPF``, ``SYS_BOOT`` and ``ALL``, compared after upper-casing and
-removing one leading ``CAP_``. Warned: ``hostIPC`` (some MPS setups share the host's IPC
-namespace) and ``SYS_PTRACE`` (profilers need it; reaching other tenants' processes also needs
-``hostPID``, which is refused). Allowed: ``hostNetwork`` (multi-node training uses it),
-``IPC_LOCK``, ``SYS_NICE``, ``SYS_RESOURCE`` (RDMA and NCCL need them) and every other
-capability. Warned too: a field of a workload that can set any of these in ways nothing can
-judge before the Pod exists (Argo's ``podSpecPatch``); the Pod is judged when it is created.
+removing one leading ``CAP_``, which no grant covers; ``hostIPC`` (some MPS setups share the
+host's IPC namespace) and ``SYS_PTRACE`` (profilers need it), unless a tenant grant names them:
+both were warnings before this release, so they stay warnings while the policy's ``newChecks``
+is Warn. Every other capability beyond Pod Security baseline's list is the ``pod-security``
+rule's, so that each capability is reported by one rule. Warned too: a field of a workload that
+can set any of these in ways nothing can judge before the Pod exists (Argo's ``podSpecPatch``);
+the Pod is judged when it is created.
 """
 
 from __future__ import annotations
@@ -19,25 +20,15 @@ from collections.abc import Iterator
 from webhook.core import advice
 from webhook.core.findings import Violation, quote
 from webhook.core.pods import PodView
+from webhook.policy.capabilities import (
+    HOST_ACCESS_CAPABILITIES,
+    PRIVILEGED_EQUIVALENT,
+    capability_name,
+)
 from webhook.policy.model import Policy
 
 RULE = "host-access"
-REFUSED_CAPABILITIES = {
-    "SYS_ADMIN": "mounts, namespaces and device administration: the usual way out of a container",
-    "SYS_MODULE": "loads kernel modules",
-    "SYS_RAWIO": "raw I/O to devices and memory",
-    "DAC_READ_SEARCH": "reads any file by handle, past the container's mounts",
-    "BPF": "loads BPF programs into the host kernel",
-    "SYS_BOOT": "reboots the node",
-    "ALL": "every capability",
-}
-WARNED_CAPABILITIES = {"SYS_PTRACE": "traces processes it can see"}
-
-
-def capability_name(raw: object) -> str:
-    """``cap_sys_admin`` and ``SYS_ADMIN`` are one capability."""
-    name = str(raw).upper()
-    return name[len("CAP_") :] if name.startswith("CAP_") else name
+HOST_NAMESPACES = "Pod Security baseline: Host Namespaces"
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
@@ -67,23 +58,26 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 view,
                 policy,
                 "the Pod sees every process of the node, GPU jobs of other tenants included",
-            ),
+            )
+            + f" ({HOST_NAMESPACES})",
             hint=advice.fix(
                 view, policy, "remove hostPID", gpu="MPS through the device plugin does not need it"
             ),
             subject="spec",
             field="hostPID",
         )
-    if spec.get("hostIPC") is True:
+    if spec.get("hostIPC") is True and not policy.grants(view.namespace).host_ipc:
         yield Violation(
             rule=RULE,
             path=view.field_path("hostIPC"),
             value=True,
-            message="hostIPC shares the node's IPC namespace with the Pod",
-            hint="remove hostIPC unless an MPS setup needs it",
+            message="hostIPC shares the node's IPC namespace with the Pod: its shared memory "
+            f"and semaphores, other tenants' included ({HOST_NAMESPACES})",
+            hint="remove hostIPC, or for an MPS setup that needs it have the platform team "
+            "grant it (spec.tenants[].grants.hostIPC)",
             subject="spec",
             field="hostIPC",
-            advisory=True,
+            advisory=policy.new_checks_advisory,
         )
     # Only a securityContext with windowsOptions can ask for a HostProcess container.
     context = spec.get("securityContext")
@@ -100,27 +94,36 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         added = capabilities.get("add") if isinstance(capabilities, dict) else None
         for index, raw in enumerate(added if isinstance(added, list) else ()):
             name = capability_name(raw)
-            refused = name in REFUSED_CAPABILITIES
-            if not refused and name not in WARNED_CAPABILITIES:
-                continue
-            what = REFUSED_CAPABILITIES.get(name) or WARNED_CAPABILITIES[name]
-            yield Violation(
-                rule=RULE,
-                path=f"{container.path}.securityContext.capabilities.add[{index}]",
-                value=raw,
-                message=f"container {quote(container.name)} adds the capability {name} ({what})"
-                + (
-                    ": " + advice.why(view, policy, "it reaches past the container")
-                    if refused
-                    else ""
-                ),
-                hint=advice.fix(view, policy, f"remove {name} from capabilities.add")
-                if refused
-                else f"remove {name} unless a profiler needs it",
-                subject=container.name,
-                field=f"{container.list_name}.capabilities.add[{name}]",
-                advisory=not refused,
-            )
+            if name not in HOST_ACCESS_CAPABILITIES:
+                continue  # pod-security's
+            path = f"{container.path}.securityContext.capabilities.add[{index}]"
+            field = f"{container.list_name}.capabilities.add[{name}]"
+            if name in PRIVILEGED_EQUIVALENT:
+                yield Violation(
+                    rule=RULE,
+                    path=path,
+                    value=raw,
+                    message=f"container {quote(container.name)} adds the capability {name} "
+                    f"({PRIVILEGED_EQUIVALENT[name]}): "
+                    + advice.why(view, policy, "it reaches past the container")
+                    + " (Pod Security baseline: Capabilities)",
+                    hint=advice.fix(view, policy, f"remove {name} from capabilities.add"),
+                    subject=container.name,
+                    field=field,
+                )
+            elif not policy.grants(view.namespace).allows_capability(name, container.name):
+                yield Violation(
+                    rule=RULE,
+                    path=path,
+                    value=raw,
+                    message=f"container {quote(container.name)} adds the capability {name} "
+                    "(traces the processes it can see) (Pod Security baseline: Capabilities)",
+                    hint=f"remove {name}, or for a profiler have the platform team grant it "
+                    "(spec.tenants[].grants.capabilities)",
+                    subject=container.name,
+                    field=field,
+                    advisory=policy.new_checks_advisory,
+                )
 
 
 def _host_process(
@@ -133,7 +136,7 @@ def _host_process(
             path=f"{path}.windowsOptions.hostProcess",
             value=True,
             message="a Windows HostProcess container runs as a process on the node, with its "
-            "devices and filesystem",
+            "devices and filesystem (Pod Security baseline: HostProcess)",
             hint=advice.fix(view, policy, "remove windowsOptions.hostProcess"),
             subject=subject,
             field="windowsOptions.hostProcess",

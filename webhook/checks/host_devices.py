@@ -1,19 +1,28 @@
-"""No hostPath volumes that expose the node's devices or control paths.
+"""No host paths, devices or mounts from the node except the data directories the policy allows.
 
-Restricted, after normalisation (``//``, ``/./``, ``..``, a trailing ``/``; ``/var/run`` read
-as ``/run``): ``/`` itself; ``/dev``, ``/proc`` and ``/sys`` and everything under them (device
-nodes also live under ``/dev/char``, and ``/proc/1/root`` is the host's ``/``); ``/etc``,
-``/boot``, ``/root``, ``/home``; ``/run`` (every service's socket: container runtimes,
-systemd, D-Bus, udev, NRI, CDI, the GPU driver root ``/run/nvidia``); ``/var/lib`` (the
-kubelet's and the runtimes' state), ``/var/log`` (which the kubelet reads as root),
-``/var/spool``, ``/var/snap``; the host's programs and libraries (``/usr``, ``/bin``,
-``/sbin``, ``/lib``, ``/opt/bin``, ``/opt/cni``, ``/opt/nri``); GKE's
-``/mnt/stateful_partition``; the paths the policy adds; a parent of any of them (``/var``
-exposes ``/var/lib``); relative paths. The list names what is known to hand over a node; with
-``hostDevices.allowedPaths``, only the listed paths and what is below them may be mounted.
-Allowed: data directories such as ``/data``, ``/mnt/...`` or ``/scratch``. The kubelet follows
-symlinks on the node, which no admission webhook sees: a Pod that may write to an allowed host
-directory can plant one there.
+Restricted, in Pods that can reach a GPU node, for hostPath volumes (and host paths an operator
+mounts from a field of its own), judged canonical (``//``, ``/./``, ``..``, a trailing ``/``;
+``/var/run`` read as ``/run``):
+
+- node-control paths, always, at, below or above them: ``/`` itself, devices, processes,
+  configuration, programs, homes, the kubelet's and the container runtimes' state and sockets,
+  wherever a distribution keeps them (``/var/home`` on Fedora CoreOS and RHCOS, ``/sysroot``
+  and ``/ostree`` on ostree hosts, ``/local`` on Bottlerocket, ``/system`` on Talos,
+  ``/mnt/k8s-disks`` on EKS, ``/mnt/aks`` on AKS, ``/opt/containerd`` wherever containerd
+  runs; ``webhook.policy.hostpaths.NODE_CONTROL`` lists each with its source); relative paths;
+  the paths the policy adds (``hostDevices.paths``);
+- other tenants' data (local-volume provisioners' directories, cloud local SSDs) unless the
+  allow-list names it;
+- any other path not on the policy's ``hostDevices.allowedPaths`` nor the namespace's
+  ``hostPaths`` grants: warned, not refused, when the policy lists no allowed paths and its
+  ``newChecks`` is Warn;
+- annotations that have the node inject host devices or mounts (containerd NRI's
+  ``devices.``/``mounts.noderesource.dev``, older ``*.nri.io``; GKE's ``devices.gke.io``),
+  unless a tenant grant names the key.
+
+Allowed: the data directories the allow-list and grants name (``/data``, ``/mnt/datasets``).
+The kubelet follows symlinks on the node, which no admission webhook sees: a Pod that may write
+to an allowed host directory can plant one there.
 """
 
 from __future__ import annotations
@@ -22,11 +31,14 @@ from collections.abc import Iterator
 
 from webhook.core import advice
 from webhook.core.findings import Violation, quote
-from webhook.core.hostpaths import canonical, refusal
+from webhook.core.hostpaths import refusal
+from webhook.core.injection import injections
 from webhook.core.pods import PodView
+from webhook.policy.hostpaths import canonical
 from webhook.policy.model import Policy
 
 RULE = "host-devices"
+BASELINE = "Pod Security baseline: HostPath Volumes"
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
@@ -41,25 +53,62 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     for path, raw in view.host_paths:
         field = path.rpartition(".")[2]
         yield from _judge(view, policy, raw, path, f"{field} (a hostPath volume of the Pod)")
+    for injection in injections(view) if view.annotations else ():
+        if injection.rule != RULE or injection.key in policy.grants(view.namespace).annotations:
+            continue
+        yield Violation(
+            rule=RULE,
+            path=f"{view.metadata_path}.annotations[{injection.key}]",
+            value=view.annotations[injection.key],
+            message=f"the annotation {injection.key} has the node inject "
+            + advice.why(view, policy, f"{injection.injects} into the container")
+            + ", past every check of the Pod spec",
+            hint=advice.fix(
+                view,
+                policy,
+                "remove the annotation, or have the platform team grant it to the namespace "
+                "(spec.tenants[].grants.annotations)",
+            ),
+            error_type="Forbidden",
+            subject="annotations",
+            field=f"annotations[{injection.key}]",
+        )
 
 
 def _judge(
     view: PodView, policy: Policy, raw: str, field_path: str, subject: str
 ) -> Iterator[Violation]:
-    reason = refusal(raw, policy)
-    if reason is None:
+    found = refusal(raw, policy, policy.grants(view.namespace))
+    if found is None:
         return
     path = canonical(raw)
     shown = f"{quote(raw)} (that is {quote(path)})" if path != raw else quote(raw)
+    if found.unlisted:
+        yield Violation(
+            rule=RULE,
+            path=field_path,
+            value=raw,
+            message=f"{subject} mounts {shown}, " + found.reason + f" ({BASELINE})",
+            hint="mount a listed data directory, or have the platform team add this one to "
+            "spec.hostDevices.allowedPaths (or the namespace's spec.tenants[].grants.hostPaths)",
+            subject=subject,
+            field="volumes.hostPath.path",
+            # Warned for one release where the policy lists no allowed paths: an upgrade must
+            # not break GPU Pods that mount a dataset.
+            advisory=policy.host_path_allow_list is None and policy.new_checks_advisory,
+        )
+        return
     yield Violation(
         rule=RULE,
         path=field_path,
         value=raw,
-        message=f"{subject} mounts {shown}, which exposes " + advice.why(view, policy, reason),
+        message=f"{subject} mounts {shown}, which exposes "
+        + advice.why(view, policy, found.reason)
+        + f" ({BASELINE})",
         hint=advice.fix(
             view,
             policy,
-            "remove the volume, or mount a data directory (e.g. /data) instead",
+            "remove the volume, or mount a data directory the policy allows instead",
             gpu="request GPUs in resources.limits: the device plugin mounts the allocated devices",
         ),
         subject=subject,

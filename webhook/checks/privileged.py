@@ -27,7 +27,8 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 path=f"{container.path}.securityContext.privileged",
                 value=True,
                 message=f"container {quote(container.name)} must not be privileged: "
-                + advice.why(view, policy, "it sees every device of its node"),
+                + advice.why(view, policy, "it sees every device of its node")
+                + " (Pod Security baseline: Privileged Containers)",
                 hint=advice.fix(
                     view,
                     policy,

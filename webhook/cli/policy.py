@@ -227,11 +227,16 @@ def run_validate(args: argparse.Namespace) -> int:
             for w in policy.warnings
             if w.level == "info"
         ]
-        errors = []
+        # Entries the server drops at load (it serves without them): refused here.
+        errors = [
+            f"{source}:{w.line}: {w.path}: {w.message}"
+            for w in policy.warnings
+            if w.level == "error"
+        ]
         if hooks is not None:
             # Read again for the lines of spec.workloads, which the compiled policy forgets.
             document = parse(read_text(source), source)[0]
-            errors = coverage_errors(policy, document, hooks.rules, args.manifests)
+            errors += coverage_errors(policy, document, hooks.rules, args.manifests)
             errors += match_condition_errors(policy, document, hooks, args.manifests)
         for line in errors:
             print(line)

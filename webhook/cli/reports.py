@@ -64,6 +64,7 @@ SEVERITY = {
     "host-devices": "high",
     "device-visibility": "high",
     "host-access": "high",
+    "pod-security": "high",
     "gpu-quantity": "medium",
     "resource-name": "medium",
     "sharing-mode": "medium",

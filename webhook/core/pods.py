@@ -20,8 +20,12 @@ from webhook.policy.quantity import Quantity, parse_quantity
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 _CONTAINER_FIELDS = tuple((name,) for name in CONTAINER_LISTS)
 VISIBILITY_ENV = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
-# Every variable the container toolkit reads starts with it.
+# Every variable the container toolkit reads starts with it, but one:
 TOOLKIT_PREFIX = "NVIDIA_"
+# Set without NVIDIA_REQUIRE_CUDA, it makes the image a legacy CUDA image to the toolkit, which
+# then exposes every GPU when NVIDIA_VISIBLE_DEVICES is unset (nvidia-container-toolkit
+# internal/config/image/cuda_image.go: IsLegacy, devicesFromEnvvars).
+CUDA_VERSION = "CUDA_VERSION"
 CDI_DOMAIN = "cdi.k8s.io"
 
 
@@ -44,6 +48,7 @@ class ContainerView:
     # container-like object (Trainer's ``resourcesPerNode``).
     resources_field: str = "resources"
     _nvidia_env: tuple[tuple[int, dict], ...] | None = None
+    _cuda_version: int | None = None  # the index of a CUDA_VERSION entry; -1 for none
 
     @property
     def nvidia_env(self) -> tuple[tuple[int, dict], ...]:
@@ -51,17 +56,32 @@ class ContainerView:
         pass on first use, since an environment can hold hundreds of variables, several
         checks read only these, and the mutation reads none."""
         found = self._nvidia_env
-        if found is not None:
-            return found
+        if found is None:
+            found = self._scan_env()
+        return found
+
+    @property
+    def cuda_version_index(self) -> int:
+        """The index of the env entry that sets ``CUDA_VERSION`` (which makes an image without
+        ``NVIDIA_REQUIRE_CUDA`` a legacy CUDA image to the container toolkit); -1 for none."""
+        if self._cuda_version is None:
+            self._scan_env()
+        return self._cuda_version  # type: ignore[return-value]
+
+    def _scan_env(self) -> tuple[tuple[int, dict], ...]:
         env = self.spec.get("env")
-        found = ()
+        found: tuple[tuple[int, dict], ...] = ()
+        cuda_version = -1
         if isinstance(env, list) and env:
             try:
                 # The common case, looped in C: every entry an object with a string name, and
                 # no name holding the prefix (a name that starts with it holds it).
-                holds_prefix = TOOLKIT_PREFIX in "\n".join(map(dict.get, env, repeat("name")))
+                names = "\n".join(map(dict.get, env, repeat("name")))
+                holds_prefix = TOOLKIT_PREFIX in names
+                holds_cuda = CUDA_VERSION in names
             except TypeError:
-                holds_prefix = True  # an entry not an object, or a name not a string: one by one
+                # An entry not an object, or a name not a string: one by one.
+                holds_prefix = holds_cuda = True
             if holds_prefix:
                 found = tuple(
                     [
@@ -72,7 +92,17 @@ class ContainerView:
                         and name.startswith(TOOLKIT_PREFIX)
                     ]
                 )
+            if holds_cuda:
+                cuda_version = next(
+                    (
+                        index
+                        for index, var in enumerate(env)
+                        if isinstance(var, dict) and var.get("name") == CUDA_VERSION
+                    ),
+                    -1,
+                )
         self._nvidia_env = found
+        self._cuda_version = cuda_version
         return found
 
     @property
@@ -116,11 +146,13 @@ class PodView:
     inherited: Mapping[str, str] = field(default_factory=dict)
     # Facts several checks read, worked out on first use by the functions that own them (a view
     # is built for one policy): ``webhook.core.pools.select_pool``'s Selection,
-    # ``webhook.core.scope.reach``'s Reach and ``webhook.core.scope.asks_for_gpu``'s answer.
+    # ``webhook.core.scope.reach``'s Reach, ``webhook.core.scope.asks_for_gpu``'s answer and
+    # ``webhook.core.injection.injections``' annotations.
     # None until then; plain fields, since each is read several times per request.
     selection: Any = field(default=None, repr=False)
     reach: Any = field(default=None, repr=False)
     asks_gpu: bool | None = field(default=None, repr=False)
+    injections: Any = field(default=None, repr=False)
 
     def field_path(self, name: str) -> str:
         """The path of a pod-level field, in the object it was written in."""
@@ -332,7 +364,8 @@ def view_of(
 
 def _gpu_relevant(view: PodView, policy: Policy) -> bool:
     """GPU-relevant for a template that asks for no vendor resource (see view_of): it fiddles
-    with GPU visibility, or aims at GPU nodes."""
+    with GPU visibility, or aims at GPU nodes (by label, by a GPU taint's toleration, or by
+    naming its node where pools are reserved)."""
     for container in view.containers:
         env = container.nvidia_env
         if env and any(var["name"] in VISIBILITY_ENV for _, var in env):
@@ -351,6 +384,8 @@ def _gpu_relevant(view: PodView, policy: Policy) -> bool:
             key = expr.get("key") if isinstance(expr, dict) else None
             if isinstance(key, str) and (key in gpu_label_keys or policy.is_vendor_resource(key)):
                 return True
+    if policy.has_reserved_pools and view.spec.get("nodeName"):
+        return True  # it may be a reserved pool's node (the pool-access rule)
     return any(
         isinstance(t.get("key"), str) and t["key"] in policy.gpu_taint_keys
         for t in view.tolerations()

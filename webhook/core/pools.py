@@ -352,6 +352,27 @@ def reachable_closed_pools(view: PodView, policy: Policy) -> list[Pool]:
     return found
 
 
+def closed_pools_tolerated(view: PodView, policy: Policy) -> list[tuple[Pool, bool]]:
+    """Pools closed to the Pod's namespace that a Pod asking for no GPU could still land in,
+    with whether only a wildcard toleration gets it there: the pool has a NoSchedule or
+    NoExecute taint (an untainted pool keeps no Pod off), the Pod's tolerations tolerate every
+    such taint and its required node selection does not exclude the pool."""
+    tolerations = view.tolerations()
+    if not tolerations:
+        return []
+    keyed = [t for t in tolerations if t.get("key")]
+    found = []
+    for pool in policy.pools:
+        hard = [t for t in pool.taints if t["effect"] in ("NoSchedule", "NoExecute")]
+        if not hard or policy.may_use(pool, view.namespace) or not _compatible(view, pool):
+            continue
+        if all(any(tolerates(tol, t) for tol in keyed) for t in hard):
+            found.append((pool, False))
+        elif all(any(tolerates(tol, t) for tol in tolerations) for t in hard):
+            found.append((pool, True))
+    return found
+
+
 def resource_spec(view: PodView, policy: Policy, name: str) -> ResourceSpec | None:
     """The declaration of a resource for this Pod: its pool's, else the cluster-wide one."""
     selection = select_pool(view, policy)

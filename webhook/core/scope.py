@@ -51,6 +51,9 @@ TUNING_VARIABLES = (
     "NVIDIA_MOFED",
     "NVIDIA_NVSWITCH",
 )
+# The tuning variables that add devices a node shares between its GPU Pods (MOFED, NVSwitch,
+# GPUDirect RDMA and Storage): a GPU container sets them only where a tenant grant says so.
+NODE_SHARED_VARIABLES = ("NVIDIA_MOFED", "NVIDIA_NVSWITCH", "NVIDIA_GDRCOPY", "NVIDIA_GDS")
 REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 # Values of NVIDIA_VISIBLE_DEVICES that expose no GPU.

@@ -9,9 +9,14 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from webhook.policy import mig
+from webhook.policy.capabilities import capability_name
+from webhook.policy.hostpaths import canonical, unsafe_to_allow
 from webhook.policy.model import (
+    DEFAULT_GRANTED_CAPABILITIES,
+    NEW_RULES,
     RULE_IDS,
     Exemption,
+    Grants,
     NamespaceMatcher,
     NamespaceOverride,
     Policy,
@@ -20,6 +25,7 @@ from webhook.policy.model import (
     RuleMode,
     RuleModes,
     RuleSet,
+    Tenant,
 )
 from webhook.policy.names import NearMisses, normalise_host_path
 from webhook.policy.workloads import compile_workloads
@@ -74,6 +80,68 @@ def _rule_modes(base: Mapping[str, RuleModes], ruleset: dict) -> RuleSet:
     return RuleSet(out)
 
 
+def _introduced_as_warn(rules: RuleSet, named: dict) -> RuleSet:
+    """``rules`` with each new rule the policy does not name warned where it would deny: a
+    policy written for the previous release enforces everything by ``default``, and an
+    upgrade must warn before it denies."""
+    modes = dict(rules)
+    for rule in NEW_RULES:
+        if rule not in named:
+            current = modes[rule]
+            modes[rule] = RuleModes(
+                *(
+                    "Warn" if mode == "Enforce" else mode
+                    for mode in (current.gpu_pods, current.other_pods, current.reachable_pods)
+                )
+            )
+    return RuleSet(modes)
+
+
+def _override_modes(rules: RuleSet, spec: dict, override: dict, new_checks: str) -> RuleSet:
+    """A namespace override's modes; its ``default`` does not enforce a new rule that neither
+    it nor the policy's ``rules`` names."""
+    merged = _rule_modes(rules, override["rules"])
+    if new_checks != "Warn":
+        return merged
+    return _introduced_as_warn(merged, {**spec.get("rules", {}), **override["rules"]})
+
+
+def allowed_host_paths(paths: list[str]) -> tuple[str, ...]:
+    """The allowed host paths a policy lists, canonical, without those that touch a
+    node-control path (``policy validate`` refuses them; at load they are dropped, and the
+    paths they would have covered are refused)."""
+    return tuple(canonical(p) for p in paths if unsafe_to_allow(p) is None)
+
+
+def _grants(raw: dict) -> Grants:
+    capabilities: dict[str, frozenset[str] | None] = {}
+    for item in raw.get("capabilities", []):
+        if isinstance(item, str):
+            capabilities[capability_name(item)] = None
+        else:
+            name = capability_name(item["name"])
+            earlier = capabilities.get(name, frozenset())
+            if earlier is not None:
+                capabilities[name] = earlier | frozenset(item["containers"])
+    return Grants(
+        capabilities=MappingProxyType(capabilities),
+        host_network=raw.get("hostNetwork", False),
+        host_ipc=raw.get("hostIPC", False),
+        annotations=frozenset(raw.get("annotations", [])),
+        toolkit_variables=frozenset(raw.get("toolkitVariables", [])),
+        host_paths=allowed_host_paths(raw.get("hostPaths", [])),
+    )
+
+
+def _tenants(spec: dict) -> tuple[Tenant, ...]:
+    if "tenants" not in spec:
+        default = {"capabilities": list(DEFAULT_GRANTED_CAPABILITIES)}
+        return (Tenant(_namespaces(["*"]), _grants(default)),)
+    return tuple(
+        Tenant(_namespaces(t["namespaces"]), _grants(t["grants"])) for t in spec["tenants"]
+    )
+
+
 def _scope_mode(entry: dict, named: dict, key: str, current: RuleMode | None) -> RuleMode | None:
     """One scope's mode: ``entry``'s over ``current``, but Off stays Off unless named."""
     if current == "Off" and key not in named:
@@ -126,9 +194,12 @@ def compile_policy(doc: dict, source: str, digest: str) -> Policy:
         r: RuleModes(DEFAULT_RULE_MODES["gpuPods"], DEFAULT_RULE_MODES["otherPods"])
         for r in RULE_IDS
     }
+    new_checks = spec.get("newChecks", "Warn")
     rules = _rule_modes(builtin, spec.get("rules", {}))
+    if new_checks == "Warn":
+        rules = _introduced_as_warn(rules, spec.get("rules", {}))
     overrides = tuple(
-        NamespaceOverride(_namespaces(o["namespaces"]), _rule_modes(rules, o["rules"]))
+        NamespaceOverride(_namespaces(o["namespaces"]), _override_modes(rules, spec, o, new_checks))
         for o in spec.get("namespaceOverrides", [])
     )
     exemptions = tuple(
@@ -172,7 +243,7 @@ def compile_policy(doc: dict, source: str, digest: str) -> Policy:
         every_pod_reaches_gpu_nodes=every_pod_reaches,
         gpu_nodes_tainted=spec.get("gpuNodesTainted", True),
         host_device_paths=tuple(normalise_host_path(p) for p in host_devices.get("paths", [])),
-        host_path_allow_list=tuple(normalise_host_path(p) for p in host_devices["allowedPaths"])
+        host_path_allow_list=allowed_host_paths(host_devices["allowedPaths"])
         if "allowedPaths" in host_devices
         else None,
         inject_void=spec.get("deviceVisibility", {}).get("injectVoid", False),
@@ -197,6 +268,8 @@ def compile_policy(doc: dict, source: str, digest: str) -> Policy:
         has_reserved_pools=any(pool.namespaces is not None for pool in pools),
         exempted_names=frozenset(name for e in exemptions for name in e.namespaces.names),
         exempts_by_glob=any(e.namespaces.regex is not None for e in exemptions),
+        tenants=_tenants(spec),
+        new_checks=new_checks,
         retired=MappingProxyType(
             {
                 r["name"]: (r["replacement"], r.get("reason", ""))

@@ -85,7 +85,8 @@ def _parse_policy(text: str, source: str) -> Policy:
         raise PolicyError(source, errors)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     policy = compile_policy(document, source, digest)
-    return dataclasses.replace(policy, warnings=lint.warnings(policy, lines))
+    found = lint.warnings(policy, lines) + tuple(lint.host_path_findings(document, lines))
+    return dataclasses.replace(policy, warnings=tuple(sorted(found, key=lambda w: w.line)))
 
 
 # --- YAML with line numbers -------------------------------------------------------------

@@ -24,6 +24,7 @@ RULE_IDS: tuple[str, ...] = (
     "host-devices",
     "device-visibility",
     "host-access",
+    "pod-security",
     "sharing-mode",
     "pool-access",
     "topology",
@@ -32,7 +33,13 @@ RULE_IDS: tuple[str, ...] = (
 
 # The rules that keep a tenant from the node's devices and host: they bind every Pod that can
 # reach a GPU node (``webhook.core.scope``), not only the Pods that ask for a GPU.
-SECURITY_RULES = frozenset({"privileged", "host-devices", "device-visibility", "host-access"})
+SECURITY_RULES = frozenset(
+    {"privileged", "host-devices", "device-visibility", "host-access", "pod-security"}
+)
+# Rules new in this release: where a policy does not name one under ``rules`` and its
+# ``newChecks`` is Warn (the default), its Enforce is compiled to Warn, so that an upgrade warns
+# before it denies (``webhook.policy.compile``).
+NEW_RULES = frozenset({"pod-security"})
 # Where a rule's mode is looked up: the policy's ``gpuPods``, ``reachablePods`` or ``otherPods``.
 Scope = Literal["gpuPods", "reachablePods", "otherPods"]
 SCOPES: tuple[Scope, ...] = ("gpuPods", "reachablePods", "otherPods")
@@ -152,6 +159,67 @@ class RuleSet(Mapping[str, RuleModes]):
         return f"RuleSet({self._modes!r})"
 
 
+# Granted to every namespace when a policy has no ``tenants`` block, as they were allowed before
+# grants existed: RDMA and NCCL need them (pinned memory, scheduling priority, resource limits).
+DEFAULT_GRANTED_CAPABILITIES = ("IPC_LOCK", "SYS_NICE", "SYS_RESOURCE")
+
+
+@dataclass(frozen=True, slots=True)
+class Grants:
+    """What a tenant's Pods may do beyond Pod Security baseline on GPU nodes. Never
+    ``privileged``, ``hostPID`` or a node-control host path: the policy has no field for the
+    first two and refuses the third.
+
+    ``capabilities``: capability name (upper case, no ``CAP_``) -> the containers it is granted
+    to (None: every container). ``annotations``: injection annotation keys (NRI, GKE) by exact
+    key. ``toolkit_variables``: the container toolkit's node-shared device variables
+    (``NVIDIA_MOFED``...). ``host_paths``: host paths (and below) its Pods may mount."""
+
+    capabilities: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    host_network: bool = False
+    host_ipc: bool = False
+    annotations: frozenset[str] = frozenset()
+    toolkit_variables: frozenset[str] = frozenset()
+    host_paths: tuple[str, ...] = ()
+
+    def allows_capability(self, name: str, container: str) -> bool:
+        """Whether capability ``name`` (normalised) is granted to ``container``."""
+        if name not in self.capabilities:
+            return False
+        containers = self.capabilities[name]
+        return containers is None or container in containers
+
+    def merged(self, other: Grants) -> Grants:
+        """Both grants: a namespace that several tenants match gets what each grants."""
+        capabilities = dict(self.capabilities)
+        for name, containers in other.capabilities.items():
+            if name not in capabilities:
+                capabilities[name] = containers
+            elif capabilities[name] is None or containers is None:
+                capabilities[name] = None  # every container
+            else:
+                capabilities[name] = capabilities[name] | containers
+        return Grants(
+            MappingProxyType(capabilities),
+            self.host_network or other.host_network,
+            self.host_ipc or other.host_ipc,
+            self.annotations | other.annotations,
+            self.toolkit_variables | other.toolkit_variables,
+            tuple(dict.fromkeys(self.host_paths + other.host_paths)),
+        )
+
+
+NO_GRANTS = Grants()
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A ``tenants`` entry: the namespaces (names or globs) and what they are granted."""
+
+    namespaces: NamespaceMatcher
+    grants: Grants
+
+
 @dataclass(frozen=True, slots=True)
 class NamespaceOverride:
     namespaces: NamespaceMatcher
@@ -259,7 +327,9 @@ class PolicyWarning:
     line: int
     path: str  # the field path, ``spec.pools[1].resources[0].sharing``
     message: str
-    level: Literal["warning", "info"] = "warning"
+    # "error": an entry dropped at load (the policy serves without it; ``policy validate``
+    # refuses it), so that a replica does not crash-loop on a policy valid yesterday.
+    level: Literal["warning", "info", "error"] = "warning"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -284,7 +354,8 @@ class Policy:
     every_pod_reaches_gpu_nodes: bool
     gpu_nodes_tainted: bool  # the policy's gpuNodesTainted
     host_device_paths: tuple[str, ...]
-    # With ``hostDevices.allowedPaths``: the only host paths (and below) a reachable Pod may mount.
+    # With ``hostDevices.allowedPaths``: the only host paths (and below) a reachable Pod may
+    # mount, entries that touch a node-control path dropped (``webhook.policy.hostpaths``).
     host_path_allow_list: tuple[str, ...] | None
     inject_void: bool
     mutation_enabled: bool
@@ -309,6 +380,10 @@ class Policy:
     # template's exemptions are looked for only when it could have one.
     exempted_names: frozenset[str]
     exempts_by_glob: bool
+    tenants: tuple[Tenant, ...] = ()
+    # Checks added or tightened in this release: Warn reports them as warnings at most (an
+    # upgrade warns before it denies), Enforce applies their rule's mode.
+    new_checks: Literal["Warn", "Enforce"] = "Warn"
     warnings: tuple[PolicyWarning, ...] = ()  # whole-policy lints, in line order
 
     def rule_modes(self, namespace: str) -> RuleSet:
@@ -317,6 +392,19 @@ class Policy:
             if override.namespaces.matches(namespace):
                 return override.rules
         return self.rules
+
+    @property
+    def new_checks_advisory(self) -> bool:
+        """Whether the checks new in this release are warnings at most."""
+        return self.new_checks == "Warn"
+
+    def grants(self, namespace: str) -> Grants:
+        """What the tenants block grants the namespace: every matching entry's grants."""
+        found = NO_GRANTS
+        for tenant in self.tenants:
+            if tenant.namespaces.matches(namespace):
+                found = tenant.grants if found is NO_GRANTS else found.merged(tenant.grants)
+        return found
 
     def may_use(self, pool: Pool, namespace: str) -> bool:
         """Whether Pods of the namespace may land in the pool."""

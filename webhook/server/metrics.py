@@ -117,6 +117,16 @@ class Metrics:
             multiprocess_mode="liveall",
             registry=registry,
         )
+        # Entries of the policy in force dropped at load (an allowed host path that touches a
+        # node-control path): the policy serves without them, and `policy validate` refuses
+        # them. The most any live worker has is the one to alert on.
+        self.policy_dropped_entries = Gauge(
+            "gpu_admission_policy_dropped_entries",
+            "Entries of the policy in force that were dropped at load because they can never "
+            "be allowed (see the policy lint errors in the log).",
+            multiprocess_mode="livemax",
+            registry=registry,
+        )
         # The earliest expiry served by any live worker is the one to alert on.
         self.certificate_expiry = Gauge(
             "gpu_admission_certificate_expiry_timestamp_seconds",

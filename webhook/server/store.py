@@ -141,11 +141,13 @@ class PolicyStore:
         if previous is not None and previous.sha256 == policy.sha256:
             return False
         self._policy = policy
+        dropped = 0
         for warning in policy.warnings:
-            if warning.level != "warning":
+            if warning.level == "info":
                 continue  # notes are for whoever reviews the policy, not for the server log
-            log.warning(
-                "policy lint warning",
+            dropped += warning.level == "error"
+            (log.error if warning.level == "error" else log.warning)(
+                "policy entry dropped" if warning.level == "error" else "policy lint warning",
                 extra={
                     "fields": {
                         "source": policy.source,
@@ -157,6 +159,7 @@ class PolicyStore:
             )
         if self._metrics is not None:
             self._metrics.set_policy(policy.sha256)
+            self._metrics.policy_dropped_entries.set(dropped)
             if previous is not None:
                 self._metrics.policy_reloads.inc()
         log.info(
