@@ -36,10 +36,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from webhook.core import advice
+from webhook.core import advice, injection
 from webhook.core.findings import Violation, quote
 from webhook.core.hostpaths import in_device_list_dir
-from webhook.core.injection import injections
 from webhook.core.pods import CUDA_VERSION, ContainerView, PodView, is_cdi_annotation
 from webhook.core.scope import (
     NO_DEVICES,
@@ -137,25 +136,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 field=f"{container.list_name}.env[{VISIBLE_DEVICES}]",
                 advisory=require_void,
             )
-    for injection in injections(view) if view.annotations else ():
-        if injection.rule != RULE or injection.key in policy.grants(view.namespace).annotations:
-            continue
-        yield Violation(
-            rule=RULE,
-            path=f"{view.metadata_path}.annotations[{injection.key}]",
-            value=view.annotations[injection.key],
-            message=f"the annotation {injection.key} has the node inject {injection.injects}",
-            hint=advice.fix(
-                view,
-                policy,
-                "remove the annotation, or have the platform team grant it to the namespace "
-                "(spec.tenants[].grants.annotations)",
-                gpu="request GPUs in resources.limits",
-            ),
-            error_type="Forbidden",
-            subject="annotations",
-            field=f"annotations[{injection.key}]",
-        )
+    yield from injection.refused(view, policy, RULE) if view.annotations else ()
     for key in view.annotations:
         if is_cdi_annotation(key):
             yield Violation(

@@ -29,10 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from webhook.core import advice
+from webhook.core import advice, injection
 from webhook.core.findings import Violation, quote
 from webhook.core.hostpaths import refusal
-from webhook.core.injection import injections
 from webhook.core.pods import PodView
 from webhook.policy.hostpaths import canonical
 from webhook.policy.model import Policy
@@ -53,26 +52,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     for path, raw in view.host_paths:
         field = path.rpartition(".")[2]
         yield from _judge(view, policy, raw, path, f"{field} (a hostPath volume of the Pod)")
-    for injection in injections(view) if view.annotations else ():
-        if injection.rule != RULE or injection.key in policy.grants(view.namespace).annotations:
-            continue
-        yield Violation(
-            rule=RULE,
-            path=f"{view.metadata_path}.annotations[{injection.key}]",
-            value=view.annotations[injection.key],
-            message=f"the annotation {injection.key} has the node inject "
-            + advice.why(view, policy, f"{injection.injects} into the container")
-            + ", past every check of the Pod spec",
-            hint=advice.fix(
-                view,
-                policy,
-                "remove the annotation, or have the platform team grant it to the namespace "
-                "(spec.tenants[].grants.annotations)",
-            ),
-            error_type="Forbidden",
-            subject="annotations",
-            field=f"annotations[{injection.key}]",
-        )
+    yield from injection.refused(view, policy, RULE) if view.annotations else ()
 
 
 def _judge(

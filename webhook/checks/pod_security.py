@@ -36,9 +36,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from webhook.core import advice
+from webhook.core import advice, injection
 from webhook.core.findings import Violation, quote
-from webhook.core.injection import injections
 from webhook.core.pods import ContainerView, PodView
 from webhook.policy.capabilities import (
     BASELINE,
@@ -83,18 +82,9 @@ def _control(name: str) -> str:
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     spec = view.spec
-    # A grant is looked up only when something could need one (most Pods need none).
-    grants: Grants | None = None
-
-    def granted() -> Grants:
-        nonlocal grants
-        if grants is None:
-            grants = policy.grants(view.namespace)
-        return grants
-
     host_network = spec.get("hostNetwork") is True
     if host_network:
-        yield from _host_network(view, policy, granted())
+        yield from _host_network(view, policy, policy.grants(view.namespace))
     context = spec.get("securityContext")
     if isinstance(context, dict):
         yield from _contexts(view, policy, context, view.field_path("securityContext"), "spec")
@@ -103,7 +93,6 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             name = sysctl.get("name") if isinstance(sysctl, dict) else sysctl
             if not isinstance(name, str) or name not in SAFE_SYSCTLS:
                 yield _finding(
-                    view,
                     f"{view.field_path('securityContext')}.sysctls[{index}].name",
                     name,
                     f"the sysctl {quote(name)} is not one Pod Security baseline counts safe: it "
@@ -114,7 +103,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 )
     user_namespace = spec.get("hostUsers") is False
     for container in view.containers:
-        yield from _container(view, policy, container, host_network, user_namespace, granted)
+        yield from _container(view, policy, container, host_network, user_namespace)
     for key, value in view.annotations.items():
         if isinstance(key, str) and key.startswith(APPARMOR_ANNOTATION):
             if value in ("", "runtime/default") or (
@@ -122,7 +111,6 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             ):
                 continue
             yield _finding(
-                view,
                 f"{view.metadata_path}.annotations[{key}]",
                 value,
                 f"the AppArmor profile {quote(value)} lifts the container's confinement "
@@ -131,28 +119,13 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 "annotations",
                 f"annotations[{key}]",
             )
-    for injection in injections(view) if view.annotations else ():
-        if injection.rule != RULE or injection.key in granted().annotations:
-            continue
-        yield Violation(
-            rule=RULE,
-            path=f"{view.metadata_path}.annotations[{injection.key}]",
-            value=view.annotations[injection.key],
-            message=f"the annotation {injection.key} has the node apply {injection.injects} to "
-            "the container, past every check of the Pod spec",
-            hint="remove the annotation, or have the platform team grant it to the namespace "
-            "(spec.tenants[].grants.annotations)",
-            error_type="Forbidden",
-            subject="annotations",
-            field=f"annotations[{injection.key}]",
-        )
+    yield from injection.refused(view, policy, RULE) if view.annotations else ()
 
 
 def _host_network(view: PodView, policy: Policy, grants: Grants) -> Iterator[Violation]:
     path = view.field_path("hostNetwork")
     if not grants.host_network:
         yield _finding(
-            view,
             path,
             True,
             "hostNetwork puts the Pod in the node's network namespace: "
@@ -185,7 +158,6 @@ def _host_network(view: PodView, policy: Policy, grants: Grants) -> Iterator[Vio
             name = capability_name(raw)
             if name in HOST_NETWORK_ADMIN:
                 yield _finding(
-                    view,
                     f"{container.path}.securityContext.capabilities.add[{index}]",
                     raw,
                     f"container {quote(container.name)} adds {name} in a hostNetwork Pod: it "
@@ -207,7 +179,6 @@ def _contexts(
         kind = selinux.get("type")
         if kind not in (None, "") and not (isinstance(kind, str) and kind in SELINUX_TYPES):
             yield _finding(
-                view,
                 f"{path}.seLinuxOptions.type",
                 kind,
                 f"the SELinux type {quote(kind)} is not a container type: it lifts or changes "
@@ -219,7 +190,6 @@ def _contexts(
         for field in ("user", "role"):
             if selinux.get(field) not in (None, ""):
                 yield _finding(
-                    view,
                     f"{path}.seLinuxOptions.{field}",
                     selinux[field],
                     f"a custom SELinux {field} changes the container's confinement "
@@ -231,7 +201,6 @@ def _contexts(
     seccomp = context.get("seccompProfile")
     if isinstance(seccomp, dict) and seccomp.get("type") == "Unconfined":
         yield _finding(
-            view,
             f"{path}.seccompProfile.type",
             "Unconfined",
             "an Unconfined seccomp profile opens every system call to the host kernel "
@@ -243,7 +212,6 @@ def _contexts(
     apparmor = context.get("appArmorProfile")
     if isinstance(apparmor, dict) and apparmor.get("type") not in APPARMOR_TYPES:
         yield _finding(
-            view,
             f"{path}.appArmorProfile.type",
             apparmor.get("type"),
             "an AppArmor profile other than RuntimeDefault or Localhost lifts the container's "
@@ -260,7 +228,6 @@ def _container(
     container: ContainerView,
     host_network: bool,
     user_namespace: bool,
-    granted,
 ) -> Iterator[Violation]:
     spec = container.spec
     name = container.name
@@ -272,7 +239,6 @@ def _container(
         if host_network and host_port == port.get("containerPort"):
             continue  # the API server sets them so: the hostNetwork finding covers them
         yield _finding(
-            view,
             f"{container.path}.ports[{index}].hostPort",
             host_port,
             f"container {quote(name)} listens on the node's port {host_port}, beside the "
@@ -287,7 +253,6 @@ def _container(
         proc_mount = context.get("procMount")
         if proc_mount not in (None, "Default") and not user_namespace:
             yield _finding(
-                view,
                 f"{container.path}.securityContext.procMount",
                 proc_mount,
                 f"container {quote(name)} unmasks /proc, exposing the host's kernel "
@@ -304,7 +269,6 @@ def _container(
             capability = capability_name(raw)
             if capability in BASELINE:
                 yield _finding(
-                    view,
                     f"{container.path}.securityContext.capabilities.add[{index}]",
                     raw,
                     f"container {quote(name)} adds {quote(raw)}, which Pod Security compares "
@@ -315,9 +279,8 @@ def _container(
                 )
             elif capability in HOST_ACCESS_CAPABILITIES:
                 continue  # host-access's
-            elif not granted().allows_capability(capability, name):
+            elif not policy.grants(view.namespace).allows_capability(capability, name):
                 yield _finding(
-                    view,
                     f"{container.path}.securityContext.capabilities.add[{index}]",
                     raw,
                     f"container {quote(name)} adds the capability {capability}, beyond Pod "
@@ -348,7 +311,6 @@ def _hosts(
         if host in (None, ""):
             continue
         yield _finding(
-            view,
             f"{container.path}.{where}.{action}.host",
             host,
             f"container {quote(container.name)} has the kubelet connect to {quote(host)} from "
@@ -360,7 +322,7 @@ def _hosts(
 
 
 def _finding(
-    view: PodView, path: str, value: object, message: str, hint: str, subject: str, field: str
+    path: str, value: object, message: str, hint: str, subject: str, field: str
 ) -> Violation:
     return Violation(
         rule=RULE, path=path, value=value, message=message, hint=hint, subject=subject, field=field

@@ -18,10 +18,13 @@ Each kind is judged by the rule that owns what it injects: devices and mounts by
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
+from webhook.core import advice
+from webhook.core.findings import Violation
 from webhook.core.pods import PodView
+from webhook.policy.model import Policy
 
 NRI_DOMAINS = ("noderesource.dev", "nri.io", "nri.containerd.io")
 GKE_DEVICES = "devices.gke.io"
@@ -36,7 +39,7 @@ _FAMILIES = {
     "netdevices": ("a host network interface", "pod-security"),
     "sysctl": ("sysctls, past Pod Security's sysctl check", "pod-security"),
 }
-_OTHER = ("changes to the container on the node (an NRI plugin's)", "pod-security")
+_OTHER = ("settings of an NRI plugin's", "pod-security")
 
 
 class Injection(NamedTuple):
@@ -53,6 +56,31 @@ def injections(view: PodView) -> tuple[Injection, ...]:
     if found is None:
         found = view.injections = tuple(_find(view.annotations))
     return found
+
+
+def refused(view: PodView, policy: Policy, rule: str) -> Iterator[Violation]:
+    """The violations of ``rule``: the template's injection annotations it owns (see the module
+    docstring) that no tenant grant of its namespace names."""
+    for injection in injections(view):
+        if injection.rule != rule or injection.key in policy.grants(view.namespace).annotations:
+            continue
+        yield Violation(
+            rule=rule,
+            path=f"{view.metadata_path}.annotations[{injection.key}]",
+            value=view.annotations[injection.key],
+            message=f"the annotation {injection.key} has the node inject "
+            + advice.why(view, policy, f"{injection.injects} into the container")
+            + ", past every check of the Pod spec",
+            hint=advice.fix(
+                view,
+                policy,
+                "remove the annotation, or have the platform team grant it to the namespace "
+                "(spec.tenants[].grants.annotations)",
+            ),
+            error_type="Forbidden",
+            subject="annotations",
+            field=f"annotations[{injection.key}]",
+        )
 
 
 def _find(annotations: Mapping) -> list[Injection]:
