@@ -89,14 +89,8 @@ def test_policy_validate_refuses_a_never_allowed_path(tmp_path, capsys):
     assert "invalid, 1 error" in out
 
 
-YESTERDAYS_STRICT = (
-    (REPO / "policies" / "examples" / "strict.yaml")
-    .read_text("utf-8")
-    .replace(
-        "allowedPaths: [/data, /scratch, /mnt/datasets]", "allowedPaths: [/data, /scratch, /mnt]"
-    )
-    .replace("  newChecks: Enforce\n", "")
-)
+# strict.yaml as version 0.1.0 shipped it, its allow-list holding /mnt.
+YESTERDAYS_STRICT = (REPO / "tests" / "fixtures" / "strict-0.1.0.yaml").read_text("utf-8")
 
 
 def test_a_server_with_yesterdays_strict_policy_serves_and_drops_the_entry(tmp_path):

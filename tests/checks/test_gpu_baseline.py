@@ -21,15 +21,8 @@ from .conftest import REPO, admission, container, default_policy, host_path, pod
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 STRICT_FILE = REPO / "policies" / "examples" / "strict.yaml"
-# strict.yaml as it shipped before this release: /mnt on its allow-list, no newChecks, no
-# tenants (IPC_LOCK, SYS_NICE and SYS_RESOURCE granted to all by default).
-YESTERDAYS_STRICT = (
-    STRICT_FILE.read_text("utf-8")
-    .replace(
-        "allowedPaths: [/data, /scratch, /mnt/datasets]", "allowedPaths: [/data, /scratch, /mnt]"
-    )
-    .replace("  newChecks: Enforce\n", "")
-)
+# strict.yaml as version 0.1.0 shipped it: /mnt on its allow-list, no newChecks, no tenants.
+YESTERDAYS_STRICT = (REPO / "tests" / "fixtures" / "strict-0.1.0.yaml").read_text("utf-8")
 POOL_LABEL = "accelerator.example.com/pool"
 # strict.yaml with a pool reserved for team-a: its nodes are tainted and labelled.
 RESERVED_POOL = STRICT_FILE.read_text("utf-8").replace(
@@ -326,7 +319,7 @@ CASES = [
         gpu_pod(more=[container("sidecar", env={"CUDA_VERSION": "11.0"})]),
         "denied",
         "device-visibility",
-        "spec.containers[1].env[0]",
+        "spec.containers[1].env[0].name",
     ),
     # Injection by annotation, other than CDI's.
     Case(

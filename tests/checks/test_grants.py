@@ -34,7 +34,9 @@ tenants:
       hostNetwork: true
       hostIPC: true
       capabilities: [PERFMON, {name: NET_ADMIN, containers: [rxdm]}, cap_sys_ptrace]
-      annotations: [devices.noderesource.dev/container.cuda]
+      annotations:
+        - key: devices.noderesource.dev/container.cuda
+          values: ["- path: /dev/infiniband/uverbs0"]
       toolkitVariables: [NVIDIA_MOFED]
       hostPaths: [/raid/datasets]
   - namespaces: [team-*]
@@ -123,12 +125,38 @@ def test_a_host_network_grant_admits_host_network_in_its_namespace_only():
 
 @pytest.mark.parametrize("name", ["NET_ADMIN", "NET_RAW", "cap_net_raw"])
 def test_a_host_network_grant_never_comes_with_net_admin_or_net_raw(name):
-    # NET_ADMIN is granted to rxdm, yet not together with hostNetwork.
+    # NET_ADMIN is granted to rxdm, yet not together with hostNetwork: reported once.
     obj = gpu_pod(container("cuda", gpu=1), adding(name, name="rxdm"), hostNetwork=True)
     decision = validate(obj, GRANTED)
     path = "spec.containers[1].securityContext.capabilities.add[0]"
-    assert ("pod-security", path) in denied(decision)
-    assert "a grant of hostNetwork never covers NET_ADMIN, NET_RAW" in decision.findings[0].message
+    assert denied(decision) == [("pod-security", path)]
+    assert (
+        "a grant of hostNetwork never covers NET_ADMIN or NET_RAW" in decision.findings[0].message
+    )
+
+
+def test_net_admin_beside_a_forgiven_host_network_is_still_denied():
+    """A workload admitted with hostNetwork before the policy: an update that adds NET_ADMIN
+    is judged on the pair, which the old object did not have."""
+    from .conftest import template
+
+    def deployment(*containers: dict) -> dict:
+        spec = template(*containers, tolerations=[GPU_TOLERATION])
+        spec["spec"]["hostNetwork"] = True
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "d"},
+            "spec": {"selector": {"matchLabels": {"app": "work"}}, "template": spec},
+        }
+
+    old = deployment(container("cuda", gpu=1), container("rxdm"))
+    new = deployment(container("cuda", gpu=1), adding("NET_ADMIN", name="rxdm"))
+    decision = validate(new, GRANTED, operation="UPDATE", namespace="team-b", old=old)
+    assert (
+        "pod-security",
+        "spec.template.spec.containers[1].securityContext.capabilities.add[0]",
+    ) in denied(decision)
 
 
 def test_host_ports_of_a_host_network_pod_are_its_container_ports():
@@ -152,15 +180,61 @@ def test_a_host_ipc_grant_admits_host_ipc():
 # --- Annotations, toolkit variables, host paths ---------------------------------------------
 
 
-def test_an_annotation_grant_admits_exactly_that_key():
-    granted = gpu_pod()
-    granted["metadata"]["annotations"] = {"devices.noderesource.dev/container.cuda": "- path: /x"}
-    assert_allowed_clean(validate(granted, GRANTED))
-    other = gpu_pod()
-    other["metadata"]["annotations"] = {"devices.noderesource.dev/pod": "- path: /x"}
-    assert denied(validate(other, GRANTED)) == [
-        ("host-devices", "metadata.annotations[devices.noderesource.dev/pod]")
+def annotated(key: str, value: str) -> dict:
+    obj = gpu_pod()
+    obj["metadata"]["annotations"] = {key: value}
+    return obj
+
+
+GRANTED_KEY = "devices.noderesource.dev/container.cuda"
+
+
+def test_an_annotation_grant_admits_exactly_that_key_with_that_value():
+    assert_allowed_clean(
+        validate(annotated(GRANTED_KEY, "- path: /dev/infiniband/uverbs0"), GRANTED)
+    )
+    # The value is what the node injects: another is not granted (other GPUs, the host's disks).
+    for value in ("- path: /dev/nvidia3", "- path: /dev/sda", "- path: /dev/infiniband/uverbs0\n"):
+        assert denied(validate(annotated(GRANTED_KEY, value), GRANTED)) == [
+            ("host-devices", f"metadata.annotations[{GRANTED_KEY}]")
+        ], value
+    # Nor is another key, the /pod one that reaches every container included.
+    key = "devices.noderesource.dev/pod"
+    assert denied(validate(annotated(key, "- path: /dev/infiniband/uverbs0"), GRANTED)) == [
+        ("host-devices", f"metadata.annotations[{key}]")
     ]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "devices.noderesource.dev",
+        "sysctl.noderesource.dev",
+        "netdevices.nri.containerd.io/pod",
+        "ulimits.noderesource.dev/container.cuda",
+        "devices.gke.io/container.cuda",
+        "cdi-devices.nri.io/pod",
+    ],
+)
+def test_every_key_the_checks_refuse_can_be_granted(key):
+    from webhook.policy.annotations import classify
+
+    assert classify(key) is not None
+    granted = policy(
+        ENFORCED
+        + "tenants: [{namespaces: [ml], grants: {annotations: "
+        + f"[{{key: '{key}', values: [v]}}]}}}}]"
+    )
+    assert_allowed_clean(validate(annotated(key, "v"), granted))
+
+
+def test_a_grant_of_a_key_no_node_reads_is_refused():
+    with pytest.raises(webhook.PolicyError, match="nothing to grant"):
+        policy(
+            ENFORCED
+            + "tenants: [{namespaces: [ml], grants: "
+            + "{annotations: [{key: cdi.k8s.io/x, values: [v]}]}}]"
+        )
 
 
 def test_a_toolkit_variable_grant_admits_that_variable_only():
@@ -224,7 +298,9 @@ def test_the_grants_schema_has_no_field_for_privileged_or_host_pid(field):
     grant = f"{{{field}: true}}" if ":" not in field else f"{{{field}}}"
     text = ENFORCED + f"tenants: [{{namespaces: [ml], grants: {grant}}}]"
     if field.startswith("hostPaths"):
-        assert [w.level for w in policy(text).warnings if "/ is the host" in w.message] == ["error"]
+        assert [w.level for w in policy(text).warnings if "can never be allowed" in w.message] == [
+            "error"
+        ]
     else:
         with pytest.raises(webhook.PolicyError, match="unknown field"):
             policy(text)

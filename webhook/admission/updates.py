@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from webhook.core.findings import Finding, render_value
-from webhook.core.injection import classify
 from webhook.core.pods import ephemeral_container_names, is_cdi_annotation
+from webhook.policy.annotations import classify
 from webhook.policy.model import SECURITY_RULES, Scope, WorkloadKind
 
 SCHEDULING_FIELDS = ("tolerations", "schedulingGates", "nodeSelector", "affinity")

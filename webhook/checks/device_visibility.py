@@ -16,10 +16,11 @@ Restricted, in every container of a Pod that can reach a GPU node:
 - the node-shared device variables (``NVIDIA_MOFED``, ``NVIDIA_NVSWITCH``, ``NVIDIA_GDRCOPY``,
   ``NVIDIA_GDS``) in a container that requests a GPU, unless a tenant grant names them: they add
   devices the node shares between its GPU Pods (warned while the policy's ``newChecks`` is
-  Warn; the device plugin can set the first three itself);
-- ``CUDA_VERSION`` in a container that requests no GPU, without ``NVIDIA_REQUIRE_CUDA`` and
-  without ``NVIDIA_VISIBLE_DEVICES=void``: the toolkit takes the image for a legacy CUDA image
-  and exposes every GPU (as ``NVIDIA_VISIBLE_DEVICES=all`` would);
+  Warn; the device plugin sets ``NVIDIA_MOFED``, ``NVIDIA_GDS`` and ``NVIDIA_GDRCOPY`` itself
+  where it is told to);
+- ``CUDA_VERSION`` in a container that requests no GPU and sets neither ``NVIDIA_REQUIRE_CUDA``
+  nor ``NVIDIA_VISIBLE_DEVICES``: the toolkit takes the image for a legacy CUDA image and exposes
+  every GPU (as ``NVIDIA_VISIBLE_DEVICES=all`` would);
 - CDI annotations (``cdi.k8s.io/*``, ``nvidia.cdi.k8s.io/*``), which ask the runtime for devices
   directly, and containerd NRI's ``cdi-devices.noderesource.dev`` (older ``cdi-devices.nri.io``)
   unless a tenant grant names the key;
@@ -39,7 +40,7 @@ from collections.abc import Iterator
 from webhook.core import advice, injection
 from webhook.core.findings import Violation, quote
 from webhook.core.hostpaths import in_device_list_dir
-from webhook.core.pods import CUDA_VERSION, ContainerView, PodView, is_cdi_annotation
+from webhook.core.pods import CUDA_VERSION, ContainerView, PodView, grants_of, is_cdi_annotation
 from webhook.core.scope import (
     NO_DEVICES,
     NODE_SHARED_VARIABLES,
@@ -60,23 +61,26 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     require_void = _void_requirement(view, policy) if policy.inject_void else None
     for container in view.containers:
         gpu = requests_gpu(container)
-        voided = requires_cuda = False
+        voided = requires_cuda = sets_visibility = False
         for index, var in toolkit_env(container) if container.nvidia_env else ():
             name = var["name"]
             value = var.get("value", "")
             requires_cuda = requires_cuda or name == REQUIRE_CUDA
+            sets_visibility = sets_visibility or name == VISIBLE_DEVICES
             # Exactly as the toolkit compares it: " VOID " is a device list it cannot resolve.
             if name == VISIBLE_DEVICES and "valueFrom" not in var and value in NO_DEVICES:
                 voided = True
                 continue
             if name not in WIDENING_VARIABLES and gpu:
                 if name in NODE_SHARED_VARIABLES and (
-                    name not in policy.grants(view.namespace).toolkit_variables
+                    name not in grants_of(view, policy).toolkit_variables
                 ):
-                    yield _node_shared(view, container, index, var, policy)
+                    yield _node_shared(container, index, var, policy)
                 continue  # tunes the GPU the container was given
             yield _variable(view, policy, container, index, var, gpu)
-        if not gpu and not voided and not requires_cuda and container.cuda_version_index >= 0:
+        # Only where the toolkit would default to every GPU: a value of its own is judged above.
+        legacy = not (gpu or requires_cuda or sets_visibility)
+        if legacy and container.cuda_version_index >= 0:
             yield _legacy_cuda(view, policy, container)
         mounts = container.spec.get("volumeMounts")
         for index, mount in enumerate(mounts if isinstance(mounts, list) else ()):
@@ -205,9 +209,7 @@ def _variable(
     )
 
 
-def _node_shared(
-    view: PodView, container: ContainerView, index: int, var: dict, policy: Policy
-) -> Violation:
+def _node_shared(container: ContainerView, index: int, var: dict, policy: Policy) -> Violation:
     name = var["name"]
     return Violation(
         rule=RULE,
@@ -216,12 +218,12 @@ def _node_shared(
         message=f"container {quote(container.name)} sets {name}, which adds devices its node "
         "shares between GPU Pods (RDMA, NVSwitch, GPUDirect), past the device plugin's "
         "allocation",
-        hint="remove the variable (the device plugin sets it where the node offers them), or "
-        "have the platform team grant it to the namespace (spec.tenants[].grants."
-        "toolkitVariables)",
+        hint="remove the variable (the device plugin sets NVIDIA_MOFED, NVIDIA_GDS and "
+        "NVIDIA_GDRCOPY where it is told to), or have the platform team grant it to the "
+        "namespace (spec.tenants[].grants.toolkitVariables)",
         subject=container.name,
         field=f"{container.list_name}.env[{name}]",
-        # New in this release: warned while the policy's newChecks is Warn.
+        # New in this release: warned at most while the policy's newChecks is Warn.
         advisory=policy.new_checks_advisory,
     )
 
@@ -230,17 +232,21 @@ def _legacy_cuda(view: PodView, policy: Policy, container: ContainerView) -> Vio
     index = container.cuda_version_index
     return Violation(
         rule=RULE,
-        path=f"{container.path}.env[{index}]",
+        path=f"{container.path}.env[{index}].name",
         value=CUDA_VERSION,
         message=f"container {quote(container.name)} requests no GPU and sets {CUDA_VERSION} "
-        f"without {REQUIRE_CUDA}: "
+        f"without {VISIBLE_DEVICES}: "
         + advice.why(
             view,
             policy,
             "the container toolkit takes it for a legacy CUDA image and exposes every GPU of "
             f"the node, as {VISIBLE_DEVICES}=all would",
         ),
-        hint=advice.fix(view, policy, f"add {{name: {VISIBLE_DEVICES}, value: void}} to env"),
+        hint=advice.fix(
+            view,
+            policy,
+            f"add {{name: {VISIBLE_DEVICES}, value: void}} to env, or remove {CUDA_VERSION}",
+        ),
         subject=container.name,
         field=f"{container.list_name}.env[{CUDA_VERSION}]",
     )

@@ -19,15 +19,14 @@ from collections.abc import Iterator
 
 from webhook.core import advice
 from webhook.core.findings import Violation, quote
-from webhook.core.pods import PodView
-from webhook.policy.capabilities import (
-    HOST_ACCESS_CAPABILITIES,
-    PRIVILEGED_EQUIVALENT,
-    capability_name,
-)
+from webhook.core.pods import PodView, grants_of
+from webhook.policy.capabilities import PRIVILEGED_EQUIVALENT, capability_name
 from webhook.policy.model import Policy
 
 RULE = "host-access"
+# The capabilities this rule judges; pod-security judges the others beyond the baseline's list,
+# so that each capability is reported by one rule.
+HOST_ACCESS_CAPABILITIES = frozenset({*PRIVILEGED_EQUIVALENT, "SYS_PTRACE"})
 HOST_NAMESPACES = "Pod Security baseline: Host Namespaces"
 
 
@@ -66,15 +65,19 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             subject="spec",
             field="hostPID",
         )
-    if spec.get("hostIPC") is True and not policy.grants(view.namespace).host_ipc:
+    if spec.get("hostIPC") is True and not grants_of(view, policy).host_ipc:
         yield Violation(
             rule=RULE,
             path=view.field_path("hostIPC"),
             value=True,
             message="hostIPC shares the node's IPC namespace with the Pod: its shared memory "
             f"and semaphores, other tenants' included ({HOST_NAMESPACES})",
-            hint="remove hostIPC, or for an MPS setup that needs it have the platform team "
-            "grant it (spec.tenants[].grants.hostIPC)",
+            hint=advice.fix(
+                view,
+                policy,
+                "remove hostIPC, or for an MPS setup that needs it have the platform team grant "
+                "it (spec.tenants[].grants.hostIPC)",
+            ),
             subject="spec",
             field="hostIPC",
             advisory=policy.new_checks_advisory,
@@ -111,15 +114,19 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                     subject=container.name,
                     field=field,
                 )
-            elif not policy.grants(view.namespace).allows_capability(name, container.name):
+            elif not grants_of(view, policy).allows_capability(name, container.name):
                 yield Violation(
                     rule=RULE,
                     path=path,
                     value=raw,
                     message=f"container {quote(container.name)} adds the capability {name} "
                     "(traces the processes it can see) (Pod Security baseline: Capabilities)",
-                    hint=f"remove {name}, or for a profiler have the platform team grant it "
-                    "(spec.tenants[].grants.capabilities)",
+                    hint=advice.fix(
+                        view,
+                        policy,
+                        f"remove {name}, or for a profiler have the platform team grant it "
+                        "(spec.tenants[].grants.capabilities)",
+                    ),
                     subject=container.name,
                     field=field,
                     advisory=policy.new_checks_advisory,

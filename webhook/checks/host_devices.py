@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from webhook.core import advice, injection
 from webhook.core.findings import Violation, quote
 from webhook.core.hostpaths import refusal
-from webhook.core.pods import PodView
+from webhook.core.pods import PodView, grants_of
 from webhook.policy.hostpaths import canonical
 from webhook.policy.model import Policy
 
@@ -58,38 +58,54 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
 def _judge(
     view: PodView, policy: Policy, raw: str, field_path: str, subject: str
 ) -> Iterator[Violation]:
-    found = refusal(raw, policy, policy.grants(view.namespace))
+    found = refusal(raw, policy, grants_of(view, policy))
     if found is None:
         return
     path = canonical(raw)
-    shown = f"{quote(raw)} (that is {quote(path)})" if path != raw else quote(raw)
-    if found.unlisted:
+    mounts = f"{subject} mounts " + (
+        f"{quote(raw)} (that is {quote(path)})" if path != raw else quote(raw)
+    )
+    if found.kind == "unlisted":
+        listed = ", ".join(found.listed)
         yield Violation(
             rule=RULE,
             path=field_path,
             value=raw,
-            message=f"{subject} mounts {shown}, " + found.reason + f" ({BASELINE})",
-            hint="mount a listed data directory, or have the platform team add this one to "
-            "spec.hostDevices.allowedPaths (or the namespace's spec.tenants[].grants.hostPaths)",
+            message=f"{mounts}, {found.reason} ({listed or 'none are listed'}) ({BASELINE})",
+            hint=advice.fix(
+                view,
+                policy,
+                (f"mount one of {listed}, or have" if listed else "have")
+                + " the platform team list it in spec.hostDevices.allowedPaths (or the "
+                "namespace's spec.tenants[].grants.hostPaths)",
+            ),
             subject=subject,
             field="volumes.hostPath.path",
-            # Warned for one release where the policy lists no allowed paths: an upgrade must
-            # not break GPU Pods that mount a dataset.
+            # Warned at most where the policy lists no allowed paths while newChecks is Warn:
+            # an upgrade must not break GPU Pods that mount a dataset.
             advisory=policy.host_path_allow_list is None and policy.new_checks_advisory,
         )
         return
+    tenant_data = found.kind == "tenant-data"
     yield Violation(
         rule=RULE,
         path=field_path,
         value=raw,
-        message=f"{subject} mounts {shown}, which exposes "
+        message=f"{mounts}, which "
+        + ("holds other tenants' data: " if tenant_data else "exposes ")
         + advice.why(view, policy, found.reason)
         + f" ({BASELINE})",
         hint=advice.fix(
             view,
             policy,
-            "remove the volume, or mount a data directory the policy allows instead",
-            gpu="request GPUs in resources.limits: the device plugin mounts the allocated devices",
+            "mount a directory of your own, or have the platform team name this one in "
+            "spec.hostDevices.allowedPaths"
+            if tenant_data
+            else "remove the volume, or mount a data directory the policy allows instead",
+            # Only for the device trees: a GPU is asked for, not mounted.
+            gpu="request GPUs in resources.limits: the device plugin mounts the allocated devices"
+            if path.startswith(("/dev", "/sys", "/proc", "/run/nvidia"))
+            else "",
         ),
         subject=subject,
         field="volumes.hostPath.path",

@@ -36,22 +36,40 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from webhook.checks.host_access import HOST_ACCESS_CAPABILITIES
 from webhook.core import advice, injection
 from webhook.core.findings import Violation, quote
-from webhook.core.pods import ContainerView, PodView
-from webhook.policy.capabilities import (
-    BASELINE,
-    HOST_ACCESS_CAPABILITIES,
-    HOST_NETWORK_ADMIN,
-    capability_name,
-)
-from webhook.policy.model import Grants, Policy
+from webhook.core.pods import ContainerView, PodView, grants_of
+from webhook.policy.capabilities import capability_name
+from webhook.policy.model import Policy
 
 RULE = "pod-security"
 
+# kubernetes/pod-security-admission policy/check_capabilities_baseline.go, compared as written.
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
+# With hostNetwork, these act on the node's own network: never together, granted or not.
+HOST_NETWORK_ADMIN = ("NET_ADMIN", "NET_RAW")
+# check_seLinuxOptions.go (container_engine_t since 1.31).
 SELINUX_TYPES = frozenset(
     {"container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
 )
+# check_sysctls.go at v1.37.
 SAFE_SYSCTLS = frozenset(
     {
         "kernel.shm_rmid_forced",
@@ -70,6 +88,7 @@ SAFE_SYSCTLS = frozenset(
         "net.ipv4.tcp_notsent_lowat",
     }
 )
+# check_appArmorProfile.go.
 APPARMOR_TYPES = ("RuntimeDefault", "Localhost")
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
@@ -78,28 +97,31 @@ HANDLERS = ("postStart", "preStop")
 _JUDGED_FIELDS = frozenset({"ports", "securityContext", "lifecycle", *PROBES})
 
 
-def _control(name: str) -> str:
-    return f"(Pod Security baseline: {name})"
-
-
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     spec = view.spec
     host_network = spec.get("hostNetwork") is True
     if host_network:
-        yield from _host_network(view, policy, policy.grants(view.namespace))
+        yield from _host_network(view, policy)
     context = spec.get("securityContext")
     if isinstance(context, dict):
-        yield from _contexts(view, policy, context, view.field_path("securityContext"), "spec")
+        path = view.field_path("securityContext")
+        yield from _contexts(view, policy, context, path, "spec", "the Pod")
         sysctls = context.get("sysctls")
         for index, sysctl in enumerate(sysctls if isinstance(sysctls, list) else ()):
             name = sysctl.get("name") if isinstance(sysctl, dict) else sysctl
             if not isinstance(name, str) or name not in SAFE_SYSCTLS:
-                yield _finding(
-                    f"{view.field_path('securityContext')}.sysctls[{index}].name",
-                    name,
-                    f"the sysctl {quote(name)} is not one Pod Security baseline counts safe: it "
-                    "can reach past the Pod's own namespaces " + _control("Sysctls"),
-                    "remove it, or use one of the safe sysctls (net.ipv4.tcp_keepalive_time...)",
+                # Its value too: an update that changes only the value is a new finding.
+                value = sysctl.get("value") if isinstance(sysctl, dict) else None
+                yield _violation(
+                    view,
+                    policy,
+                    f"{path}.sysctls[{index}].name",
+                    f"{name}={value}",
+                    f"the sysctl {quote(name)} is not one of the baseline's safe sysctls",
+                    "it can reach past the Pod's own namespaces",
+                    "Sysctls",
+                    "remove it, or use a safe one (net.ipv4.tcp_keepalive_time, "
+                    "net.ipv4.ip_local_port_range...)",
                     "spec",
                     f"sysctls[{name}]",
                 )
@@ -108,118 +130,134 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         # Most containers set none of what the baseline restricts: no generator for them.
         if not _JUDGED_FIELDS.isdisjoint(container.spec):
             yield from _container(view, policy, container, host_network, user_namespace)
+    if not view.annotations:
+        return
     for key, value in view.annotations.items():
         if isinstance(key, str) and key.startswith(APPARMOR_ANNOTATION):
             if value in ("", "runtime/default") or (
                 isinstance(value, str) and value.startswith("localhost/")
             ):
                 continue
-            yield _finding(
+            yield _violation(
+                view,
+                policy,
                 f"{view.metadata_path}.annotations[{key}]",
                 value,
-                f"the AppArmor profile {quote(value)} lifts the container's confinement "
-                + _control("AppArmor"),
+                f"the AppArmor profile {quote(value)}",
+                "it lifts the container's confinement",
+                "AppArmor",
                 "use runtime/default or a localhost/ profile, or remove the annotation",
                 "annotations",
                 f"annotations[{key}]",
             )
-    yield from injection.refused(view, policy, RULE) if view.annotations else ()
+    yield from injection.refused(view, policy, RULE, advisory=policy.new_checks_advisory)
 
 
-def _host_network(view: PodView, policy: Policy, grants: Grants) -> Iterator[Violation]:
-    path = view.field_path("hostNetwork")
-    if not grants.host_network:
-        yield _finding(
-            path,
+def _host_network(view: PodView, policy: Policy) -> Iterator[Violation]:
+    if not grants_of(view, policy).host_network:
+        yield _violation(
+            view,
+            policy,
+            view.field_path("hostNetwork"),
             True,
-            "hostNetwork puts the Pod in the node's network namespace: "
-            + advice.why(
-                view,
-                policy,
-                "node-local services (DCGM's host engine, Fabric Manager, the kubelet's ports, "
-                "the cloud metadata endpoint) answer it as the node",
-            )
-            + " "
-            + _control("Host Namespaces"),
-            advice.fix(
-                view,
-                policy,
-                "remove hostNetwork",
-                gpu="multi-node training reaches its peers through the Pod network or RDMA "
-                "devices; a fabric that needs hostNetwork is granted it per namespace "
-                "(spec.tenants[].grants.hostNetwork)",
-            ),
+            "hostNetwork puts the Pod in the node's network namespace",
+            "node-local services (DCGM's host engine, Fabric Manager, the kubelet's ports, the "
+            "cloud metadata endpoint) answer it as the node",
+            "Host Namespaces",
+            "remove hostNetwork",
             "spec",
             "hostNetwork",
+            gpu="multi-node training reaches its peers through the Pod network or RDMA "
+            "devices; a fabric that needs hostNetwork is granted it per namespace "
+            "(spec.tenants[].grants.hostNetwork)",
         )
-        return
-    # Granted: never together with the capabilities that act on the node's own network.
+    # Never together, granted or not: a finding of its own, so that forgiving a hostNetwork
+    # an old object had never forgives a capability added beside it.
     for container in view.containers:
-        context = container.spec.get("securityContext")
-        capabilities = context.get("capabilities") if isinstance(context, dict) else None
-        added = capabilities.get("add") if isinstance(capabilities, dict) else None
-        for index, raw in enumerate(added if isinstance(added, list) else ()):
-            name = capability_name(raw)
+        for index, raw, name in _added(container):
             if name in HOST_NETWORK_ADMIN:
-                yield _finding(
+                yield _violation(
+                    view,
+                    policy,
                     f"{container.path}.securityContext.capabilities.add[{index}]",
                     raw,
-                    f"container {quote(container.name)} adds {name} in a hostNetwork Pod: it "
-                    "acts on the node's own interfaces, routes and packets "
-                    + _control("Host Namespaces"),
+                    f"container {quote(container.name)} adds {name} in a hostNetwork Pod",
+                    "it acts on the node's own interfaces, routes and packets",
+                    "Host Namespaces",
                     f"remove {name} or hostNetwork: a grant of hostNetwork never covers "
-                    f"{', '.join(HOST_NETWORK_ADMIN)}",
+                    f"{' or '.join(HOST_NETWORK_ADMIN)}",
                     container.name,
                     f"{container.list_name}.capabilities.add[{name}]+hostNetwork",
                 )
 
 
+def _added(container: ContainerView) -> Iterator[tuple[int, object, str]]:
+    """The capabilities a container adds: (index, as written, normalised)."""
+    context = container.spec.get("securityContext")
+    capabilities = context.get("capabilities") if isinstance(context, dict) else None
+    added = capabilities.get("add") if isinstance(capabilities, dict) else None
+    for index, raw in enumerate(added if isinstance(added, list) else ()):
+        yield index, raw, capability_name(raw)
+
+
 def _contexts(
-    view: PodView, policy: Policy, context: Mapping, path: str, subject: str
+    view: PodView, policy: Policy, context: Mapping, path: str, subject: str, who: str
 ) -> Iterator[Violation]:
     """SELinux, seccomp and AppArmor of one securityContext (the Pod's or a container's)."""
     selinux = context.get("seLinuxOptions")
     if isinstance(selinux, dict):
         kind = selinux.get("type")
         if kind not in (None, "") and not (isinstance(kind, str) and kind in SELINUX_TYPES):
-            yield _finding(
+            yield _violation(
+                view,
+                policy,
                 f"{path}.seLinuxOptions.type",
                 kind,
-                f"the SELinux type {quote(kind)} is not a container type: it lifts or changes "
-                "the container's confinement " + _control("SELinux"),
+                f"{who} runs with the SELinux type {quote(kind)}, not a container type",
+                "it lifts or changes the container's confinement",
+                "SELinux",
                 f"remove seLinuxOptions.type, or use one of {', '.join(sorted(SELINUX_TYPES))}",
                 subject,
                 "seLinuxOptions.type",
             )
         for field in ("user", "role"):
             if selinux.get(field) not in (None, ""):
-                yield _finding(
+                yield _violation(
+                    view,
+                    policy,
                     f"{path}.seLinuxOptions.{field}",
                     selinux[field],
-                    f"a custom SELinux {field} changes the container's confinement "
-                    + _control("SELinux"),
+                    f"{who} sets a custom SELinux {field}",
+                    "it changes the container's confinement",
+                    "SELinux",
                     f"remove seLinuxOptions.{field}",
                     subject,
                     f"seLinuxOptions.{field}",
                 )
     seccomp = context.get("seccompProfile")
     if isinstance(seccomp, dict) and seccomp.get("type") == "Unconfined":
-        yield _finding(
+        yield _violation(
+            view,
+            policy,
             f"{path}.seccompProfile.type",
             "Unconfined",
-            "an Unconfined seccomp profile opens every system call to the host kernel "
-            + _control("Seccomp"),
+            f"{who} runs without a seccomp profile",
+            "every system call reaches the host kernel",
+            "Seccomp",
             "use type RuntimeDefault (or Localhost), or remove seccompProfile",
             subject,
             "seccompProfile.type",
         )
     apparmor = context.get("appArmorProfile")
     if isinstance(apparmor, dict) and apparmor.get("type") not in APPARMOR_TYPES:
-        yield _finding(
+        yield _violation(
+            view,
+            policy,
             f"{path}.appArmorProfile.type",
             apparmor.get("type"),
-            "an AppArmor profile other than RuntimeDefault or Localhost lifts the container's "
-            "confinement " + _control("AppArmor"),
+            f"{who} asks for an AppArmor profile other than RuntimeDefault or Localhost",
+            "it lifts the container's confinement",
+            "AppArmor",
             "use type RuntimeDefault or Localhost, or remove appArmorProfile",
             subject,
             "appArmorProfile.type",
@@ -242,53 +280,66 @@ def _container(
             continue
         if host_network and host_port == port.get("containerPort"):
             continue  # the API server sets them so: the hostNetwork finding covers them
-        yield _finding(
+        yield _violation(
+            view,
+            policy,
             f"{container.path}.ports[{index}].hostPort",
             host_port,
-            f"container {quote(name)} listens on the node's port {host_port}, beside the "
-            "node's own services " + _control("Host Ports"),
+            f"container {quote(name)} listens on the node's port {host_port}",
+            "it sits beside the node's own services, on the node's addresses",
+            "Host Ports",
             "remove hostPort and reach the container through a Service",
             name,
             f"{container.list_name}.ports[{host_port}].hostPort",
         )
     context = spec.get("securityContext")
     if isinstance(context, dict):
-        yield from _contexts(view, policy, context, f"{container.path}.securityContext", name)
+        path = f"{container.path}.securityContext"
+        yield from _contexts(view, policy, context, path, name, f"container {quote(name)}")
         proc_mount = context.get("procMount")
         if proc_mount not in (None, "Default") and not user_namespace:
-            yield _finding(
-                f"{container.path}.securityContext.procMount",
+            yield _violation(
+                view,
+                policy,
+                f"{path}.procMount",
                 proc_mount,
-                f"container {quote(name)} unmasks /proc, exposing the host's kernel "
-                "interfaces it masks " + _control("/proc Mount Type"),
+                f"container {quote(name)} unmasks /proc",
+                "it exposes the kernel interfaces the runtime masks",
+                "/proc Mount Type",
                 "remove procMount (or set hostUsers: false to run the Pod in a user namespace)",
                 name,
                 f"{container.list_name}.securityContext.procMount",
             )
-        capabilities = context.get("capabilities")
-        added = capabilities.get("add") if isinstance(capabilities, dict) else None
-        for index, raw in enumerate(added if isinstance(added, list) else ()):
-            if isinstance(raw, str) and raw in BASELINE:
+        for index, raw, capability in _added(container):
+            if isinstance(raw, str) and raw in BASELINE_CAPABILITIES:
                 continue
-            capability = capability_name(raw)
-            if capability in BASELINE:
-                yield _finding(
-                    f"{container.path}.securityContext.capabilities.add[{index}]",
+            if capability in BASELINE_CAPABILITIES:
+                yield _violation(
+                    view,
+                    policy,
+                    f"{path}.capabilities.add[{index}]",
                     raw,
-                    f"container {quote(name)} adds {quote(raw)}, which Pod Security compares "
-                    f"as written " + _control("Capabilities"),
+                    f"container {quote(name)} adds {quote(raw)}",
+                    "Pod Security compares capabilities as written",
+                    "Capabilities",
                     f"write it as {capability}",
                     name,
                     f"{container.list_name}.capabilities.add[{capability}]",
                 )
             elif capability in HOST_ACCESS_CAPABILITIES:
                 continue  # host-access's
-            elif not policy.grants(view.namespace).allows_capability(capability, name):
-                yield _finding(
-                    f"{container.path}.securityContext.capabilities.add[{index}]",
+            elif host_network and capability in HOST_NETWORK_ADMIN:
+                continue  # reported with the hostNetwork it comes with
+            elif not grants_of(view, policy).allows_capability(capability, name):
+                yield _violation(
+                    view,
+                    policy,
+                    f"{path}.capabilities.add[{index}]",
                     raw,
-                    f"container {quote(name)} adds the capability {capability}, beyond Pod "
-                    "Security baseline's " + _control("Capabilities"),
+                    f"container {quote(name)} adds the capability {capability}, which is not on "
+                    "the baseline's list",
+                    "it reaches past what a container needs",
+                    "Capabilities",
                     f"remove {capability}, or have the platform team grant it to the namespace "
                     "(spec.tenants[].grants.capabilities, optionally for named containers)",
                     name,
@@ -297,37 +348,61 @@ def _container(
     for probe in PROBES:
         handler = spec.get(probe)
         if isinstance(handler, dict):  # most containers have none: no generator for them
-            yield from _hosts(view, container, handler, probe)
+            yield from _hosts(view, policy, container, handler, probe)
     lifecycle = spec.get("lifecycle")
     if isinstance(lifecycle, dict):
-        for name in HANDLERS:
-            handler = lifecycle.get(name)
+        for event in HANDLERS:
+            handler = lifecycle.get(event)
             if isinstance(handler, dict):
-                yield from _hosts(view, container, handler, f"lifecycle.{name}")
+                yield from _hosts(view, policy, container, handler, f"lifecycle.{event}")
 
 
 def _hosts(
-    view: PodView, container: ContainerView, handler: Mapping, where: str
+    view: PodView, policy: Policy, container: ContainerView, handler: Mapping, where: str
 ) -> Iterator[Violation]:
     for action in ("httpGet", "tcpSocket"):
         target = handler.get(action)
         host = target.get("host") if isinstance(target, dict) else None
         if host in (None, ""):
             continue
-        yield _finding(
+        yield _violation(
+            view,
+            policy,
             f"{container.path}.{where}.{action}.host",
             host,
-            f"container {quote(container.name)} has the kubelet connect to {quote(host)} from "
-            "the node, past network policy " + _control("Host Probes / Lifecycle Hooks"),
+            f"container {quote(container.name)} has the kubelet connect to {quote(host)}",
+            "the kubelet connects from the node, past network policy",
+            "Host Probes / Lifecycle Hooks",
             f"remove {where}.{action}.host: the kubelet then connects to the Pod's own address",
             container.name,
             f"{container.list_name}.{where}.{action}.host",
         )
 
 
-def _finding(
-    path: str, value: object, message: str, hint: str, subject: str, field: str
+def _violation(
+    view: PodView,
+    policy: Policy,
+    path: str,
+    value: object,
+    what: str,
+    danger: str,
+    control: str,
+    remedy: str,
+    subject: str,
+    field: str,
+    *,
+    gpu: str = "",
 ) -> Violation:
+    """A finding: what the Pod does, why it is dangerous for this Pod, the baseline control it
+    breaks, and the remedy for its audience (a node agent is told about exemptions)."""
     return Violation(
-        rule=RULE, path=path, value=value, message=message, hint=hint, subject=subject, field=field
+        rule=RULE,
+        path=path,
+        value=value,
+        message=f"{what}: {advice.why(view, policy, danger)} (Pod Security baseline: {control})",
+        hint=advice.fix(view, policy, remedy, gpu=gpu),
+        subject=subject,
+        field=field,
+        # New in this release: warned at most while the policy's newChecks is Warn.
+        advisory=policy.new_checks_advisory,
     )

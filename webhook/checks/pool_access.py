@@ -78,13 +78,13 @@ def _tolerated_pools(view: PodView, policy: Policy) -> Iterator[Violation]:
     for pool, by_wildcard in closed_pools_tolerated(view, policy):
         label = ", ".join(f"{k}={v}" for k, v in sorted(pool.node_selector.items()))
         key = min(pool.node_selector)
-        how = "a wildcard toleration" if by_wildcard else "its tolerations"
+        how = "a wildcard toleration tolerates" if by_wildcard else "its tolerations tolerate"
         yield Violation(
             rule=RULE,
             path=f"{view.spec_path}.tolerations",
             value=pool.name,
             message=f"the Pod can land in pool {quote(pool.name)} ({label}), which namespace "
-            f"{quote(view.namespace)} may not use: {how} tolerate the pool's taints and its "
+            f"{quote(view.namespace)} may not use: {how} the pool's taints and its "
             "required node affinity does not exclude those nodes, whose CPU and memory are "
             "reserved for the pool's namespaces",
             hint="remove the tolerations of the pool's taints, or add to every "

@@ -12,25 +12,30 @@ Paths are judged canonical: normalised, ``/var/run`` read as ``/run``.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from webhook.policy.hostpaths import (
-    NODE_CONTROL,
     TENANT_DATA,
     at_or_under,
     canonical,
+    exposure,
+    node_control,
     touched,
     touches,
 )
 from webhook.policy.model import Grants, Policy
 
+RefusalKind = Literal["node-control", "tenant-data", "unlisted"]
+
 
 class Refusal(NamedTuple):
-    """Why a Pod may not mount a host path; ``unlisted``: only because no allow-list names it
-    (class c), which the policy may only warn about."""
+    """Why a Pod may not mount a host path: what it exposes, and which class it is in
+    (``unlisted``: only because no allow-list names it, which the policy may only warn
+    about); ``listed``: the allowed paths there are, for the message."""
 
     reason: str
-    unlisted: bool = False
+    kind: RefusalKind
+    listed: tuple[str, ...] = ()
 
 
 # Mounts the container toolkit reads as device requests (volume-mounts device-list strategy).
@@ -49,32 +54,19 @@ def refusal(raw: str, policy: Policy, grants: Grants) -> Refusal | None:
     """Why a Pod of a namespace with these grants, able to reach a GPU node, may not mount
     this host path; None when it may."""
     path = canonical(raw)
-    if not path.startswith("/"):
-        return Refusal(
-            "a relative path, which the kubelet resolves against its own working directory"
-        )
-    if path == "/":
-        return Refusal("the host's whole filesystem")
-    entry = touched(path, NODE_CONTROL)
-    if entry is not None:
-        return Refusal(
-            entry.exposes if at_or_under(path, entry.path) else f"{entry.path}: {entry.exposes}"
-        )
+    reason = node_control(path)
+    if reason is not None:
+        return Refusal(reason, "node-control")
     for root in policy.host_device_paths:
         if touches(path, root):
-            return Refusal(f"{root}, which the policy lists as a host device path")
-    allowed = policy.host_path_allow_list or ()
-    if any(at_or_under(path, p) for p in allowed) or any(
-        at_or_under(path, p) for p in grants.host_paths
-    ):
+            return Refusal(f"{root}, which the policy lists as a host device path", "node-control")
+    listed = (*(policy.host_path_allow_list or ()), *grants.host_paths)
+    if any(at_or_under(path, p) for p in listed):
         return None
     entry = touched(path, TENANT_DATA)
     if entry is not None:
-        where = entry.exposes if at_or_under(path, entry.path) else f"{entry.path}: {entry.exposes}"
-        return Refusal(f"other tenants' data ({where})")
-    listed = (*allowed, *grants.host_paths)
-    shown = ", ".join(listed) if listed else "none are listed"
-    return Refusal(f"a path not on the policy's allowed host paths ({shown})", unlisted=True)
+        return Refusal(exposure(path, entry), "tenant-data")
+    return Refusal("a path not on the policy's allowed host paths", "unlisted", listed)
 
 
 def is_gpu_device_path(raw: str, policy: Policy) -> bool:

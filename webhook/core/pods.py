@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, NamedTuple
 
-from webhook.policy.model import (
-    Policy,
-)
+from webhook.policy.model import Grants, Policy
 from webhook.policy.quantity import Quantity, parse_quantity
 
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
@@ -146,13 +144,14 @@ class PodView:
     inherited: Mapping[str, str] = field(default_factory=dict)
     # Facts several checks read, worked out on first use by the functions that own them (a view
     # is built for one policy): ``webhook.core.pools.select_pool``'s Selection,
-    # ``webhook.core.scope.reach``'s Reach, ``webhook.core.scope.asks_for_gpu``'s answer and
-    # ``webhook.core.injection.injections``' annotations.
+    # ``webhook.core.scope.reach``'s Reach, ``webhook.core.scope.asks_for_gpu``'s answer,
+    # ``webhook.core.injection.injections``' annotations and ``grants_of``'s grants.
     # None until then; plain fields, since each is read several times per request.
     selection: Any = field(default=None, repr=False)
     reach: Any = field(default=None, repr=False)
     asks_gpu: bool | None = field(default=None, repr=False)
     injections: Any = field(default=None, repr=False)
+    grants: Grants | None = field(default=None, repr=False)
 
     def field_path(self, name: str) -> str:
         """The path of a pod-level field, in the object it was written in."""
@@ -183,6 +182,15 @@ class PodView:
         return (
             [t for t in tolerations if isinstance(t, dict)] if isinstance(tolerations, list) else []
         )
+
+
+def grants_of(view: PodView, policy: Policy) -> Grants:
+    """What the policy's tenants block grants the template's namespace; looked up once per
+    view, and only by a check that found something a grant could cover."""
+    found = view.grants
+    if found is None:
+        found = view.grants = policy.grants(view.namespace)
+    return found
 
 
 def ephemeral_container_names(pod: Mapping) -> set[str]:

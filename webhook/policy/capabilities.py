@@ -1,34 +1,11 @@
-"""Linux capabilities as the policy and the checks name them.
-
-Pod Security baseline (kubernetes/pod-security-admission ``policy/check_capabilities_baseline.go``,
-v1.37) admits only the thirteen capabilities of :data:`BASELINE`, compared exactly as written
-(``chown`` and ``CAP_CHOWN`` are refused). The container runtimes read a name upper-cased and
-with one leading ``CAP_`` removed (:func:`capability_name`), so grants and the privileged-
-equivalent list are compared that way: ``cap_sys_admin`` is ``SYS_ADMIN``.
+"""Linux capabilities as the policy names them: the privileged-equivalent ones, which no grant
+covers (the lint refuses a grant of one; the host-access rule refuses them), and the spelling
+the container runtimes read (:func:`capability_name`: ``cap_sys_admin`` is ``SYS_ADMIN``).
+Pod Security baseline's own list, compared as written, is the pod-security rule's.
 """
 
 from __future__ import annotations
 
-BASELINE = frozenset(
-    {
-        "AUDIT_WRITE",
-        "CHOWN",
-        "DAC_OVERRIDE",
-        "FOWNER",
-        "FSETID",
-        "KILL",
-        "MKNOD",
-        "NET_BIND_SERVICE",
-        "SETFCAP",
-        "SETGID",
-        "SETPCAP",
-        "SETUID",
-        "SYS_CHROOT",
-    }
-)
-
-# Capabilities that reach past the container, whatever else the Pod does: refused by the
-# host-access rule, and never granted.
 PRIVILEGED_EQUIVALENT = {
     "SYS_ADMIN": "mounts, namespaces and device administration: the usual way out of a container",
     "SYS_MODULE": "loads kernel modules",
@@ -38,13 +15,6 @@ PRIVILEGED_EQUIVALENT = {
     "SYS_BOOT": "reboots the node",
     "ALL": "every capability",
 }
-
-# Judged by the host-access rule (the others beyond BASELINE by pod-security): each capability
-# is reported by one rule.
-HOST_ACCESS_CAPABILITIES = frozenset({*PRIVILEGED_EQUIVALENT, "SYS_PTRACE"})
-
-# With hostNetwork, these act on the node's own network: never together, granted or not.
-HOST_NETWORK_ADMIN = ("NET_ADMIN", "NET_RAW")
 
 
 def capability_name(raw: object) -> str:

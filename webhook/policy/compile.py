@@ -13,7 +13,6 @@ from webhook.policy.capabilities import capability_name
 from webhook.policy.hostpaths import canonical, unsafe_to_allow
 from webhook.policy.model import (
     DEFAULT_GRANTED_CAPABILITIES,
-    NEW_RULES,
     RULE_IDS,
     Exemption,
     Grants,
@@ -80,32 +79,6 @@ def _rule_modes(base: Mapping[str, RuleModes], ruleset: dict) -> RuleSet:
     return RuleSet(out)
 
 
-def _introduced_as_warn(rules: RuleSet, named: dict) -> RuleSet:
-    """``rules`` with each new rule the policy does not name warned where it would deny: a
-    policy written for the previous release enforces everything by ``default``, and an
-    upgrade must warn before it denies."""
-    modes = dict(rules)
-    for rule in NEW_RULES:
-        if rule not in named:
-            current = modes[rule]
-            modes[rule] = RuleModes(
-                *(
-                    "Warn" if mode == "Enforce" else mode
-                    for mode in (current.gpu_pods, current.other_pods, current.reachable_pods)
-                )
-            )
-    return RuleSet(modes)
-
-
-def _override_modes(rules: RuleSet, spec: dict, override: dict, new_checks: str) -> RuleSet:
-    """A namespace override's modes; its ``default`` does not enforce a new rule that neither
-    it nor the policy's ``rules`` names."""
-    merged = _rule_modes(rules, override["rules"])
-    if new_checks != "Warn":
-        return merged
-    return _introduced_as_warn(merged, {**spec.get("rules", {}), **override["rules"]})
-
-
 def allowed_host_paths(paths: list[str]) -> tuple[str, ...]:
     """The allowed host paths a policy lists, canonical, without those that touch a
     node-control path (``policy validate`` refuses them; at load they are dropped, and the
@@ -127,7 +100,9 @@ def _grants(raw: dict) -> Grants:
         capabilities=MappingProxyType(capabilities),
         host_network=raw.get("hostNetwork", False),
         host_ipc=raw.get("hostIPC", False),
-        annotations=frozenset(raw.get("annotations", [])),
+        annotations=MappingProxyType(
+            {a["key"]: frozenset(a["values"]) for a in raw.get("annotations", [])}
+        ),
         toolkit_variables=frozenset(raw.get("toolkitVariables", [])),
         host_paths=allowed_host_paths(raw.get("hostPaths", [])),
     )
@@ -194,12 +169,9 @@ def compile_policy(doc: dict, source: str, digest: str) -> Policy:
         r: RuleModes(DEFAULT_RULE_MODES["gpuPods"], DEFAULT_RULE_MODES["otherPods"])
         for r in RULE_IDS
     }
-    new_checks = spec.get("newChecks", "Warn")
     rules = _rule_modes(builtin, spec.get("rules", {}))
-    if new_checks == "Warn":
-        rules = _introduced_as_warn(rules, spec.get("rules", {}))
     overrides = tuple(
-        NamespaceOverride(_namespaces(o["namespaces"]), _override_modes(rules, spec, o, new_checks))
+        NamespaceOverride(_namespaces(o["namespaces"]), _rule_modes(rules, o["rules"]))
         for o in spec.get("namespaceOverrides", [])
     )
     exemptions = tuple(
@@ -269,7 +241,7 @@ def compile_policy(doc: dict, source: str, digest: str) -> Policy:
         exempted_names=frozenset(name for e in exemptions for name in e.namespaces.names),
         exempts_by_glob=any(e.namespaces.regex is not None for e in exemptions),
         tenants=_tenants(spec),
-        new_checks=new_checks,
+        new_checks=spec.get("newChecks", "Warn"),
         retired=MappingProxyType(
             {
                 r["name"]: (r["replacement"], r.get("reason", ""))

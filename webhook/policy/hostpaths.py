@@ -16,7 +16,8 @@ Everything else (class c) is judged by the policy's ``hostDevices.allowedPaths``
 tenants' ``hostPaths`` grants (``webhook.core.hostpaths``).
 
 Paths are compared after normalisation (``//``, ``/./``, ``..``, a trailing ``/``) with
-``/var/run`` read as ``/run``, which it is a symlink to on every current distribution. The
+``/var/run`` read as ``/run`` and ``/var/lock`` as ``/run/lock``, which they are symlinks to on
+every current distribution. The
 kubelet follows other symlinks on the node, which no webhook sees; this is why relocations
 are listed by both their names where a distribution has two (``/home`` and ``/var/home``).
 """
@@ -38,12 +39,34 @@ class HostPath:
     source: str
 
 
+def _top(path: str) -> str:
+    """A canonical path's first component: ``var`` for ``/var/lib``."""
+    return path[1:].partition("/")[0]
+
+
+class Catalogue(tuple[HostPath, ...]):
+    """Catalogued host paths, in order, indexed by their first component: a path can only be,
+    lie under or hold one with the same first component, so a host path is compared with the
+    few entries that can touch it, not with all of them (an Argo Workflow's inherited volumes
+    are judged once for each of its hundreds of templates)."""
+
+    by_top: dict[str, tuple[HostPath, ...]]
+
+    def __new__(cls, entries: tuple[HostPath, ...]) -> Catalogue:
+        catalogue = super().__new__(cls, entries)
+        index: dict[str, list[HostPath]] = {}
+        for entry in entries:
+            index.setdefault(_top(entry.path), []).append(entry)
+        catalogue.by_top = {top: tuple(found) for top, found in index.items()}
+        return catalogue
+
+
 _PROGRAMS = "the host's programs, run by the host as root"
 _RUNTIME = "start any container on the node"
 
 # Ordered so that the most specific explanation comes first (``/run/containerd`` before
 # ``/run``): a path is explained by the first entry it touches.
-NODE_CONTROL: tuple[HostPath, ...] = (
+_NODE_CONTROL: tuple[HostPath, ...] = (
     HostPath("/dev", "the node's device nodes (every GPU, also under /dev/char)", "Linux FHS"),
     HostPath(
         "/proc",
@@ -232,8 +255,10 @@ NODE_CONTROL: tuple[HostPath, ...] = (
     ),
 )
 
+NODE_CONTROL = Catalogue(_NODE_CONTROL)
+
 # Other tenants' data (class b): refused unless the policy's allow-list names it.
-TENANT_DATA: tuple[HostPath, ...] = (
+_TENANT_DATA: tuple[HostPath, ...] = (
     HostPath(
         "/opt/local-path-provisioner",
         "every Pod's local-path volumes (Rancher's local-path-provisioner)",
@@ -290,13 +315,20 @@ TENANT_DATA: tuple[HostPath, ...] = (
         )
     ),
 )
+TENANT_DATA = Catalogue(_TENANT_DATA)
+
+
+# Symlinks into /run on every current distribution (systemd's tmpfiles, the FHS 3.0).
+_RUN_ALIASES = {"/var/run": "/run", "/var/lock": "/run/lock"}
 
 
 def canonical(path: str) -> str:
-    """The path as the kubelet mounts it, ``/var/run`` read as ``/run``."""
+    """The path as the kubelet mounts it, ``/var/run`` read as ``/run`` and ``/var/lock`` as
+    ``/run/lock``."""
     normal = normalise_host_path(path)
-    if normal == "/var/run" or normal.startswith("/var/run/"):
-        return normal[len("/var") :]
+    for alias, target in _RUN_ALIASES.items():
+        if normal == alias or normal.startswith(alias + "/"):
+            return target + normal[len(alias) :]
     return normal
 
 
@@ -309,16 +341,36 @@ def touches(path: str, root: str) -> bool:
     return at_or_under(path, root) or at_or_under(root, path)
 
 
-def touched(path: str, catalogue: tuple[HostPath, ...]) -> HostPath | None:
+def touched(path: str, catalogue: Catalogue) -> HostPath | None:
     """The first entry of ``catalogue`` that ``path`` (canonical) is, lies under or holds."""
-    for entry in catalogue:
+    for entry in catalogue.by_top.get(_top(path), ()):
         if touches(path, entry.path):
             return entry
     return None
 
 
+def exposure(path: str, entry: HostPath) -> str:
+    """What mounting ``path`` exposes through ``entry``: its words where ``path`` is at or below
+    it, ``<entry>: <its words>`` where ``path`` holds it."""
+    return entry.exposes if at_or_under(path, entry.path) else f"{entry.path}: {entry.exposes}"
+
+
+def node_control(path: str) -> str | None:
+    """What a canonical host path exposes of the node's control, or None: the whole filesystem,
+    anything a relative path resolves to, or a node-control path it is at, under or above."""
+    if not path.startswith("/"):
+        return "a relative path, which the kubelet resolves against its own working directory"
+    if path == "/":
+        return WHOLE_FILESYSTEM
+    entry = touched(path, NODE_CONTROL)
+    return exposure(path, entry) if entry is not None else None
+
+
+WHOLE_FILESYSTEM = "the host's whole filesystem"
+
+
 def relation(path: str, entry: HostPath) -> str:
-    """How ``path`` touches ``entry``, for messages: ``/mnt contains /mnt/k8s-disks, which
+    """How ``path`` touches ``entry``, for the lint: ``/mnt contains /mnt/k8s-disks, which
     exposes ...``."""
     if path == entry.path:
         return f"{path} exposes {entry.exposes}"
@@ -331,6 +383,6 @@ def unsafe_to_allow(raw: str) -> str | None:
     """Why a host path can never be allowed (a policy error); None when it can be."""
     path = canonical(raw)
     if path == "/":
-        return "/ is the host's whole filesystem"
+        return f"/ exposes {WHOLE_FILESYSTEM}"
     entry = touched(path, NODE_CONTROL)
     return relation(path, entry) if entry is not None else None

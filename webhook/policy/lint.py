@@ -15,8 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from webhook.policy import mig
-from webhook.policy.capabilities import PRIVILEGED_EQUIVALENT, capability_name
-from webhook.policy.hostpaths import TENANT_DATA, canonical, relation, touched, unsafe_to_allow
+from webhook.policy.grant_lint import grant_errors
 from webhook.policy.lines import LineFinder, render_path
 from webhook.policy.model import SOFTWARE_SHARING, Exemption, Policy, PolicyWarning
 from webhook.policy.workloads import (
@@ -226,53 +225,8 @@ def semantic_errors(doc: dict, lines: LineFinder) -> list[str]:
         path = ["spec", "tenants", i]
         for j, pattern in enumerate(tenant["namespaces"]):
             _lint_glob(pattern, [*path, "namespaces", j], err)
-        for j, item in enumerate(tenant["grants"].get("capabilities", [])):
-            raw = item if isinstance(item, str) else item["name"]
-            name = capability_name(raw)
-            if name in PRIVILEGED_EQUIVALENT:
-                err(
-                    [*path, "grants", "capabilities", j],
-                    f"{name} is privileged-equivalent ({PRIVILEGED_EQUIVALENT[name]}): no grant "
-                    "covers it; a namespace that needs it must be exempted, knowingly",
-                )
+        grant_errors(tenant["grants"], [*path, "grants"], err)
     return errors
-
-
-def host_path_findings(doc: dict, lines: LineFinder) -> list[PolicyWarning]:
-    """The allowed host paths (``hostDevices.allowedPaths``, tenants' ``hostPaths``) that can
-    never be allowed, as errors (``policy validate`` refuses them; at load they are dropped,
-    so that a replica does not crash-loop on a policy that was valid yesterday), and those
-    that hold other tenants' local volumes, as warnings."""
-    spec = doc["spec"]
-    listed = [
-        (["spec", "hostDevices", "allowedPaths", i], raw, "hostDevices.allowedPaths")
-        for i, raw in enumerate(spec.get("hostDevices", {}).get("allowedPaths", []))
-    ]
-    for i, tenant in enumerate(spec.get("tenants", [])):
-        listed += [
-            (["spec", "tenants", i, "grants", "hostPaths", j], raw, "hostPaths")
-            for j, raw in enumerate(tenant["grants"].get("hostPaths", []))
-        ]
-    found: list[PolicyWarning] = []
-    for path, raw, where in listed:
-        unsafe = unsafe_to_allow(raw)
-        if unsafe is not None:
-            message = (
-                f"{raw!r} can never be allowed: {unsafe}; list the data directories themselves "
-                f"(e.g. /mnt/datasets). Until then it is dropped from {where}, and the paths it "
-                "would have covered are refused"
-            )
-            found.append(PolicyWarning(lines.line(path), render_path(path), message, "error"))
-            continue
-        data = touched(canonical(raw), TENANT_DATA)
-        if data is not None:
-            message = (
-                f"{raw!r} allows other tenants' data: {relation(canonical(raw), data)}; any Pod "
-                "that may mount it reads and writes the local volumes of every other Pod on the "
-                "node"
-            )
-            found.append(PolicyWarning(lines.line(path), render_path(path), message))
-    return found
 
 
 def _lint_reserved_pools(pools: list[dict], err: Report) -> None:

@@ -21,6 +21,7 @@ import yaml
 from webhook.policy import lint, schemas
 from webhook.policy.compile import compile_policy
 from webhook.policy.files import unreadable_file
+from webhook.policy.grant_lint import host_path_findings
 from webhook.policy.lines import LineFinder, duplicate_keys, render_path
 from webhook.policy.model import Policy
 
@@ -85,7 +86,7 @@ def _parse_policy(text: str, source: str) -> Policy:
         raise PolicyError(source, errors)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     policy = compile_policy(document, source, digest)
-    found = lint.warnings(policy, lines) + tuple(lint.host_path_findings(document, lines))
+    found = lint.warnings(policy, lines) + tuple(host_path_findings(document, lines))
     return dataclasses.replace(policy, warnings=tuple(sorted(found, key=lambda w: w.line)))
 
 

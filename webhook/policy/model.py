@@ -36,10 +36,6 @@ RULE_IDS: tuple[str, ...] = (
 SECURITY_RULES = frozenset(
     {"privileged", "host-devices", "device-visibility", "host-access", "pod-security"}
 )
-# Rules new in this release: where a policy does not name one under ``rules`` and its
-# ``newChecks`` is Warn (the default), its Enforce is compiled to Warn, so that an upgrade warns
-# before it denies (``webhook.policy.compile``).
-NEW_RULES = frozenset({"pod-security"})
 # Where a rule's mode is looked up: the policy's ``gpuPods``, ``reachablePods`` or ``otherPods``.
 Scope = Literal["gpuPods", "reachablePods", "otherPods"]
 SCOPES: tuple[Scope, ...] = ("gpuPods", "reachablePods", "otherPods")
@@ -168,19 +164,24 @@ DEFAULT_GRANTED_CAPABILITIES = ("IPC_LOCK", "SYS_NICE", "SYS_RESOURCE")
 class Grants:
     """What a tenant's Pods may do beyond Pod Security baseline on GPU nodes. Never
     ``privileged``, ``hostPID`` or a node-control host path: the policy has no field for the
-    first two and refuses the third.
+    first two, and the third is dropped at load (``policy validate`` refuses it).
 
     ``capabilities``: capability name (upper case, no ``CAP_``) -> the containers it is granted
-    to (None: every container). ``annotations``: injection annotation keys (NRI, GKE) by exact
-    key. ``toolkit_variables``: the container toolkit's node-shared device variables
-    (``NVIDIA_MOFED``...). ``host_paths``: host paths (and below) its Pods may mount."""
+    to (None: every container). ``annotations``: injection annotation key (NRI, GKE) -> the
+    exact values admitted (the value is what the node injects). ``toolkit_variables``: the
+    container toolkit's node-shared device variables (``NVIDIA_MOFED``...). ``host_paths``:
+    host paths (and below) its Pods may mount."""
 
     capabilities: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     host_network: bool = False
     host_ipc: bool = False
-    annotations: frozenset[str] = frozenset()
+    annotations: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     toolkit_variables: frozenset[str] = frozenset()
     host_paths: tuple[str, ...] = ()
+
+    def allows_annotation(self, key: str, value: object) -> bool:
+        """Whether the annotation ``key`` is granted with this exact value."""
+        return isinstance(value, str) and value in self.annotations.get(key, ())
 
     def allows_capability(self, name: str, container: str) -> bool:
         """Whether capability ``name`` (normalised) is granted to ``container``."""
@@ -203,10 +204,17 @@ class Grants:
             MappingProxyType(capabilities),
             self.host_network or other.host_network,
             self.host_ipc or other.host_ipc,
-            self.annotations | other.annotations,
+            MappingProxyType(_union_values(self.annotations, other.annotations)),
             self.toolkit_variables | other.toolkit_variables,
             tuple(dict.fromkeys(self.host_paths + other.host_paths)),
         )
+
+
+def _union_values(mine: Mapping, theirs: Mapping) -> dict[str, frozenset[str]]:
+    merged = dict(mine)
+    for key, values in theirs.items():
+        merged[key] = merged.get(key, frozenset()) | values
+    return merged
 
 
 NO_GRANTS = Grants()
@@ -381,8 +389,10 @@ class Policy:
     exempted_names: frozenset[str]
     exempts_by_glob: bool
     tenants: tuple[Tenant, ...] = ()
-    # Checks added or tightened in this release: Warn reports them as warnings at most (an
-    # upgrade warns before it denies), Enforce applies their rule's mode.
+    # The checks added or tightened in this release (the pod-security rule; unlisted host paths,
+    # hostIPC, SYS_PTRACE, the node-shared toolkit variables): Warn reports them as warnings at
+    # most, whatever their rule's mode (an upgrade warns before it denies); Enforce gives them
+    # their rule's mode. Each such check marks its violations advisory by it.
     new_checks: Literal["Warn", "Enforce"] = "Warn"
     warnings: tuple[PolicyWarning, ...] = ()  # whole-policy lints, in line order
 
