@@ -263,12 +263,14 @@ def test_hooks_order_the_install_and_run_the_chart_image() -> None:
     objs = render()
     jobs = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Job"}
     assert set(jobs) == {
+        "gpu-admission-check-policy",
         "gpu-admission-bootstrap",
         "gpu-admission-activate",
         "gpu-admission-deactivate",
     }
     events = {name: job["metadata"]["annotations"]["helm.sh/hook"] for name, job in jobs.items()}
     assert events == {
+        "gpu-admission-check-policy": "pre-install,pre-upgrade",
         "gpu-admission-bootstrap": "pre-install,pre-upgrade",
         "gpu-admission-activate": "post-install,post-upgrade,post-rollback",
         "gpu-admission-deactivate": "pre-delete,pre-rollback",
@@ -277,7 +279,9 @@ def test_hooks_order_the_install_and_run_the_chart_image() -> None:
     for job in jobs.values():
         [container] = job["spec"]["template"]["spec"]["containers"]
         assert container["image"] == image
-        assert container["args"][0] == "webhooks"
+        assert container["args"][0] == (
+            "policy" if "check-policy" in container["name"] else "webhooks"
+        )
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
         # A pre-install hook runs before the quota that admits system-cluster-critical Pods.
         assert "priorityClassName" not in job["spec"]["template"]["spec"]
@@ -323,7 +327,7 @@ def test_audit_only_records_mutations_and_fails_open() -> None:
     objs = render({"auditOnly": True})
     env = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "GPU_ADMISSION_MUTATION", "value": "record"} in env
-    policy = yaml.safe_load(one(objs, "ConfigMap")["data"]["policy.yaml"])
+    policy = yaml.safe_load(one(objs, "ConfigMap", "gpu-admission-policy")["data"]["policy.yaml"])
     audit = yaml.safe_load((REPO / "policies" / "examples" / "audit-rollout.yaml").read_text())
     assert policy == audit
     args = one(objs, "Job", "gpu-admission-activate")["spec"]["template"]["spec"]["containers"][0]
@@ -333,11 +337,15 @@ def test_audit_only_records_mutations_and_fails_open() -> None:
 def test_the_policy_can_be_inline_or_an_existing_config_map() -> None:
     inline = "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
     objs = render({"policy": {"inline": inline}})
-    assert one(objs, "ConfigMap")["data"]["policy.yaml"].strip() == inline.strip()
+    # The release's ConfigMap, and the pre-install check's copy of it.
+    for name in ("gpu-admission-policy", "gpu-admission-policy-check"):
+        assert one(objs, "ConfigMap", name)["data"]["policy.yaml"].strip() == inline.strip()
     objs = render({"policy": {"existingConfigMap": "my-policy"}})
     assert not [o for o in objs if o["kind"] == "ConfigMap"]
     volumes = one(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "policy", "configMap": {"name": "my-policy"}} in volumes
+    check = one(objs, "Job", "gpu-admission-check-policy")["spec"]["template"]["spec"]
+    assert {"name": "policy", "configMap": {"name": "my-policy"}} in check["volumes"]
 
 
 def test_scope_values_reach_the_webhooks() -> None:

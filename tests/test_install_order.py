@@ -14,16 +14,21 @@ applied or deleted the invariant is checked.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import itertools
 import re
 import shlex
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from webhook.cli.main import main as cli_main
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -571,7 +576,10 @@ class Helm:
         if self.cluster.get("ServiceAccount", namespace, spec["serviceAccountName"]) is None:
             raise StepFailed(f"Job {job['metadata']['name']}: no ServiceAccount to run as")
         [container] = spec["containers"]
-        run_webhooks_command(self.cluster, container["args"])
+        if container["args"][0] == "policy":
+            check_policy(self.cluster, job)
+        else:
+            run_webhooks_command(self.cluster, container["args"])
 
     @staticmethod
     def render(name: str, chart: str, namespace: str, values: dict[str, Any]) -> HelmRelease:
@@ -626,6 +634,26 @@ class Helm:
         for obj in kind_sorted(release.manifest, self.uninstall_order):
             self.cluster.delete(obj)
         self.run_hooks(release, "post-delete")
+
+
+def check_policy(cluster: Cluster, job: dict[str, Any]) -> None:
+    """The check-policy hook: the real ``gpu-admission policy validate`` on the ConfigMap the
+    Job mounts, as it is in the cluster when the Job runs."""
+    spec = job["spec"]["template"]["spec"]
+    namespace = job["metadata"]["namespace"]
+    [volume] = [v for v in spec["volumes"] if "configMap" in v]
+    config_map = cluster.get("ConfigMap", namespace, volume["configMap"]["name"])
+    if config_map is None:
+        raise StepFailed(f"check-policy: ConfigMap {volume['configMap']['name']} not found")
+    with tempfile.TemporaryDirectory() as directory:
+        policy = Path(directory) / "policy.yaml"
+        policy.write_text(config_map["data"]["policy.yaml"])
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output):
+            status = cli_main(["policy", "validate", str(policy)])
+    if status != 0:
+        raise StepFailed(f"check-policy: the policy is refused:\n{output.getvalue()}")
+    cluster.steps.append("check-policy: the policy is valid")
 
 
 def run_webhooks_command(cluster: Cluster, args: list[str]) -> None:
@@ -795,3 +823,45 @@ def test_the_model_refuses_an_uninstall_without_the_deactivation_hook() -> None:
     release.hooks = [h for h in release.hooks if "pre-delete" not in hook_events(h)]
     with pytest.raises(Unsafe, match="no Ready server|calls Service"):
         helm.uninstall("gpu-admission")
+
+
+def _policy_allowing(path: str) -> str:
+    text = (Path(__file__).resolve().parents[1] / "policies" / "default.yaml").read_text()
+    return text.replace(
+        "  newChecks: Warn\n", f"  newChecks: Warn\n  hostDevices: {{allowedPaths: [{path}]}}\n"
+    )
+
+
+def test_a_policy_the_server_would_drop_an_entry_of_fails_the_install_before_anything_changes():
+    helm = Helm(Cluster(), "helm4")
+    helm.cluster.apply({"kind": "Namespace", "metadata": {"name": "gpu-admission"}})
+    with pytest.raises(StepFailed, match="/mnt' can never be allowed"):
+        helm.install(
+            "gpu-admission",
+            "manifests/chart",
+            "gpu-admission",
+            {"policy": {"inline": _policy_allowing("/mnt")}},
+        )
+    assert not [k for k in helm.cluster.objects if k[0] in (*WEBHOOK_KINDS, "Deployment")]
+
+
+def test_an_upgrade_to_such_a_policy_fails_before_the_release_changes():
+    helm = play_helm(Helm(Cluster(), "helm4"), HELM_BLOCKS["Helm install"])
+    before = helm.cluster.get("ConfigMap", "gpu-admission", "gpu-admission-policy")["data"]
+    with pytest.raises(StepFailed, match="/mnt' can never be allowed"):
+        helm.upgrade(
+            "gpu-admission",
+            "manifests/chart",
+            "gpu-admission",
+            {"policy": {"inline": _policy_allowing("/mnt")}},
+        )
+    assert helm.cluster.get("ConfigMap", "gpu-admission", "gpu-admission-policy")["data"] == before
+    # A data directory passes the check.
+    helm.upgrade(
+        "gpu-admission",
+        "manifests/chart",
+        "gpu-admission",
+        {"policy": {"inline": _policy_allowing("/mnt/datasets")}},
+    )
+    data = helm.cluster.get("ConfigMap", "gpu-admission", "gpu-admission-policy")["data"]
+    assert "allowedPaths: [/mnt/datasets]" in data["policy.yaml"]

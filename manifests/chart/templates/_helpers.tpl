@@ -104,3 +104,14 @@ webhooks.customResources.extraRules. */}}
 {{- end -}}
 {{- toYaml $rules -}}
 {{- end -}}
+
+{{/* The policy's text, as the policy ConfigMap and the pre-install check both carry it. */}}
+{{- define "gpu-admission.policyText" -}}
+{{- if .Values.policy.inline }}
+{{- .Values.policy.inline }}
+{{- else if .Values.auditOnly }}
+{{- .Files.Get "files/audit-policy.yaml" }}
+{{- else }}
+{{- .Files.Get "files/policy.yaml" }}
+{{- end }}
+{{- end }}
