@@ -1,27 +1,22 @@
-"""The one place where checks are registered. Rule ids are unique and stable: they appear in
-policies, metrics, logs and tests, so they never change once released."""
+"""The checks, one per declared rule (``webhook.policy.rules``), in the declarations' order.
+
+A rule's check is the module of this package named after its id (``pod-security`` is
+``webhook.checks.pod_security``), which says ``RULE = "<id>"`` and defines
+``check(view, policy)``. A declared rule without its module, or a module that names another
+rule, refuses to load: nothing is registered twice or left out.
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import ModuleType
 
-from webhook.checks import (
-    daemonset_tolerations,
-    device_visibility,
-    gpu_quantity,
-    host_access,
-    host_devices,
-    pod_security,
-    pool_access,
-    privileged,
-    resource_name,
-    sharing_mode,
-    topology,
-)
 from webhook.core.findings import Violation
 from webhook.core.pods import PodView
-from webhook.policy.model import RULE_IDS, Policy
+from webhook.policy.model import Policy
+from webhook.policy.rules import RULES, Rule
 
 CheckFunction = Callable[[PodView, Policy], Iterable[Violation]]
 
@@ -33,28 +28,28 @@ class Check:
     run: CheckFunction
 
 
-def _register(*modules) -> tuple[Check, ...]:
+def module_name(rule: Rule) -> str:
+    return f"{__package__}.{rule.id.replace('-', '_')}"
+
+
+def build(
+    rules: Iterable[Rule], load: Callable[[str], ModuleType] = importlib.import_module
+) -> tuple[Check, ...]:
+    """The checks of ``rules``, each from its module (``load`` imports one by name)."""
     checks: list[Check] = []
-    for module in modules:
-        if any(c.rule == module.RULE for c in checks):
-            raise RuntimeError(f"duplicate check id {module.RULE!r}")
-        checks.append(Check(module.RULE, module.__doc__.strip().splitlines()[0], module.check))
-    if tuple(c.rule for c in checks) != RULE_IDS:
-        raise RuntimeError("the registered checks and model.RULE_IDS disagree")
+    for rule in rules:
+        if any(c.rule == rule.id for c in checks):
+            raise RuntimeError(f"rule {rule.id!r} is declared twice")
+        name = module_name(rule)
+        try:
+            module = load(name)
+        except ModuleNotFoundError:
+            raise RuntimeError(f"rule {rule.id!r} is declared but {name} is missing") from None
+        if getattr(module, "RULE", None) != rule.id:
+            raise RuntimeError(f"{name} must say RULE = {rule.id!r}")
+        checks.append(Check(rule.id, rule.title, module.check))
     return tuple(checks)
 
 
-CHECKS: tuple[Check, ...] = _register(
-    gpu_quantity,
-    resource_name,
-    privileged,
-    host_devices,
-    device_visibility,
-    host_access,
-    pod_security,
-    sharing_mode,
-    pool_access,
-    topology,
-    daemonset_tolerations,
-)
+CHECKS: tuple[Check, ...] = build(RULES)
 BY_RULE = {check.rule: check for check in CHECKS}

@@ -19,6 +19,7 @@ from typing import Any
 
 from webhook.core.findings import Finding
 from webhook.policy.model import SECURITY_RULES, Policy
+from webhook.policy.rules import BY_ID
 
 MANAGER = "gpu-admission"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -59,19 +60,6 @@ REPORT_APIS = {
 
 # How much a finding of a rule weighs: the security rules keep tenants off the node; the GPU
 # rules keep Pods schedulable and on their pools; the last two are hygiene.
-SEVERITY = {
-    "privileged": "high",
-    "host-devices": "high",
-    "device-visibility": "high",
-    "host-access": "high",
-    "pod-security": "high",
-    "gpu-quantity": "medium",
-    "resource-name": "medium",
-    "sharing-mode": "medium",
-    "pool-access": "medium",
-    "topology": "low",
-    "daemonset-tolerations": "low",
-}
 RESULT = {"Enforce": "fail", "Audit": "fail", "Warn": "warn"}
 # Bounds that keep one object from making a report the API server refuses (its request limit
 # is 3 MiB): a value is quoted up to this many characters, a message is cut at this length,
@@ -169,7 +157,7 @@ def _result(policy: Policy, subject: Subject, finding: Finding) -> dict[str, Any
         "policy": policy.name,
         "rule": finding.rule,
         "category": "GPU security" if finding.rule in SECURITY_RULES else "GPU scheduling",
-        "severity": SEVERITY.get(finding.rule, "medium"),
+        "severity": BY_ID[finding.rule].severity,
         "result": RESULT[finding.mode],
         "scored": True,
         "message": _message(violation),

@@ -13,29 +13,16 @@ from types import MappingProxyType
 from typing import Literal
 
 from webhook.policy.names import NearMisses
+from webhook.policy.rules import RULES
 
 RuleMode = Literal["Enforce", "Warn", "Audit", "Off"]
 Sharing = Literal["Exclusive", "TimeSlicing", "MPS", "MIG", "MIGTimeSlicing"]
 
-RULE_IDS: tuple[str, ...] = (
-    "gpu-quantity",
-    "resource-name",
-    "privileged",
-    "host-devices",
-    "device-visibility",
-    "host-access",
-    "pod-security",
-    "sharing-mode",
-    "pool-access",
-    "topology",
-    "daemonset-tolerations",
-)
+RULE_IDS: tuple[str, ...] = tuple(rule.id for rule in RULES)
 
 # The rules that keep a tenant from the node's devices and host: they bind every Pod that can
 # reach a GPU node (``webhook.core.scope``), not only the Pods that ask for a GPU.
-SECURITY_RULES = frozenset(
-    {"privileged", "host-devices", "device-visibility", "host-access", "pod-security"}
-)
+SECURITY_RULES = frozenset(rule.id for rule in RULES if rule.security)
 # Where a rule's mode is looked up: the policy's ``gpuPods``, ``reachablePods`` or ``otherPods``.
 Scope = Literal["gpuPods", "reachablePods", "otherPods"]
 SCOPES: tuple[Scope, ...] = ("gpuPods", "reachablePods", "otherPods")
