@@ -455,7 +455,7 @@ def test_the_generator_reaches_every_interesting_case():
                 "unpatched-gpu-pod": decision.allowed and not ops and bool(selection.requested),
                 "single-pool": len(selection.pools) == 1,
                 "several-pools": len(selection.pools) > 1,
-                "pool-violation": bool(selection.violations),
+                "pool-violation": bool(selection.problems),
                 "term-appended": any("/matchExpressions/-" in o["path"] for o in ops),
                 "term-without-expressions": bool(ops)
                 and any(not t.get("matchExpressions") for t in terms),

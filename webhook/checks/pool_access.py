@@ -23,16 +23,27 @@ from collections.abc import Iterator
 
 from webhook.core.findings import Violation, quote
 from webhook.core.pods import PodView
-from webhook.core.pools import closed_pools_tolerated, reachable_closed_pools, select_pool
-from webhook.policy.model import Policy
+from webhook.core.pools import (
+    Ambiguous,
+    ClosedToNamespace,
+    PoolClosed,
+    Problem,
+    UnknownPool,
+    closed_pools_tolerated,
+    reachable_closed_pools,
+    select_pool,
+)
+from webhook.policy.model import POOL_ANNOTATION, Policy
 
 RULE = "pool-access"
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     selection = select_pool(view, policy)
-    if selection.violations:  # mostly none: no generator made for them
-        yield from (v for v in selection.violations if v.rule == RULE)
+    for problem in selection.problems:
+        found = _problem(view, policy, problem)
+        if found is not None:
+            yield found
     if not policy.has_reserved_pools or view.kind != "Pod" or view.spec_path != "spec":
         return
     node = view.spec.get("nodeName")
@@ -97,3 +108,57 @@ def _tolerated_pools(view: PodView, policy: Policy) -> Iterator[Violation]:
             # Node agents reach every node through a wildcard toleration: warned, never denied.
             advisory=by_wildcard,
         )
+
+
+def _problem(view: PodView, policy: Policy, problem: Problem) -> Violation | None:
+    """The finding of a pool choice's problem this rule owns (sharing-mode owns the others)."""
+    if isinstance(problem, ClosedToNamespace):
+        requested = problem.requested
+        names = ", ".join(p.name for p in problem.candidates)
+        return Violation(
+            rule=RULE,
+            path=view.first_request_path(requested[0]),
+            value=requested[0],
+            message=f"namespace {quote(view.namespace)} may not use the pool(s) that offer "
+            f"{', '.join(requested)} ({names})",
+            hint="ask the platform team to grant the namespace access in the policy's pool "
+            "namespaces, or request a GPU resource of a pool the namespace may use",
+            subject=requested[0],
+            field="pool",
+        )
+    if isinstance(problem, Ambiguous):
+        name = problem.resource
+        described = ", ".join(f"{mode} in pool {pool}" for pool, mode in problem.modes)
+        return Violation(
+            rule=RULE,
+            path=view.first_request_path(name),
+            value=name,
+            message=f"ambiguous pool: {name} is {described}, and the Pod does not say which",
+            hint=f'set the annotation {POOL_ANNOTATION}: "<pool>" or a nodeSelector on the '
+            "pool's labels",
+            subject=name,
+            field="pool",
+        )
+    annotation = f"{view.metadata_path}.annotations[{POOL_ANNOTATION}]"
+    if isinstance(problem, UnknownPool):
+        return Violation(
+            rule=RULE,
+            path=annotation,
+            value=problem.name,
+            message=f"no GPU pool is named {quote(problem.name)}",
+            hint="use one of: " + ", ".join(p.name for p in policy.pools),
+            error_type="Unsupported value",
+            subject="pool-annotation",
+        )
+    if isinstance(problem, PoolClosed):
+        name = problem.pool.name
+        return Violation(
+            rule=RULE,
+            path=annotation,
+            value=name,
+            message=f"namespace {quote(view.namespace)} may not use pool {quote(name)}",
+            hint="choose a pool the namespace may use, or ask the platform team for access",
+            error_type="Forbidden",
+            subject="pool-annotation",
+        )
+    return None

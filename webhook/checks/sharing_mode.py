@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from webhook.core.findings import Violation
+from webhook.core.findings import Violation, quote
 from webhook.core.pods import PodView
-from webhook.core.pools import resource_spec, select_pool
+from webhook.core.pools import PendsForever, PoolLacks, resource_spec, select_pool
 from webhook.policy import mig
-from webhook.policy.model import Policy
+from webhook.policy.model import POOL_ANNOTATION, Policy
 
 RULE = "sharing-mode"
 
@@ -31,9 +31,11 @@ def _mig_sharing(name: str) -> str | None:
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
-    selection = select_pool(view, policy)
-    if selection.violations:  # mostly none: no generator made for them
-        yield from (v for v in selection.violations if v.rule == RULE)
+    for problem in select_pool(view, policy).problems:
+        if isinstance(problem, PendsForever):
+            yield _pends_forever(view, problem)
+        elif isinstance(problem, PoolLacks):
+            yield _pool_lacks(view, policy, problem)
     first: tuple[str, str, str] | None = None  # (mode, resource, container path)
     reported: set[str] = set()
     for container in view.containers:
@@ -70,3 +72,74 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                     subject=container.name,
                     field=f"{container.list_name}.resources[{name}]",
                 )
+
+
+def _pends_forever(view: PodView, problem: PendsForever) -> Violation:
+    wanted = ", ".join(problem.requested)
+    where = ", ".join(p.name for p in problem.offering) or (
+        "GPU nodes outside the declared pools" if problem.unpooled else "no single pool"
+    )
+    if problem.pinned:
+        if problem.compatible:
+            reachable = ", ".join(
+                f"pool {quote(p.name)} (it offers {', '.join(p.resources)})"
+                for p in problem.compatible
+            )
+            message = (
+                f"the Pod's node selection admits only {reachable}, which does not offer "
+                f"all of {wanted}: it would pend forever"
+            )
+        else:
+            message = (
+                "the Pod's node selection excludes every declared GPU pool, so no node offers "
+                f"{wanted}: it would pend forever"
+            )
+        affinity = view.field_path("affinity")
+        path = (
+            view.field_path("nodeSelector")
+            if view.node_selector()
+            else f"{affinity}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        value: object = dict(view.node_selector()) or "nodeSelectorTerms"
+    else:
+        message = f"no pool offers all of {wanted} together: it would pend forever"
+        path = view.first_request_path(problem.requested[-1])
+        value = problem.requested[-1]
+    return Violation(
+        rule=RULE,
+        path=path,
+        value=value,
+        message=message,
+        hint=f"{wanted} offered by: {where}; select one of those pools or request its resources",
+        subject="node-selection",
+        field="pool",
+    )
+
+
+def _pool_lacks(view: PodView, policy: Policy, problem: PoolLacks) -> Violation:
+    name = problem.pool.name
+    reason = (
+        f"pool {quote(name)} does not offer {', '.join(problem.missing)} "
+        f"(it offers {', '.join(problem.pool.resources)})"
+        if problem.missing
+        else f"the Pod's nodeSelector or node affinity excludes the nodes of pool {quote(name)}"
+    )
+    return Violation(
+        rule=RULE,
+        path=f"{view.metadata_path}.annotations[{POOL_ANNOTATION}]",
+        value=name,
+        message=f"{reason}: the Pod would pend forever",
+        hint="request a resource the pool offers, or choose another pool"
+        + _offered_by(policy, problem.requested),
+        subject="pool-annotation",
+    )
+
+
+def _offered_by(policy: Policy, requested: tuple[str, ...]) -> str:
+    """``; nvidia.com/x is offered by pools a, b`` for each requested resource some pool has."""
+    parts = []
+    for name in requested:
+        pools = [p.name for p in policy.pools if name in p.resources]
+        if pools:
+            parts.append(f"{name} is offered by pool(s) {', '.join(pools)}")
+    return "; " + "; ".join(parts) if parts else ""

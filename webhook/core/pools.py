@@ -11,23 +11,77 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from webhook.core.findings import Violation, quote
 from webhook.core.pods import PodView
 from webhook.core.scheduling import expression_matches, term_allows_labels, tolerates
 from webhook.policy.model import POOL_ANNOTATION, Policy, Pool, ResourceSpec
 
 
+class PendsForever(NamedTuple):
+    """No pool its node selection admits offers everything the Pod asks for (``sharing-mode``):
+    ``compatible``, the pools its node selection admits, ``offering`` those that offer all of
+    it; ``pinned``, its node selection excludes some pool; ``unpooled``, what it asks for is
+    offered outside every pool only."""
+
+    requested: tuple[str, ...]
+    compatible: tuple[Pool, ...]
+    offering: tuple[Pool, ...]
+    pinned: bool
+    unpooled: bool = False
+
+
+class ClosedToNamespace(NamedTuple):
+    """Every pool that offers what the Pod asks for is closed to its namespace
+    (``pool-access``)."""
+
+    requested: tuple[str, ...]
+    candidates: tuple[Pool, ...]
+
+
+class Ambiguous(NamedTuple):
+    """The Pod's pools give ``resource`` different sharing modes (``pool-access``):
+    (pool name, mode) for each."""
+
+    resource: str
+    modes: tuple[tuple[str, str], ...]
+
+
+class UnknownPool(NamedTuple):
+    """The pool annotation names no declared pool (``pool-access``)."""
+
+    name: str
+
+
+class PoolLacks(NamedTuple):
+    """The pool the annotation names does not offer ``missing``, or (none missing) the Pod's
+    node selection excludes its nodes (``sharing-mode``)."""
+
+    pool: Pool
+    missing: tuple[str, ...]
+    requested: tuple[str, ...]
+
+
+class PoolClosed(NamedTuple):
+    """The pool the annotation names is closed to the namespace (``pool-access``)."""
+
+    pool: Pool
+
+
+# Why a Pod's pool choice is impossible, forbidden or ambiguous: facts, which the sharing-mode
+# and pool-access checks turn into their findings.
+Problem = PendsForever | ClosedToNamespace | Ambiguous | UnknownPool | PoolLacks | PoolClosed
+
+
 class Selection(NamedTuple):
     """``pools``: where the Pod may land, the candidates its namespace may use (or, when it may
     use none, every candidate: a Pod admitted anyway still gets a place); empty when no
-    declared pool applies. ``taints``: what it must tolerate there; ``violations``: why the
+    declared pool applies. ``taints``: what it must tolerate there; ``problems``: why the
     choice is impossible, forbidden or ambiguous; ``requested``: the declared GPU resources it
     asks for; ``closed``: candidates its namespace may not use, which it must be kept off.
     """
 
     pools: tuple[Pool, ...]
     taints: tuple[Mapping, ...]
-    violations: tuple[Violation, ...]
+    problems: tuple[Problem, ...]
     requested: tuple[str, ...]
     closed: tuple[Pool, ...] = ()
 
@@ -57,119 +111,44 @@ def _select(view: PodView, policy: Policy) -> Selection:
         # Offered outside every declared pool only: the GPU nodes of gpuNodeTaints, which
         # carry none of the pools' labels.
         if policy.pools and not _admits_unpooled(view, policy):
-            compatible = [p for p in policy.pools if _compatible(view, p)]
-            return Selection(
-                (),
-                (),
-                (_pend_forever(view, requested, compatible, [], True, unpooled=True),),
-                requested,
-            )
+            compatible = tuple(p for p in policy.pools if _compatible(view, p))
+            problem = PendsForever(requested, compatible, (), True, unpooled=True)
+            return Selection((), (), (problem,), requested)
         return _new_tuple(Selection, ((), policy.gpu_node_taints, (), requested, ()))
 
-    offering = [p for p in policy.pools if all(n in p.resources for n in requested)]
-    compatible = [p for p in policy.pools if _compatible(view, p)]
+    offering = tuple(p for p in policy.pools if all(n in p.resources for n in requested))
+    compatible = tuple(p for p in policy.pools if _compatible(view, p))
     pinned = len(compatible) < len(policy.pools)
-    candidates = [p for p in offering if p in compatible]
+    candidates = tuple(p for p in offering if p in compatible)
     if not candidates:
-        return Selection(
-            (), (), (_pend_forever(view, requested, compatible, offering, pinned),), requested
-        )
+        problem = PendsForever(requested, compatible, offering, pinned)
+        return Selection((), (), (problem,), requested)
     allowed = tuple(p for p in candidates if policy.may_use(p, view.namespace))
     closed = tuple(p for p in candidates if not policy.may_use(p, view.namespace))
-    violations: list[Violation] = []
+    problems: list[Problem] = []
     if not allowed:
-        names = ", ".join(p.name for p in candidates)
-        violations.append(
-            Violation(
-                rule="pool-access",
-                path=view.first_request_path(requested[0]),
-                value=requested[0],
-                message=f"namespace {quote(view.namespace)} may not use the pool(s) that offer "
-                f"{', '.join(requested)} ({names})",
-                hint="ask the platform team to grant the namespace access in the policy's pool "
-                "namespaces, or request a GPU resource of a pool the namespace may use",
-                subject=requested[0],
-                field="pool",
-            )
-        )
+        problems.append(ClosedToNamespace(requested, candidates))
     # Selection does not depend on how its findings are reported: a Pod admitted despite them
     # (Warn, Audit, an exemption) still gets a place, the candidates, and is confined to them.
-    chosen = allowed or tuple(candidates)
+    chosen = allowed or candidates
     conflict = _mode_conflict(chosen, requested)
     if conflict is not None:
-        name, modes = conflict
-        described = ", ".join(f"{mode} in pool {pool}" for pool, mode in modes)
-        violations.append(
-            Violation(
-                rule="pool-access",
-                path=view.first_request_path(name),
-                value=name,
-                message=f"ambiguous pool: {name} is {described}, and the Pod does not say which",
-                hint=f'set the annotation {POOL_ANNOTATION}: "<pool>" or a nodeSelector on the '
-                "pool's labels",
-                subject=name,
-                field="pool",
-            )
-        )
+        problems.append(conflict)
     return Selection(
-        chosen, _union_taints(chosen), tuple(violations), requested, closed if allowed else ()
+        chosen, _union_taints(chosen), tuple(problems), requested, closed if allowed else ()
     )
 
 
 def _explicit(view: PodView, policy: Policy, name: str, requested: tuple[str, ...]) -> Selection:
-    path = f"{view.metadata_path}.annotations[{POOL_ANNOTATION}]"
     pool = next((p for p in policy.pools if p.name == name), None)
     if pool is None:
-        violation = Violation(
-            rule="pool-access",
-            path=path,
-            value=name,
-            message=f"no GPU pool is named {quote(name)}",
-            hint="use one of: " + ", ".join(p.name for p in policy.pools),
-            error_type="Unsupported value",
-            subject="pool-annotation",
-        )
-        return Selection((), (), (violation,), requested)
-    missing = [n for n in requested if n not in pool.resources]
+        return Selection((), (), (UnknownPool(name),), requested)
+    missing = tuple(n for n in requested if n not in pool.resources)
     if missing or not _compatible(view, pool):
-        reason = (
-            f"pool {quote(name)} does not offer {', '.join(missing)} "
-            f"(it offers {', '.join(pool.resources)})"
-            if missing
-            else f"the Pod's nodeSelector or node affinity excludes the nodes of pool {quote(name)}"
-        )
-        violation = Violation(
-            rule="sharing-mode",
-            path=path,
-            value=name,
-            message=f"{reason}: the Pod would pend forever",
-            hint="request a resource the pool offers, or choose another pool"
-            + _offered_by(policy, requested),
-            subject="pool-annotation",
-        )
-        return Selection((), (), (violation,), requested)
+        return Selection((), (), (PoolLacks(pool, missing, requested),), requested)
     if policy.may_use(pool, view.namespace):
         return Selection((pool,), pool.taints, (), requested)
-    violation = Violation(
-        rule="pool-access",
-        path=path,
-        value=name,
-        message=f"namespace {quote(view.namespace)} may not use pool {quote(name)}",
-        hint="choose a pool the namespace may use, or ask the platform team for access",
-        error_type="Forbidden",
-        subject="pool-annotation",
-    )
-    return Selection((pool,), pool.taints, (violation,), requested)
-
-
-def _offered_by(policy: Policy, requested: tuple[str, ...]) -> str:
-    """``; nvidia.com/x is offered by pools a, b`` for each requested resource some pool has."""
-    parts = []
-    for name in requested:
-        pools = [p.name for p in policy.pools if name in p.resources]
-        if pools:
-            parts.append(f"{name} is offered by pool(s) {', '.join(pools)}")
-    return "; " + "; ".join(parts) if parts else ""
+    return Selection((pool,), pool.taints, (PoolClosed(pool),), requested)
 
 
 def _compatible(view: PodView, pool: Pool) -> bool:
@@ -199,63 +178,13 @@ def _admits_unpooled(view: PodView, policy: Policy) -> bool:
     )
 
 
-def _pend_forever(
-    view: PodView,
-    known: tuple[str, ...],
-    compatible: list[Pool],
-    offering: list[Pool],
-    pinned: bool,
-    *,
-    unpooled: bool = False,
-) -> Violation:
-    wanted = ", ".join(known)
-    where = ", ".join(p.name for p in offering) or (
-        "GPU nodes outside the declared pools" if unpooled else "no single pool"
-    )
-    if pinned:
-        if compatible:
-            reachable = ", ".join(
-                f"pool {quote(p.name)} (it offers {', '.join(p.resources)})" for p in compatible
-            )
-            message = (
-                f"the Pod's node selection admits only {reachable}, which does not offer "
-                f"all of {wanted}: it would pend forever"
-            )
-        else:
-            message = (
-                "the Pod's node selection excludes every declared GPU pool, so no node offers "
-                f"{wanted}: it would pend forever"
-            )
-        path = (
-            view.field_path("nodeSelector")
-            if view.node_selector()
-            else (
-                f"{view.field_path('affinity')}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-            )
-        )
-        value: object = dict(view.node_selector()) or "nodeSelectorTerms"
-    else:
-        message = f"no pool offers all of {wanted} together: it would pend forever"
-        path = view.first_request_path(known[-1])
-        value = known[-1]
-    return Violation(
-        rule="sharing-mode",
-        path=path,
-        value=value,
-        message=message,
-        hint=f"{wanted} offered by: {where}; select one of those pools or request its resources",
-        subject="node-selection",
-        field="pool",
-    )
-
-
-def _mode_conflict(pools: tuple[Pool, ...], names: tuple[str, ...]) -> tuple[str, list] | None:
+def _mode_conflict(pools: tuple[Pool, ...], names: tuple[str, ...]) -> Ambiguous | None:
     """Ambiguity: the pools the Pod may land in give one of its resources different sharing
     modes, so where it lands decides what it gets. Otherwise it is confined to all of them."""
     for name in names:
-        modes = [(p.name, p.resources[name].sharing) for p in pools]
+        modes = tuple((p.name, p.resources[name].sharing) for p in pools)
         if len({mode for _, mode in modes}) > 1:
-            return name, modes
+            return Ambiguous(name, modes)
     return None
 
 
