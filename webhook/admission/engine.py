@@ -21,7 +21,7 @@ from webhook.admission.request import RequestError, parse_request, workload_kind
 from webhook.admission.wire import AdmissionReviewResponse
 from webhook.checks.registry import CHECKS
 from webhook.core.findings import Finding
-from webhook.core.pods import PodView, build_view
+from webhook.core.pods import PodView
 from webhook.core.pools import select_pool
 from webhook.core.scope import reach
 from webhook.core.targets import walk_views
@@ -34,8 +34,6 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 JUDGED_SUBRESOURCES = ("", "ephemeralcontainers")
 EVERY_RULE = frozenset(RULE_IDS)
 NO_RULES: frozenset[str] = frozenset()
-
-_new_tuple = tuple.__new__
 
 # Each rule's check function, for the judging loop.
 _RUNS = {check.rule: check.run for check in CHECKS}
@@ -146,9 +144,7 @@ def decide(
         # from its own files and only mirrors them here): denying the mirror changes nothing.
         findings = [Finding(f.violation, "Audit", f.template, f.scope) for f in findings]
     if not findings:
-        # Decision(response), without the Python-level __new__ of a NamedTuple: most reviews
-        # end here.
-        return _new_tuple(Decision, (response.build(uid), (), (), False, False))
+        return Decision(response.build(uid))
     return Decision(
         response.build(
             uid,
@@ -168,17 +164,6 @@ def _views(
     policy: Policy,
     limits: WorkLimits | None,
 ) -> list[PodView]:
-    targets = workload.targets
-    if len(targets) == 1 and targets[0].shape == "template" and not targets[0].path.steps:
-        # A Pod, its own lone template: the view walk_views would build, without walking an
-        # empty path through its generators. A lone template holds nothing twice, so only the
-        # count of templates can be past the limits.
-        view = build_view(workload.kind, "", obj, namespace, policy)
-        if view is None:
-            return []
-        if limits is not None and limits.templates < 1:
-            raise TooMuchWork(f"more than {limits.templates} templates")
-        return [view]
     if limits is None:
         return list(walk_views(obj, workload, namespace, policy))
     views: list[PodView] = []
@@ -324,10 +309,8 @@ def _mutate(
         return Decision(
             response.build(uid, would_patch=operations), patch=operations, patch_recorded=True
         )
-    # Decision(response, patch=operations, patch_applied=True), without the Python-level
-    # __new__ of a NamedTuple: a GPU Pod's CREATE ends here.
     applied = response.build(uid, patch=operations, encode_json=encode_json)
-    return _new_tuple(Decision, (applied, (), operations, True, False))
+    return Decision(applied, patch=operations, patch_applied=True)
 
 
 def _annotations(obj: Mapping) -> Mapping:

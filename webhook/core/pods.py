@@ -219,9 +219,6 @@ def _dig(obj: Any, *keys: str) -> Any:
     return obj
 
 
-_new_tuple = tuple.__new__
-
-
 class ContainerSource(NamedTuple):
     """Where a container of a view is: its list (or field) name, index, object and path. A
     tuple: a 1,000-container Pod makes 1,000 of them per review."""
@@ -275,10 +272,7 @@ def listed_containers(
         for index, container in enumerate(items):
             if isinstance(container, dict):
                 path = f"{spec_path}.{list_name}[{index}]"
-                # tuple.__new__: a NamedTuple's own __new__ is a Python function, a frame more
-                # per container.
-                fields = (list_name, index, container, path, "resources", "")
-                yield _new_tuple(ContainerSource, fields)
+                yield ContainerSource(list_name, index, container, path)
 
 
 def view_of(

@@ -87,7 +87,6 @@ class Selection(NamedTuple):
 
 
 NO_GPU = Selection((), (), (), ())
-_new_tuple = tuple.__new__  # a NamedTuple's own __new__ is a Python function, a call more
 
 
 def select_pool(view: PodView, policy: Policy) -> Selection:
@@ -114,7 +113,7 @@ def _select(view: PodView, policy: Policy) -> Selection:
             compatible = tuple(p for p in policy.pools if _compatible(view, p))
             problem = PendsForever(requested, compatible, (), True, unpooled=True)
             return Selection((), (), (problem,), requested)
-        return _new_tuple(Selection, ((), policy.gpu_node_taints, (), requested, ()))
+        return Selection((), policy.gpu_node_taints, (), requested)
 
     offering = tuple(p for p in policy.pools if all(n in p.resources for n in requested))
     compatible = tuple(p for p in policy.pools if _compatible(view, p))

@@ -33,8 +33,6 @@ from webhook.core.scheduling import tolerates
 from webhook.policy.model import Policy, Scope
 from webhook.policy.names import near_miss_key
 
-_new_tuple = tuple.__new__  # a NamedTuple's own __new__ is a Python function, a call more
-
 # The container toolkit's variables: a closed list. These four widen what a container sees
 # whatever it requested; the others only tune a GPU the container was given.
 WIDENING_VARIABLES = (
@@ -127,7 +125,7 @@ def _asks_for_gpu(view: PodView, policy: Policy) -> bool:
 def _reach(view: PodView, policy: Policy) -> Reach:
     reason = _own_signal(view, policy)
     if reason is not None:
-        return _new_tuple(Reach, ("gpuPods", reason))
+        return Reach("gpuPods", reason)
     if isinstance(view.spec.get("nodeName"), str) and view.spec["nodeName"]:
         return Reach("gpuPods", "spec.nodeName skips the scheduler's taint checks")
     tolerations = view.tolerations()

@@ -76,6 +76,10 @@ class _DecisionFailed(Exception):
         self.uid = uid
 
 
+# The request's identifying fields, which the decision's log line reads.
+LOGGED_REQUEST_FIELDS = ("uid", "kind", "namespace", "name", "operation", "dryRun")
+
+
 class _Outcome(NamedTuple):
     """What a decision leaves for the response, the metrics and the log line: small, and
     picklable (a long decision runs in another process)."""
@@ -85,10 +89,6 @@ class _Outcome(NamedTuple):
     violations: tuple[tuple[str, str], ...]
     mutation: str
     request: dict[str, Any]  # the request's identifying fields, for the log line
-
-
-# tuple.__new__: a NamedTuple's own __new__ is a Python function, a frame more per request.
-_new_tuple = tuple.__new__
 
 
 def _json_response(status: int, payload: dict[str, Any]) -> Response:
@@ -245,23 +245,12 @@ def _decide_body(
         mutation = "recorded"
     admission_request = review["request"]
     findings = decision.findings
-    return _new_tuple(
-        _Outcome,
-        (
-            orjson.dumps(decision.response),
-            decision.response["response"]["allowed"],
-            tuple([(f.rule, f.mode) for f in findings]) if findings else (),
-            mutation,
-            # The fields the log line reads, written out: a comprehension is a call more.
-            {
-                "uid": admission_request.get("uid"),
-                "kind": admission_request.get("kind"),
-                "namespace": admission_request.get("namespace"),
-                "name": admission_request.get("name"),
-                "operation": admission_request.get("operation"),
-                "dryRun": admission_request.get("dryRun"),
-            },
-        ),
+    return _Outcome(
+        body=orjson.dumps(decision.response),
+        allowed=decision.response["response"]["allowed"],
+        violations=tuple((f.rule, f.mode) for f in findings),
+        mutation=mutation,
+        request={field: admission_request.get(field) for field in LOGGED_REQUEST_FIELDS},
     )
 
 
