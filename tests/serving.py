@@ -24,9 +24,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.paths import REPO
 from webhook.certs import pki
 
-REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 # A policy whose outcomes the tests rely on: one pool whose taint GPU Pods get a toleration

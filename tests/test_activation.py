@@ -4,15 +4,16 @@
 from __future__ import annotations
 
 import base64
-import subprocess
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from cryptography import x509
 
+from tests.kubeapi import FakeKubeAPI
+from tests.serving import make_certificates, tls_server
+from tests.support.kube import kustomize
 from webhook.certs.activation import (
     ActivationError,
     activate_webhooks,
@@ -22,19 +23,6 @@ from webhook.certs.activation import (
 from webhook.cli.main import main
 from webhook.policy.workloads import WORKLOADS_WEBHOOK
 
-try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
-    from kubeapi import FakeKubeAPI, kube_api, kube_api_client, kube_api_kubeconfig  # noqa: F401
-    from serving import make_certificates, tls_server
-except ImportError:  # pragma: no cover
-    from tests.kubeapi import (  # noqa: F401
-        FakeKubeAPI,
-        kube_api,
-        kube_api_client,
-        kube_api_kubeconfig,
-    )
-    from tests.serving import make_certificates, tls_server
-
-REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "gpu-admission"
 
 
@@ -106,13 +94,7 @@ def test_bootstrap_refuses_a_secret_it_did_not_make(kube_api, kube_api_client) -
 
 
 def add_webhooks(api: FakeKubeAPI) -> None:
-    rendered = subprocess.run(
-        ["kubectl", "kustomize", str(REPO / "manifests" / "webhooks")],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    for obj in yaml.safe_load_all(rendered):
+    for obj in kustomize("manifests/webhooks"):
         obj["webhooks"][0]["failurePolicy"] = "Ignore"  # as the chart installs them
         api.add(obj)
 

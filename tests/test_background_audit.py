@@ -4,37 +4,25 @@ under a ClusterRole that reads exactly the judged kinds and writes exactly the r
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
 
+from tests.support.kube import kustomize
+from tests.support.paths import REPO
+from tests.test_chart import render as render_chart
 from webhook.cli.main import build_parser
 from webhook.policy.load import default_policy_path, load_policy
 from webhook.policy.workloads import read_rules
 
-try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
-    from test_chart import render as render_chart
-except ImportError:  # pragma: no cover - depends on how pytest was invoked
-    from tests.test_chart import render as render_chart
-
-REPO = Path(__file__).resolve().parents[1]
 READ_RULES = read_rules(load_policy(default_policy_path()).workloads.values())
 REPORT_RULE = {
     "apiGroups": ["wgpolicyk8s.io"],
     "resources": ["policyreports", "clusterpolicyreports"],
     "verbs": ["list", "create", "patch", "delete"],
 }
-
-
-def kustomize(directory: str) -> list[dict[str, Any]]:
-    out = subprocess.run(
-        ["kubectl", "kustomize", str(REPO / directory)], capture_output=True, text=True, check=True
-    ).stdout
-    return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
 def one(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:

@@ -20,20 +20,15 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conformance.corpus import CORPUS, requires_corpus
+from tests.support.paths import REPO
+from tests.test_engine_robustness import JSON_VALUES, field_paths
 from webhook.admission.engine import review as engine_review
 from webhook.admission.objects import decide_object
 from webhook.cli.main import main
 from webhook.policy.load import default_policy_path, load_policy
 from webhook.policy.workloads import catalogue, catalogued_kinds
 
-try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
-    from conformance.corpus import CORPUS, requires_corpus
-    from test_engine_robustness import JSON_VALUES, field_paths
-except ImportError:  # pragma: no cover - depends on how pytest was invoked
-    from tests.conformance.corpus import CORPUS, requires_corpus
-    from tests.test_engine_robustness import JSON_VALUES, field_paths
-
-REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "tests" / "fixtures" / "catalogue"
 SHIPPED = [REPO / "policies" / "default.yaml", *sorted((REPO / "policies/examples").glob("*.yaml"))]
 GPU = "nvidia.com/gpu"

@@ -23,28 +23,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests.kubeapi import FakeKubeAPI, web_server
+from tests.support.kube import kustomize_text
 from webhook.certs import gitops, pki
 from webhook.certs import install as cluster_install
 from webhook.cli import certs as certs_command
-
-REPO = Path(__file__).resolve().parents[1]
-
-try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
-    from kubeapi import (  # noqa: F401
-        FakeKubeAPI,
-        kube_api,
-        kube_api_client,
-        kube_api_kubeconfig,
-        web_server,
-    )
-except ImportError:  # pragma: no cover
-    from tests.kubeapi import (  # noqa: F401
-        FakeKubeAPI,
-        kube_api,
-        kube_api_client,
-        kube_api_kubeconfig,
-        web_server,
-    )
 
 SERVICE = "gpu-admission"
 NAMESPACE = "gpu-admission"
@@ -699,12 +682,7 @@ def test_cli_install_into_a_stream_sets_every_ca_bundle_for_kubectl_apply(
     generated = _generate(tmp_path / "certs")
     expected = base64.b64encode(generated.ca_cert.read_bytes()).decode()
     for directory in ("manifests/webhooks", "manifests/overlays/cert-manager/webhooks"):
-        rendered = subprocess.run(
-            ["kubectl", "kustomize", str(REPO / directory)],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        rendered = kustomize_text(directory)
         monkeypatch.setattr("sys.stdin", io.StringIO(rendered + "---\n" + CONFIG_MAP_YAML))
         argv = ["install", "--cert-dir", str(tmp_path / "certs"), "--manifests", "-"]
         assert _cli(argv) == 0

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import copy
 import functools
-import subprocess
 import tomllib
-from pathlib import Path
 from typing import Any
 
 import helm_python as helm
@@ -16,7 +14,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.kube import kustomize
+from tests.support.paths import REPO
+
 CHART = REPO / "manifests" / "chart"
 RELEASE = "gpu-admission"
 NAMESPACE = "gpu-admission"
@@ -54,13 +54,6 @@ def render(
 
 def is_hook(obj: dict[str, Any]) -> bool:
     return "helm.sh/hook" in (obj["metadata"].get("annotations") or {})
-
-
-def kustomize(directory: str) -> list[dict[str, Any]]:
-    result = subprocess.run(
-        ["kubectl", "kustomize", str(REPO / directory)], capture_output=True, text=True, check=True
-    )
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
 def one(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:

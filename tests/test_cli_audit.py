@@ -17,30 +17,13 @@ import pytest
 import yaml
 
 from tests.conformance.corpus import CORPUS, requires_corpus
+from tests.kubeapi import FakeKubeAPI, web_server
 from tests.samples import CONFIG_MAP, GPU_DEPLOYMENT, GPU_POD, failing_on
+from tests.support.paths import REPO
 from webhook.checks.registry import BY_RULE
 from webhook.cli import cluster as cluster_listing
 from webhook.cli.main import main
 from webhook.policy.load import default_policy_path, load_policy
-
-try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
-    from kubeapi import (  # noqa: F401
-        FakeKubeAPI,
-        kube_api,
-        kube_api_client,
-        kube_api_kubeconfig,
-        web_server,
-    )
-except ImportError:  # pragma: no cover
-    from tests.kubeapi import (  # noqa: F401
-        FakeKubeAPI,
-        kube_api,
-        kube_api_client,
-        kube_api_kubeconfig,
-        web_server,
-    )
-
-ROOT = Path(__file__).resolve().parents[1]
 
 PRIVILEGED_GPU_POD = """\
 apiVersion: v1
@@ -504,7 +487,7 @@ def test_the_entry_point_runs_audit(tmp_path: Path) -> None:
     path = write(tmp_path, "bad.yaml", PRIVILEGED_GPU_POD)
     result = subprocess.run(
         [sys.executable, "-m", "webhook.cli", "audit", "-f", str(path), "-o", "json"],
-        cwd=ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,

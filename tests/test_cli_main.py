@@ -6,14 +6,12 @@ import re
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.support.paths import REPO
 from webhook.cli.main import build_parser, main
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def project_version() -> str:

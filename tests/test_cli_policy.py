@@ -18,16 +18,16 @@ import pytest
 import yaml
 
 from tests.conformance.corpus import CORPUS, POLICIES, documents, load_table, requires_corpus
+from tests.support.paths import REPO
 from webhook.cli import suites as policy_tests
 from webhook.cli.main import main
 from webhook.cli.policy import rule_covers
 from webhook.policy import load as policy
 from webhook.policy.lint import covers
 
-ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = [ROOT / "policies" / "default.yaml", *sorted((ROOT / "policies/examples").glob("*.yaml"))]
-TESTS = ROOT / "policies" / "tests"
-LABELLED = ROOT / "policies" / "examples" / "labelled-pools.yaml"
+SHIPPED = [REPO / "policies" / "default.yaml", *sorted((REPO / "policies/examples").glob("*.yaml"))]
+TESTS = REPO / "policies" / "tests"
+LABELLED = REPO / "policies" / "examples" / "labelled-pools.yaml"
 GPU_POD = TESTS / "labelled-pools" / "gpu-pod.yaml"
 
 
@@ -314,14 +314,14 @@ def test_pattern_coverage_claims_only_certain_cases(
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl renders the kustomization")
 def test_shipped_webhooks_send_every_kind_of_every_shipped_policy(capsys) -> None:
-    args = ["policy", "validate", "--manifests", str(ROOT / "manifests/webhooks")]
+    args = ["policy", "validate", "--manifests", str(REPO / "manifests/webhooks")]
     code, out, err = run(capsys, *args, *map(str, SHIPPED))
     assert (code, err) == (0, ""), out
     assert out.count("cover every kind it judges") == len(SHIPPED)
 
 
 def vwc_copy(tmp_path: Path, old: str, new: str) -> Path:
-    source = ROOT / "manifests/webhooks/validatingwebhookconfiguration.yaml"
+    source = REPO / "manifests/webhooks/validatingwebhookconfiguration.yaml"
     text = source.read_text("utf-8")
     assert old in text
     return write(tmp_path / "manifests" / source.name, text.replace(old, new))
@@ -329,7 +329,7 @@ def vwc_copy(tmp_path: Path, old: str, new: str) -> Path:
 
 def test_a_webhook_config_missing_a_resource_fails_naming_it(tmp_path: Path, capsys) -> None:
     vwc_copy(tmp_path, "pytorchjobs, tfjobs, xgboostjobs]", "pytorchjobs, xgboostjobs]")
-    default = ROOT / "policies/default.yaml"
+    default = REPO / "policies/default.yaml"
     code, out, _ = run(
         capsys, "policy", "validate", str(default), "--manifests", str(tmp_path / "manifests")
     )
@@ -411,7 +411,7 @@ def test_unusable_manifests_dir_exits_2(tmp_path: Path, capsys, kind: str) -> No
 
 
 def test_every_shipped_suite_passes(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)  # PATH defaults to policies/tests
+    monkeypatch.chdir(REPO)  # PATH defaults to policies/tests
     code, out, err = run(capsys, "policy", "test")
     lines = out.splitlines()
     suites = policy_tests.discover_suites([TESTS])
@@ -879,7 +879,7 @@ def test_a_closed_pipe_ends_the_output_quietly(tmp_path: Path) -> None:
     try:
         result = subprocess.run(
             [sys.executable, "-m", "webhook.cli", "policy", "schema"],
-            cwd=ROOT,
+            cwd=REPO,
             stdout=write_end,
             stderr=subprocess.PIPE,
             text=True,
@@ -891,14 +891,14 @@ def test_a_closed_pipe_ends_the_output_quietly(tmp_path: Path) -> None:
 
 
 def test_the_shipped_match_conditions_cover_the_strict_policy(capsys) -> None:
-    strict = ROOT / "policies" / "examples" / "strict.yaml"
+    strict = REPO / "policies" / "examples" / "strict.yaml"
     code, out, _ = run(
         capsys,
         "policy",
         "validate",
         str(strict),
         "--manifests",
-        str(ROOT / "manifests" / "webhooks"),
+        str(REPO / "manifests" / "webhooks"),
     )
     assert code == 0, out
     assert out.splitlines()[-1].startswith(f"{strict}: valid")
@@ -920,7 +920,7 @@ def test_match_conditions_that_miss_pods_needing_void_fail(
 ) -> None:
     path = policy_file(tmp_path, f"{spec}\ndeviceVisibility: {{injectVoid: true}}\n")
     code, out, _ = run(
-        capsys, "policy", "validate", str(path), "--manifests", str(ROOT / "manifests" / "webhooks")
+        capsys, "policy", "validate", str(path), "--manifests", str(REPO / "manifests" / "webhooks")
     )
     assert code == 1, out
     line = next(line for line in out.splitlines() if "matchConditions" in line)

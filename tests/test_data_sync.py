@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 import webhook
+from tests.support.paths import REPO
 from tools import sync_data
 
-REPO = Path(__file__).resolve().parents[1]
 SCHEMA_COMMENT = re.compile(r"^# yaml-language-server: \$schema=(\S+)$", re.M)
 SKIPPED_DIRS = {".git", ".venv", "build", "dist", "__pycache__", ".pytest_cache"}
 

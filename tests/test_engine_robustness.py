@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import webhook
+from tests.support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
 POLICIES = [
-    webhook.load_policy(ROOT / "policies" / "default.yaml"),
-    webhook.load_policy(ROOT / "policies" / "examples" / "strict.yaml"),
-    webhook.load_policy(ROOT / "policies" / "examples" / "labelled-pools.yaml"),
+    webhook.load_policy(REPO / "policies" / "default.yaml"),
+    webhook.load_policy(REPO / "policies" / "examples" / "strict.yaml"),
+    webhook.load_policy(REPO / "policies" / "examples" / "labelled-pools.yaml"),
 ]
 
 POD = {

@@ -8,17 +8,16 @@ from __future__ import annotations
 import json
 import posixpath
 import textwrap
-from pathlib import Path
 
 import pytest
 
 import webhook
-from tests.checks.conftest import admission, container, host_path, pod
 from tests.serving import Server, make_certificates, metric_value, post_json, settle_metrics
+from tests.support.admission import admission, container, host_path, pod
+from tests.support.paths import REPO
 from webhook.cli.main import main
 from webhook.policy.hostpaths import NODE_CONTROL, TENANT_DATA
 
-REPO = Path(__file__).resolve().parents[1]
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 

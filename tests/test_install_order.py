@@ -19,7 +19,6 @@ import io
 import itertools
 import re
 import shlex
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +27,10 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.kube import kustomize
+from tests.support.paths import REPO
 from webhook.cli.main import main as cli_main
 
-REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 INJECT_ANNOTATION = "cert-manager.io/inject-ca-from"
@@ -43,17 +43,6 @@ class StepFailed(AssertionError):
 
 class Unsafe(AssertionError):
     """The invariant broke: a fail-closed webhook without a Ready server that it trusts."""
-
-
-def render(directory: str) -> list[dict[str, Any]]:
-    result = subprocess.run(
-        ["kubectl", "kustomize", str(REPO / directory)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
 def key(obj: dict[str, Any]) -> tuple[str, str, str]:
@@ -297,13 +286,13 @@ def run_one(
 ) -> list[dict] | None:
     match words:
         case ["kubectl", "apply", "-k", directory]:
-            for obj in render(directory):
+            for obj in kustomize(directory):
                 cluster.apply(obj)
         case ["kubectl", "delete", "-k", directory]:
-            for obj in render(directory):
+            for obj in kustomize(directory):
                 cluster.delete(obj)
         case ["kubectl", "kustomize", directory]:
-            return render(directory)
+            return kustomize(directory)
         case ["kubectl", "apply", "-f", "-"]:
             assert piped is not None
             for obj in piped:

@@ -12,16 +12,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
-    from kubeapi import APPLY, NOT_FOUND_TEXT, FakeKubeAPI, kube_api, kube_api_client  # noqa: F401
-except ImportError:  # pragma: no cover
-    from tests.kubeapi import (  # noqa: F401
-        APPLY,
-        NOT_FOUND_TEXT,
-        FakeKubeAPI,
-        kube_api,
-        kube_api_client,
-    )
+from tests.kubeapi import APPLY, NOT_FOUND_TEXT, FakeKubeAPI
 
 GROUP, VERSION = "wgpolicyk8s.io", "v1alpha2"
 MANAGER = "gpu-admission"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import re
-import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.support.kube import kustomize
+from tests.support.paths import REPO
 from webhook.policy.load import default_policy_path, load_policy
 from webhook.policy.workloads import (
     SPEC_CHANGED,
@@ -23,7 +24,6 @@ from webhook.policy.workloads import (
     read_rules,
 )
 
-REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = REPO / "manifests"
 K8S_VERSION = "1.32"
 
@@ -88,15 +88,7 @@ def render(name: str) -> tuple[dict[str, Any], ...]:
 @functools.cache
 def render_dir(directory: Path) -> tuple[dict[str, Any], ...]:
     """`kubectl kustomize` a directory, parsed into a tuple of objects."""
-    result = subprocess.run(
-        ["kubectl", "kustomize", str(directory)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert result.returncode == 0, f"kubectl kustomize {directory} failed:\n{result.stderr}"
-    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+    return tuple(kustomize(directory))
 
 
 def objects_of(objs: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

@@ -6,9 +6,7 @@ their source), and the chart's copies are the same."""
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -16,9 +14,10 @@ import promql_parser
 import pytest
 import yaml
 
+from tests.support.kube import kustomize
+from tests.support.paths import REPO
 from webhook.server.metrics import Metrics
 
-REPO = Path(__file__).resolve().parents[1]
 MONITORING = REPO / "manifests" / "monitoring"
 RULE = MONITORING / "prometheusrule.yaml"
 DASHBOARD = MONITORING / "grafana-dashboard.json"
@@ -156,10 +155,7 @@ def test_the_dashboard_is_one_grafana_dashboard() -> None:
 def test_kustomize_and_the_chart_ship_the_same_alerts_and_dashboard() -> None:
     import helm_python as helm
 
-    rendered = subprocess.run(
-        ["kubectl", "kustomize", str(MONITORING)], capture_output=True, text=True, check=True
-    ).stdout
-    kustomized = {d["kind"]: d for d in yaml.safe_load_all(rendered) if d}
+    kustomized = {d["kind"]: d for d in kustomize(MONITORING)}
     with helm.Chart.load(str(REPO / "manifests" / "chart")) as chart:
         out = chart.render(
             values={"prometheusRule": {"enabled": True}, "grafanaDashboard": {"enabled": True}},

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 import webhook
+from tests.support.paths import REPO
 from webhook.policy.load import default_policy_path
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = sorted((ROOT / "policies" / "examples").glob("*.yaml"))
+EXAMPLES = sorted((REPO / "policies" / "examples").glob("*.yaml"))
 
 MINIMAL = """\
 apiVersion: gpu-admission.io/v1alpha1
@@ -34,9 +34,9 @@ def refused(spec: str) -> webhook.PolicyError:
 
 
 def test_default_policy_loads_and_is_packaged() -> None:
-    policy = webhook.load_policy(ROOT / "policies" / "default.yaml")
+    policy = webhook.load_policy(REPO / "policies" / "default.yaml")
     assert policy.name == "default"
-    assert default_policy_path().read_text() == (ROOT / "policies" / "default.yaml").read_text()
+    assert default_policy_path().read_text() == (REPO / "policies" / "default.yaml").read_text()
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -52,7 +52,7 @@ def test_examples_cover_what_the_issue_asks_for() -> None:
 
 
 def test_compiled_policy_is_immutable() -> None:
-    policy = webhook.load_policy(ROOT / "policies" / "default.yaml")
+    policy = webhook.load_policy(REPO / "policies" / "default.yaml")
     with pytest.raises(AttributeError):
         policy.name = "changed"  # type: ignore[misc]
     with pytest.raises(TypeError):

@@ -13,15 +13,11 @@ from typing import Any
 import jsonschema
 import pytest
 
+from tests.kubeapi import FakeKubeAPI
 from webhook.admission.objects import decide_object
 from webhook.cli.main import main
 from webhook.cli.reports import REPORT_APIS
 from webhook.policy.load import default_policy_path, load_policy
-
-try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
-    from kubeapi import FakeKubeAPI, kube_api, kube_api_kubeconfig  # noqa: F401
-except ImportError:  # pragma: no cover - depends on how pytest was invoked
-    from tests.kubeapi import FakeKubeAPI, kube_api, kube_api_kubeconfig  # noqa: F401
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 POLICY = load_policy(default_policy_path())

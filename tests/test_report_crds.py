@@ -15,9 +15,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.support.paths import REPO
 from tests.test_chart import CRD_SCHEMAS, K8S_VERSION, undeclared
 
-REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "manifests" / "crds"
 SOURCE_LINE = re.compile(
     r"^# Vendored unchanged from (?P<repo>github\.com/\S+) (?P<path>\S+)"

@@ -6,17 +6,16 @@ registry refuses to load."""
 from __future__ import annotations
 
 import types
-from pathlib import Path
 
 import pytest
 
+from tests.support.paths import REPO
 from tools import sync_data
 from webhook.checks import registry
 from webhook.cli import reports, sarif
 from webhook.policy.model import RULE_IDS, SECURITY_RULES
 from webhook.policy.rules import BY_ID, RULES, Rule
 
-REPO = Path(__file__).resolve().parents[1]
 THROWAWAY = Rule(
     id="throwaway-rule",
     title="A rule that exists only in this test.",

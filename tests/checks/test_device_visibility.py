@@ -5,7 +5,7 @@ from __future__ import annotations
 import jsonpatch
 import pytest
 
-from .conftest import (
+from tests.support.admission import (
     BASE_SPEC,
     CONTAINER_LISTS,
     KIND_IDS,

@@ -16,8 +16,7 @@ import pytest
 
 import webhook
 from tests.serving import Server, make_certificates, post_json
-
-from .conftest import REPO, admission, container, default_policy, host_path, pod
+from tests.support.admission import REPO, admission, container, default_policy, host_path, pod
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 STRICT_FILE = REPO / "policies" / "examples" / "strict.yaml"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import (
+from tests.support.admission import (
     CONTAINER_LISTS,
     KIND_IDS,
     KINDS,

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 import webhook
-
-from .conftest import (
+from tests.support.admission import (
     BASE_SPEC,
     assert_allowed_clean,
     container,
@@ -138,7 +137,7 @@ def test_a_host_network_grant_never_comes_with_net_admin_or_net_raw(name):
 def test_net_admin_beside_a_forgiven_host_network_is_still_denied():
     """A workload admitted with hostNetwork before the policy: an update that adds NET_ADMIN
     is judged on the pair, which the old object did not have."""
-    from .conftest import template
+    from tests.support.admission import template
 
     def deployment(*containers: dict) -> dict:
         spec = template(*containers, tolerations=[GPU_TOLERATION])

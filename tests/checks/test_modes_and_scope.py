@@ -8,8 +8,7 @@ import json
 import pytest
 
 import webhook
-
-from .conftest import (
+from tests.support.admission import (
     BASE_SPEC,
     KINDS,
     POOL_LABEL,

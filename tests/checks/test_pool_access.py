@@ -6,7 +6,7 @@ from functools import cache
 
 import pytest
 
-from .conftest import (
+from tests.support.admission import (
     KIND_IDS,
     KINDS,
     POOL_LABEL,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import jsonpatch
 import pytest
 
-from .conftest import (
+from tests.support.admission import (
     KINDS,
     POOL_LABEL,
     assert_allowed_clean,

@@ -16,8 +16,7 @@ import pytest
 import yaml
 
 import webhook
-
-from .conftest import REPO, admission
+from tests.support.admission import REPO, admission
 
 FIXTURES = REPO.parent / "shared" / "conformance" / "psa-baseline" / "v1.37"
 requires_fixtures = pytest.mark.skipif(

@@ -16,8 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conformance.corpus import documents, requires_corpus
-
-from .conftest import (
+from tests.support.admission import (
     BASE_SPEC,
     KIND_IDS,
     KINDS,

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 import webhook
-
-from .conftest import (
+from tests.support.admission import (
     KINDS,
     admission,
     assert_allowed_clean,

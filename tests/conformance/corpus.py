@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 import webhook
+from tests.support.paths import REPO, SHARED
 from webhook.admission.objects import decide_object
 
-ROOT = Path(__file__).resolve().parents[2]
-CORPUS = ROOT.parent / "shared" / "conformance" / "manifests"
+CORPUS = SHARED / "conformance" / "manifests"
 TABLE = Path(__file__).with_name("expectations.yaml")
 # The corpus lies beside the repository in development and CI, not in a bare clone: there
 # its tests are skipped, and `make test` still passes. CI always has it, so under CI a missing
@@ -27,8 +27,8 @@ requires_corpus = pytest.mark.skipif(
     reason=f"the conformance corpus is not at {CORPUS}",
 )
 POLICIES = {
-    "default": ROOT / "policies" / "default.yaml",
-    "strict": ROOT / "policies" / "examples" / "strict.yaml",
+    "default": REPO / "policies" / "default.yaml",
+    "strict": REPO / "policies" / "examples" / "strict.yaml",
 }
 
 

@@ -12,12 +12,11 @@ import json
 import textwrap
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import webhook
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 DEFAULT_POLICY_FILE = REPO / "policies" / "default.yaml"
 
 _uids = itertools.count(1)
