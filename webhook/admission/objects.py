@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +26,9 @@ class Mutation:
     """What the mutating webhook would do to a Pod (for a workload, to a Pod of a template)."""
 
     template_path: str  # "" for a Pod, else the template's field path
-    operations: tuple[dict, ...]
-    original: dict
-    mutated: dict
+    operations: tuple[dict[str, Any], ...]
+    original: dict[str, Any]
+    mutated: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +82,12 @@ def enforce_everything(policy: Policy) -> Policy:
 
 
 def admission_review(
-    obj: dict, namespace: str, *, operation: str = "CREATE", uid: str = "gpu-admission-cli"
-) -> dict:
+    obj: dict[str, Any],
+    namespace: str,
+    *,
+    operation: str = "CREATE",
+    uid: str = "gpu-admission-cli",
+) -> dict[str, Any]:
     """The AdmissionReview the API server would send for ``operation`` on the object."""
     group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
     return {
@@ -126,11 +130,12 @@ def decide_object(
     """
     if not isinstance(obj, dict):
         return Outcome(obj, namespace, judged=False, allowed=True, skipped=NOT_AN_OBJECT)
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    metadata = obj.get("metadata")
+    meta = metadata if isinstance(metadata, dict) else {}
     if not override:
         namespace = str(meta.get("namespace") or namespace)
     group = str(obj.get("apiVersion", "")).rpartition("/")[0]
-    workload = policy.workloads.get((group, obj.get("kind")))
+    workload = policy.workloads.get((group, str(obj.get("kind", ""))))
     if workload is None:
         return Outcome(
             obj, namespace, judged=False, allowed=True, skipped=_not_judged(group, obj.get("kind"))
@@ -148,7 +153,7 @@ def decide_object(
 
 
 def _mutations(
-    obj: dict, workload: WorkloadKind, namespace: str, policy: Policy
+    obj: dict[str, Any], workload: WorkloadKind, namespace: str, policy: Policy
 ) -> Iterator[Mutation]:
     if workload.kind == "Pod":
         pods = [("", obj)]
@@ -166,7 +171,7 @@ def _mutations(
             yield Mutation(path, decision.patch, pod, mutated)
 
 
-def _pod_from_template(template: dict, namespace: str) -> dict:
+def _pod_from_template(template: Mapping[str, Any], namespace: str) -> dict[str, Any]:
     """The Pod a controller would create from a template (what the mutating webhook sees)."""
     metadata = copy.deepcopy(template.get("metadata") or {})
     metadata["namespace"] = namespace

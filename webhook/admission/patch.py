@@ -41,7 +41,9 @@ def _child(node: Any, segment: Segment) -> Any:
     return None
 
 
-def add(obj: Mapping, segments: Sequence[Segment], value: Any) -> list[dict] | None:
+def add(
+    obj: Mapping[str, Any], segments: Sequence[Segment], value: Any
+) -> list[dict[str, Any]] | None:
     """One ``add`` that sets ``segments`` to ``value``, creating missing parent objects.
 
     Returns None when a parent exists but is not an object (a malformed object the API server
@@ -68,7 +70,9 @@ def add(obj: Mapping, segments: Sequence[Segment], value: Any) -> list[dict] | N
     return [{"op": "add", "path": pointer(segments), "value": value}]
 
 
-def append(obj: Mapping, segments: Sequence[Segment], items: Sequence[Any]) -> list[dict] | None:
+def append(
+    obj: Mapping[str, Any], segments: Sequence[Segment], items: Sequence[Any]
+) -> list[dict[str, Any]] | None:
     """Append items to the list at ``segments``; create it (and its parents) when missing."""
     if not items:
         return []
@@ -95,7 +99,7 @@ def _segments(path: str) -> list[str]:
     return [unescape(s) for s in segments] if "~" in path else segments
 
 
-def apply_add(obj: Any, operation: Mapping) -> None:
+def apply_add(obj: Any, operation: Mapping[str, Any]) -> None:
     """Apply one ``add`` in place. The value is copied: a later operation of the same patch
     may add inside it, and must not change this operation."""
     *parents, last = _segments(operation["path"])
@@ -105,7 +109,7 @@ def apply_add(obj: Any, operation: Mapping) -> None:
     _insert(node, last, _copy_json(operation["value"]))
 
 
-def with_add(obj: Any, operation: Mapping) -> Any:
+def with_add(obj: Any, operation: Mapping[str, Any]) -> Any:
     """The object with one ``add`` applied, ``obj`` untouched: only the objects and lists on
     the operation's path are copied (shallowly), the rest is shared. The planner keeps its
     view of the Pod current this way without copying the whole Pod. The value is not copied:

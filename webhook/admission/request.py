@@ -37,7 +37,9 @@ def parse_request(admission_review: Any) -> AdmissionRequest:
     return request  # type: ignore[return-value]  # checked above; a cast() is a call per request
 
 
-def workload_kind(request: Mapping, obj: Mapping, policy: Policy) -> WorkloadKind | None:
+def workload_kind(
+    request: Mapping[str, Any], obj: Mapping[str, Any], policy: Policy
+) -> WorkloadKind | None:
     """The policy's workload kind of the request (``request.kind``, else the object's own
     apiVersion and kind); None for kinds the policy does not judge."""
     kind = request.get("kind")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import binascii
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
-from webhook.admission.wire import API_VERSION, AdmissionReviewResponse
+from webhook.admission.wire import API_VERSION, AdmissionResponse, AdmissionReviewResponse
 from webhook.core.findings import Finding, render_all
 
 MAX_WARNINGS = 16
@@ -67,7 +67,7 @@ _SHORTEST_RECORD = len('{"rule":"","mode":"","path":"","value":"","message":"","
 
 
 def audit_annotations(
-    findings: Sequence[Finding], would_patch: Sequence[dict] = ()
+    findings: Sequence[Finding], would_patch: Sequence[dict[str, Any]] = ()
 ) -> dict[str, str]:
     annotations: dict[str, str] = {}
     if findings:
@@ -84,12 +84,12 @@ def audit_annotations(
     return annotations
 
 
-def _records_json(records: list[dict], total: int) -> str:
+def _records_json(records: list[dict[str, Any]], total: int) -> str:
     tail = [{"truncated": total - len(records)}] if len(records) < total else []
     return json.dumps(records + tail, separators=(",", ":"), default=str)
 
 
-def _clipped_patch(operations: list[dict]) -> str:
+def _clipped_patch(operations: list[dict[str, Any]]) -> str:
     """The operations as JSON, whole ones dropped from the end past the size limit and counted
     in a last ``{"omitted": n}`` item, so that the value stays valid JSON."""
 
@@ -129,14 +129,14 @@ def build(
     denials: Sequence[Finding] = (),
     warnings: Sequence[Finding] = (),
     audits: Sequence[Finding] = (),
-    patch: Sequence[dict] = (),
-    would_patch: Sequence[dict] = (),
+    patch: Sequence[dict[str, Any]] = (),
+    would_patch: Sequence[dict[str, Any]] = (),
     stopped: bool = False,
     encode_json: JsonEncoder = compact_json,
 ) -> AdmissionReviewResponse:
     """The AdmissionReview response. ``stopped``: judging stopped after the denials given,
     and the message says that there may be more. ``encode_json`` writes the patch."""
-    response: dict = {"uid": uid, "allowed": not denials}
+    response: dict[str, Any] = {"uid": uid, "allowed": not denials}
     if denials:
         violations = [f.violation for f in denials]
         message = render_all(violations, limit=MAX_DENIAL_ERRORS)
@@ -156,4 +156,8 @@ def build(
         response["patchType"] = "JSONPatch"
         encoded = encode_json(list(patch))
         response["patch"] = binascii.b2a_base64(encoded, newline=False).decode("ascii")
-    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "AdmissionReview",
+        "response": cast(AdmissionResponse, response),
+    }

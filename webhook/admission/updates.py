@@ -21,6 +21,7 @@ Forgiven findings stay visible as warnings.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from webhook.core.findings import Finding, render_value
 from webhook.core.pods import ephemeral_container_names, is_cdi_annotation
@@ -38,9 +39,9 @@ Forgiver = Callable[[list[Finding]], list[Finding]]
 
 def forgiver(
     old_findings: Callable[[frozenset[str]], list[Finding]],
-    request: Mapping,
-    obj: Mapping,
-    old: Mapping,
+    request: Mapping[str, Any],
+    obj: Mapping[str, Any],
+    old: Mapping[str, Any],
     workload: WorkloadKind,
 ) -> Forgiver:
     """What judges an UPDATE's findings, batch after batch: each batch comes back with what
@@ -56,7 +57,7 @@ def forgiver(
         only_metadata = True  # the rest of a Pod's spec is frozen
     else:
         only_metadata = _without_metadata(obj) == _without_metadata(old)
-    old_by_print: dict[tuple, Finding] = {}
+    old_by_print: dict[tuple[Any, ...], Finding] = {}
     judged_rules: set[str] = set()
 
     def forgiven(finding: Finding) -> bool:
@@ -88,16 +89,16 @@ def _reaches_further(finding: Finding, before: Finding) -> bool:
     return REACH_RANK[finding.scope] > REACH_RANK[before.scope]
 
 
-def _fingerprint(finding: Finding) -> tuple:
+def _fingerprint(finding: Finding) -> tuple[Any, ...]:
     return (*finding.key, render_value(finding.violation.value))
 
 
-def _spec(obj: Mapping) -> Mapping:
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     spec = obj.get("spec")
     return spec if isinstance(spec, dict) else {}
 
 
-def _injecting(obj: Mapping) -> dict:
+def _injecting(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The annotations that have the node inject devices or mounts: CDI's, NRI's, GKE's."""
     metadata = obj.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
@@ -106,7 +107,7 @@ def _injecting(obj: Mapping) -> dict:
     return {k: v for k, v in annotations.items() if is_cdi_annotation(k) or classify(k) is not None}
 
 
-def _moves_pod(pod: Mapping, old: Mapping) -> bool:
+def _moves_pod(pod: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
     """Whether the update can change where the Pod lands or which devices it is given."""
     added, before = _injecting(pod), _injecting(old)
     if any(before.get(k) != v for k, v in added.items()):
@@ -117,16 +118,16 @@ def _moves_pod(pod: Mapping, old: Mapping) -> bool:
     return any(spec.get(name) != old_spec.get(name) for name in SCHEDULING_FIELDS)
 
 
-def _name(container: Mapping) -> str | None:
+def _name(container: Mapping[str, Any]) -> str | None:
     name = container.get("name")
     return name if isinstance(name, str) else None
 
 
-def _without_metadata(obj: Mapping) -> dict:
+def _without_metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
 
-def _added_ephemeral_paths(pod: Mapping, old: Mapping) -> tuple[str, ...]:
+def _added_ephemeral_paths(pod: Mapping[str, Any], old: Mapping[str, Any]) -> tuple[str, ...]:
     """Where the ephemeral containers this request adds (by name) are."""
     old_names = ephemeral_container_names(old)
     containers = _spec(pod).get("ephemeralContainers")

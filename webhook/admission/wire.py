@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
-API_VERSION = "admission.k8s.io/v1"
+API_VERSION: Final = "admission.k8s.io/v1"
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 

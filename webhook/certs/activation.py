@@ -131,7 +131,10 @@ def _read_secret(core: Any, server: str, namespace: str, name: str) -> dict[str,
             raise
         return json_body(response, server)
 
-    return call_api(read, f"read Secret {namespace}/{name}", kind="Secret", name=name)
+    secret: dict[str, Any] | None = call_api(
+        read, f"read Secret {namespace}/{name}", kind="Secret", name=name
+    )
+    return secret
 
 
 def _create_secret(core: Any, namespace: str, name: str, kind: str, data: dict[str, str]) -> bool:
@@ -169,7 +172,7 @@ def probe_readyz(url: str, ca_pem: bytes) -> bool:
     request = urllib.request.Request(url, method="GET")
     try:
         with urllib.request.urlopen(request, context=context, timeout=5) as response:
-            return response.status == 200
+            return bool(response.status == 200)
     except (OSError, ValueError):
         return False
 

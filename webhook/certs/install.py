@@ -191,7 +191,7 @@ def secret_body(name: str, namespace: str, secret_type: str, data: dict[str, str
             },
         ),
         type=secret_type,
-        data=data,
+        data=dict[str, str | bytes](data),
     )
 
 

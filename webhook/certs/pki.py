@@ -321,10 +321,12 @@ def _serial() -> int:
 
 
 def _private_pem(key: Any) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
+    return bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
     )
 
 
@@ -358,8 +360,10 @@ def _load_ca(cert_path: Path, key_path: Path, now: datetime) -> tuple[bytes, x50
 
 def spki(public_key: Any) -> bytes:
     """The DER SubjectPublicKeyInfo of a key: equal for a certificate and its key."""
-    return public_key.public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    return bytes(
+        public_key.public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
     )
 
 

@@ -36,6 +36,7 @@ GPU; ``NVIDIA_VISIBLE_DEVICES=void``; ``NVIDIA_*`` names the toolkit does not re
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from webhook.core import advice, injection
 from webhook.core.findings import Violation, quote
@@ -162,7 +163,12 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
 
 
 def _variable(
-    view: PodView, policy: Policy, container: ContainerView, index: int, var: dict, gpu: bool
+    view: PodView,
+    policy: Policy,
+    container: ContainerView,
+    index: int,
+    var: dict[str, Any],
+    gpu: bool,
 ) -> Violation:
     name = var["name"]
     field = f"{container.list_name}.env[{name}]"
@@ -209,7 +215,9 @@ def _variable(
     )
 
 
-def _node_shared(container: ContainerView, index: int, var: dict, policy: Policy) -> Violation:
+def _node_shared(
+    container: ContainerView, index: int, var: dict[str, Any], policy: Policy
+) -> Violation:
     name = var["name"]
     return Violation(
         rule=RULE,

@@ -16,6 +16,7 @@ the Pod is judged when it is created.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from webhook.core import advice
 from webhook.core.findings import Violation, quote
@@ -134,7 +135,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
 
 
 def _host_process(
-    view: PodView, policy: Policy, context: dict, path: str, subject: str
+    view: PodView, policy: Policy, context: dict[str, Any], path: str, subject: str
 ) -> Iterator[Violation]:
     windows = context.get("windowsOptions")
     if isinstance(windows, dict) and windows.get("hostProcess") is True:

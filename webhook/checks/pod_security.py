@@ -35,6 +35,7 @@ Privileged containers, ``hostPID``, ``hostIPC``, Windows HostProcess and host pa
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from webhook.checks.host_access import HOST_ACCESS_CAPABILITIES
 from webhook.core import advice, injection
@@ -201,7 +202,7 @@ def _added(container: ContainerView) -> Iterator[tuple[int, object, str]]:
 
 
 def _contexts(
-    view: PodView, policy: Policy, context: Mapping, path: str, subject: str, who: str
+    view: PodView, policy: Policy, context: Mapping[str, Any], path: str, subject: str, who: str
 ) -> Iterator[Violation]:
     """SELinux, seccomp and AppArmor of one securityContext (the Pod's or a container's)."""
     selinux = context.get("seLinuxOptions")
@@ -358,7 +359,7 @@ def _container(
 
 
 def _hosts(
-    view: PodView, policy: Policy, container: ContainerView, handler: Mapping, where: str
+    view: PodView, policy: Policy, container: ContainerView, handler: Mapping[str, Any], where: str
 ) -> Iterator[Violation]:
     for action in ("httpGet", "tcpSocket"):
         target = handler.get(action)

@@ -100,7 +100,7 @@ class Audit:
         return 1 if any(not i.outcome.allowed for i in self.items) else 0
 
 
-def add_subcommands(commands: argparse._SubParsersAction) -> None:
+def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
     parser = add_command(
         commands,
         "audit",
@@ -354,10 +354,10 @@ def _judge_cluster(
 
 
 def _decide_roots(
-    audit: Audit, objects: list[dict], by_uid: dict[str, dict], *, debug: bool
+    audit: Audit, objects: list[dict[str, Any]], by_uid: dict[str, dict[str, Any]], *, debug: bool
 ) -> None:
     audited: dict[int, Audited] = {}  # by id() of the root object
-    owned: list[tuple[dict, dict]] = []
+    owned: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for obj in objects:
         root = root_of(obj, by_uid)
         if root is obj:
@@ -400,7 +400,7 @@ def _decide_roots(
         )
 
 
-def _findings_beyond(audit: Audit, obj: dict, namespace: str, owner: Audited) -> bool:
+def _findings_beyond(audit: Audit, obj: dict[str, Any], namespace: str, owner: Audited) -> bool:
     """Whether an owned object has a finding its owner's verdict does not already carry."""
     known = {f.violation.key for f in owner.outcome.findings}
     outcome = decide_object(obj, audit.policy, namespace)

@@ -7,6 +7,7 @@ import argparse
 import base64
 import sys
 from pathlib import Path
+from typing import Any
 
 from webhook.certs.gitops import ca_bundle_into_stream, install_into_manifests
 from webhook.certs.install import install
@@ -76,7 +77,7 @@ secrets in the namespace.
 """
 
 
-def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
+def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Register ``certs generate`` and ``certs install`` on the top-level sub-parsers."""
     commands = add_command_group(
         subparsers,

@@ -138,7 +138,7 @@ class Lister:
         self._groups: dict[str, list[str]] | None = None  # discovered API group -> versions
         self._discovery_failed = False
 
-    def objects(self, workload: WorkloadKind) -> list[dict]:
+    def objects(self, workload: WorkloadKind) -> list[dict[str, Any]]:
         """Every object of a workload kind, each with its apiVersion and kind."""
         from kubernetes.client.exceptions import ApiException
 
@@ -214,10 +214,10 @@ class Lister:
                 self._groups[entry["name"]] = sorted(versions, key=lambda v: v != preferred)
         return self._groups.get(group, [])
 
-    def paginate(self, list_page: Callable[..., Any]) -> tuple[list[dict], str]:
+    def paginate(self, list_page: Callable[..., Any]) -> tuple[list[dict[str, Any]], str]:
         from kubernetes.client.exceptions import ApiException
 
-        items: list[dict] = []
+        items: list[dict[str, Any]] = []
         token: str | None = None
         restarted = False
         while True:
@@ -235,7 +235,7 @@ class Lister:
             if not token:
                 return items, page.get("apiVersion", "")
 
-    def call(self, function: Callable[..., Any], **kwargs: Any) -> dict:
+    def call(self, function: Callable[..., Any], **kwargs: Any) -> dict[str, Any]:
         """One request, its JSON body as sent (no model round trip that drops fields)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
@@ -317,11 +317,11 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def meta(obj: dict) -> dict:
+def meta(obj: dict[str, Any]) -> dict[str, Any]:
     return obj.get("metadata") or {}
 
 
-def ref_of(obj: dict) -> ObjectRef:
+def ref_of(obj: dict[str, Any]) -> ObjectRef:
     metadata = meta(obj)
     return ObjectRef(
         metadata.get("namespace", ""),
@@ -331,7 +331,7 @@ def ref_of(obj: dict) -> ObjectRef:
     )
 
 
-def root_of(obj: dict, by_uid: dict[str, dict]) -> dict:
+def root_of(obj: dict[str, Any], by_uid: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The top reported controller of an object (Pod -> ReplicaSet -> Deployment, Pod -> Job
     -> CronJob, a PyTorchJob's Pods -> the PyTorchJob), or the object itself. Only the
     controller counts: its template is what made the object."""

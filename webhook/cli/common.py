@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from webhook.policy.load import default_policy_path, load_policy
 from webhook.policy.model import Policy
@@ -17,27 +18,33 @@ def error(message: str) -> None:
 
 
 def add_command(
-    commands: argparse._SubParsersAction, name: str, *, summary: str, description: str, epilog: str
+    commands: argparse._SubParsersAction[Any],
+    name: str,
+    *,
+    summary: str,
+    description: str,
+    epilog: str,
 ) -> argparse.ArgumentParser:
     """A (sub-)command with its one-line ``summary`` for the list of commands, a
     ``description`` and an ``epilog`` of examples printed as written."""
-    return commands.add_parser(
+    parser: argparse.ArgumentParser = commands.add_parser(
         name,
         help=summary,
         description=description,
         epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    return parser
 
 
 def add_command_group(
-    commands: argparse._SubParsersAction,
+    commands: argparse._SubParsersAction[Any],
     name: str,
     *,
     summary: str,
     description: str,
     epilog: str,
-) -> argparse._SubParsersAction:
+) -> argparse._SubParsersAction[Any]:
     """A command that only groups sub-commands (``certs generate``): what to add them to."""
     group = add_command(commands, name, summary=summary, description=description, epilog=epilog)
     return group.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND", required=True)

@@ -169,7 +169,7 @@ def _parse_json(text: str, source: str) -> list[Document]:
     ]
 
 
-def _padded(nodes: list, length: int) -> list:
+def _padded(nodes: list[Any], length: int) -> list[Any]:
     """One node per item, None for each item without one (its text could not be composed)."""
     return list(nodes[:length]) + [None] * (length - len(nodes))
 
@@ -195,7 +195,7 @@ def _expand_lists(documents: list[Document]) -> Iterator[Document]:
             yield document
 
 
-def _items_nodes(node: yaml.Node | None) -> list:
+def _items_nodes(node: yaml.Node | None) -> list[Any]:
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             if key.value == "items" and isinstance(value, yaml.SequenceNode):

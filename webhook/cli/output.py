@@ -55,7 +55,8 @@ def finding_record(finding: Finding, document: Document | None = None) -> dict[s
 
 def outcome_record(document: Document, outcome: Outcome, *, with_mutation: bool) -> dict[str, Any]:
     obj = outcome.obj if isinstance(outcome.obj, dict) else {}
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    metadata = obj.get("metadata")
+    meta = metadata if isinstance(metadata, dict) else {}
     record: dict[str, Any] = {
         "source": document.source,
         "document": document.number,

@@ -117,7 +117,7 @@ class ManifestsError(ValueError):
     """--manifests DIR cannot be read or rendered."""
 
 
-def add_subcommands(commands: argparse._SubParsersAction) -> None:
+def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
     sub = add_command_group(
         commands,
         "policy",
@@ -269,7 +269,7 @@ class WebhookManifests:
     """What ``--manifests`` checks the policy against: the validating webhooks' rules and the
     mutating webhooks' matchConditions (CEL expressions, ANDed per webhook)."""
 
-    rules: list[dict]
+    rules: list[dict[str, Any]]
     mutating_conditions: list[str]
 
 
@@ -284,7 +284,7 @@ def webhook_manifests(directory: Path) -> WebhookManifests:
             documents = [d for f in discover([str(directory)]) for d in parse(read_text(f), f)]
         except DocumentError as exc:
             raise ManifestsError(str(exc)) from None
-    kinds: dict[str, list[dict]] = {}
+    kinds: dict[str, list[dict[str, Any]]] = {}
     for d in documents:
         if d.is_kubernetes_object:
             kinds.setdefault(d.obj["kind"], []).append(d.obj)
@@ -337,7 +337,7 @@ def match_condition_errors(
     ]
 
 
-def _dicts(value: Any) -> list[dict]:
+def _dicts(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
@@ -366,7 +366,7 @@ def _kustomize(directory: Path) -> list[Document]:
         raise ManifestsError(str(exc)) from None
 
 
-def rule_covers(rule: dict, group: str, resource: str, operation: str) -> bool:
+def rule_covers(rule: dict[str, Any], group: str, resource: str, operation: str) -> bool:
     """Whether one webhook rule sends ``operation`` on ``resource`` of ``group`` (apiserver
     matching: ``*`` is every resource, ``*/*`` every resource and subresource)."""
     parent, _, sub = resource.partition("/")
@@ -379,11 +379,11 @@ def rule_covers(rule: dict, group: str, resource: str, operation: str) -> bool:
 
 
 def coverage_errors(
-    policy: Policy, document: Document, rules: list[dict], manifests: str
+    policy: Policy, document: Document, rules: list[dict[str, Any]], manifests: str
 ) -> list[str]:
     """An error for each judged kind the validating webhook is not sent."""
     raw_workloads = (document.obj.get("spec") or {}).get("workloads") or []
-    wanted = [
+    wanted: list[tuple[str, str, str, tuple[str, ...], str]] = [
         (w.group, w.kind, w.resource, ("CREATE", "UPDATE"), f"no {w.kind} is ever reviewed")
         for w in policy.workloads.values()
         if w.group not in LEGACY_GROUPS

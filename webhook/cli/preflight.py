@@ -77,7 +77,7 @@ def _key(item: Any) -> str:
     by where it is."""
     if item.ref is not None:
         return item.ref.uid or str(item.ref)
-    return item.document.where
+    return str(item.document.where)
 
 
 def _by_key(findings: Iterable[Finding], mode: str) -> dict[FindingKey, str]:

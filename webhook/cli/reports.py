@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from webhook.core.findings import Finding
+from webhook.core.findings import Finding, Violation
 from webhook.policy.model import SECURITY_RULES, Policy
 from webhook.policy.rules import BY_ID
 
@@ -166,7 +166,7 @@ def _result(policy: Policy, subject: Subject, finding: Finding) -> dict[str, Any
     }
 
 
-def _message(violation: Any) -> str:
+def _message(violation: Violation) -> str:
     """The violation as review prints it, without values that may carry secrets or bulk: an
     environment variable's (set from a Secret, or a token written inline), any long string,
     any structured value. A report is read by everyone who may view its namespace, and Policy
@@ -197,7 +197,7 @@ def policy_reports(policy: Policy, items: Iterable[Any], api: ReportAPI) -> list
         if not item.outcome.judged or not isinstance(obj, dict):
             continue
         group = str(obj.get("apiVersion", "")).rpartition("/")[0]
-        workload = policy.workloads.get((group, obj.get("kind")))
+        workload = policy.workloads.get((group, str(obj.get("kind", ""))))
         cluster_scoped = workload is not None and workload.scope == "Cluster"
         metadata = obj.get("metadata") or {}
         subject = Subject(
@@ -291,7 +291,7 @@ def apply_reports(
     for report_namespace, name in sorted(set(existing) - wanted):
         if report_namespace:
             delete: Any = custom.delete_namespaced_custom_object
-            args: tuple = (api.group, api.version, report_namespace, api.plural, name)
+            args: tuple[Any, ...] = (api.group, api.version, report_namespace, api.plural, name)
         else:
             delete = custom.delete_cluster_custom_object
             args = (api.group, api.version, api.cluster_plural, name)

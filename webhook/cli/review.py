@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
+from typing import Any
 
 from webhook.admission.engine import review
 from webhook.admission.objects import Mutation, Outcome, decide_object
@@ -29,7 +30,7 @@ object that cannot be read or judged is reported, and the others still are).
 """
 
 
-def add_subcommands(commands: argparse._SubParsersAction) -> None:
+def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
     parser = add_command(
         commands,
         "review",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 from webhook.cli.common import add_command
 from webhook.server.gunicorn import serve
@@ -34,7 +35,7 @@ when their files change; SIGTERM reports not-ready, keeps serving for --drain-se
 """
 
 
-def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
+def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Register ``serve``."""
     parser = add_command(
         subparsers,

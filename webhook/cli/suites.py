@@ -74,7 +74,7 @@ class CaseResult:
         return not self.failures
 
 
-def schema() -> dict:
+def schema() -> dict[str, Any]:
     """The suite file's JSON Schema, shipped as package data for editors and for loading."""
     return schemas.load("policy-test.schema.json")
 
@@ -188,7 +188,7 @@ def _schema_errors(document: Document) -> list[str]:
     return errors
 
 
-def _missing_message(path: list, key: str) -> str:
+def _missing_message(path: list[Any], key: str) -> str:
     if key in ("expect", "verdict"):
         # A case with nothing expected could only ever pass.
         return (
@@ -203,7 +203,7 @@ def _semantic_errors(document: Document) -> list[str]:
     spec = document.obj
     errors: list[str] = []
 
-    def err(path: list, message: str) -> None:
+    def err(path: list[Any], message: str) -> None:
         errors.append(_error(document, path, message))
 
     if not spec["cases"]:
@@ -249,7 +249,7 @@ def _semantic_errors(document: Document) -> list[str]:
     return errors
 
 
-def _error(document: Document, path: list, message: str) -> str:
+def _error(document: Document, path: list[Any], message: str) -> str:
     rendered = render_path(path)
     return f"{document.source}:{document.line_of(rendered)}: {rendered}: {message}"
 
@@ -301,7 +301,7 @@ def _same(expected: Any, actual: Any) -> bool:
         )
     if isinstance(expected, list) and isinstance(actual, list):
         return len(expected) == len(actual) and all(map(_same, expected, actual))
-    return expected == actual
+    return bool(expected == actual)
 
 
 # --- Running ----------------------------------------------------------------------------
@@ -356,17 +356,23 @@ def _in_namespace(obj: Any, namespace: str | None) -> Any:
     """The object as the API server would see it created in ``namespace``."""
     if namespace is None or not isinstance(obj, dict):
         return obj
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    return {**obj, "metadata": {**metadata, "namespace": namespace}}
+    metadata = obj.get("metadata")
+    return {
+        **obj,
+        "metadata": {**(metadata if isinstance(metadata, dict) else {}), "namespace": namespace},
+    }
 
 
 def _label(outcome: Outcome) -> str:
     obj = outcome.obj if isinstance(outcome.obj, dict) else {}
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    metadata = obj.get("metadata")
+    meta = metadata if isinstance(metadata, dict) else {}
     return f"{obj.get('kind', '?')}/{meta.get('name') or meta.get('generateName') or '?'}"
 
 
-def _mutation_failures(expected: Mapping, judged: list[Outcome], policy: Policy) -> list[str]:
+def _mutation_failures(
+    expected: Mapping[str, Any], judged: list[Outcome], policy: Policy
+) -> list[str]:
     patched = [
         (_label(o) + (f" {m.template_path}" if m.template_path else ""), m)
         for o in judged

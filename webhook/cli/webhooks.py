@@ -6,6 +6,7 @@ rules a policy's custom workload kinds need (``rules``)."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import yaml
 
@@ -23,7 +24,7 @@ examples (as the chart's hook Jobs run them, in the release's namespace):
 """
 
 
-def add_subcommands(commands: argparse._SubParsersAction) -> None:
+def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
     group = add_command_group(
         commands,
         "webhooks",

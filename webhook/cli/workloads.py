@@ -5,6 +5,7 @@ rules a ClusterRole needs to read them all (``audit --cluster``)."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import yaml
 
@@ -19,7 +20,7 @@ examples:
 """
 
 
-def add_to(sub: argparse._SubParsersAction) -> None:
+def add_to(sub: argparse._SubParsersAction[Any]) -> None:
     parser = add_command(
         sub,
         "workloads",

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from webhook.policy.model import Scope
+from webhook.policy.model import Mode, Scope
 
-Mode = Literal["Enforce", "Warn", "Audit"]
 ErrorType = Literal["Invalid value", "Forbidden", "Required value", "Unsupported value"]
 
 _CAUSE_REASON = {
@@ -59,7 +58,7 @@ class Violation:
             return f"{self.path}: {self.error_type}: {self.detail()}"
         return f"{self.path}: {self.error_type}: {render_value(self.value)}: {self.detail()}"
 
-    def cause(self) -> dict:
+    def cause(self) -> dict[str, Any]:
         return {
             "reason": _CAUSE_REASON[self.error_type],
             "message": self.render()[len(self.path) + 2 :],
@@ -93,7 +92,7 @@ class Finding:
     def message(self) -> str:
         return self.violation.detail()
 
-    def as_record(self) -> dict:
+    def as_record(self) -> dict[str, Any]:
         v = self.violation
         return {
             "rule": v.rule,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, NamedTuple
 
+from webhook.policy.annotations import Injection
 from webhook.policy.model import Grants, Policy
 from webhook.policy.quantity import Quantity, parse_quantity
 
@@ -31,7 +32,7 @@ CDI_DOMAIN = "cdi.k8s.io"
 class ContainerView:
     list_name: str
     index: int
-    spec: Mapping
+    spec: Mapping[str, Any]
     name: str
     path: str
     # Vendor-domain resources this container asks for: name -> (value, where it is set).
@@ -45,11 +46,11 @@ class ContainerView:
     # The field of ``spec`` with the ResourceRequirements: ``resources`` but in a catalogued
     # container-like object (Trainer's ``resourcesPerNode``).
     resources_field: str = "resources"
-    _nvidia_env: tuple[tuple[int, dict], ...] | None = None
+    _nvidia_env: tuple[tuple[int, dict[str, Any]], ...] | None = None
     _cuda_version: int | None = None  # the index of a CUDA_VERSION entry; -1 for none
 
     @property
-    def nvidia_env(self) -> tuple[tuple[int, dict], ...]:
+    def nvidia_env(self) -> tuple[tuple[int, dict[str, Any]], ...]:
         """The env entries whose names start with ``NVIDIA_`` (index, entry): found in one
         pass on first use, since an environment can hold hundreds of variables, several
         checks read only these, and the mutation reads none."""
@@ -66,15 +67,15 @@ class ContainerView:
             self._scan_env()
         return self._cuda_version  # type: ignore[return-value]
 
-    def _scan_env(self) -> tuple[tuple[int, dict], ...]:
+    def _scan_env(self) -> tuple[tuple[int, dict[str, Any]], ...]:
         env = self.spec.get("env")
-        found: tuple[tuple[int, dict], ...] = ()
+        found: tuple[tuple[int, dict[str, Any]], ...] = ()
         cuda_version = -1
         if isinstance(env, list) and env:
             try:
                 # The common case, looped in C: every entry an object with a string name, and
                 # no name holding the prefix (a name that starts with it holds it).
-                names = "\n".join(map(dict.get, env, repeat("name")))
+                names = "\n".join(map(dict.get, env, repeat("name")))  # type: ignore[arg-type]
                 holds_prefix = TOOLKIT_PREFIX in names
                 holds_cuda = CUDA_VERSION in names
             except TypeError:
@@ -104,7 +105,7 @@ class ContainerView:
         return found
 
     @property
-    def resources(self) -> Mapping:
+    def resources(self) -> Mapping[str, Any]:
         resources = self.spec.get(self.resources_field)
         return resources if isinstance(resources, dict) else {}
 
@@ -121,8 +122,8 @@ class PodView:
     kind: str
     spec_path: str
     metadata_path: str
-    spec: Mapping
-    metadata: Mapping
+    spec: Mapping[str, Any]
+    metadata: Mapping[str, Any]
     containers: tuple[ContainerView, ...]
     namespace: str
     service_account: str
@@ -139,7 +140,7 @@ class PodView:
     # (field path, the path on the host).
     host_paths: tuple[tuple[str, str], ...] = ()
     # The template's metadata.annotations (empty when it has none, or not an object).
-    annotations: Mapping = field(default_factory=dict)
+    annotations: Mapping[str, Any] = field(default_factory=dict)
     # Pod-level fields taken from another object (an Argo Workflow's spec): field -> its path.
     inherited: Mapping[str, str] = field(default_factory=dict)
     # Facts several checks read, worked out on first use by the functions that own them (a view
@@ -150,7 +151,7 @@ class PodView:
     selection: Any = field(default=None, repr=False)
     reach: Any = field(default=None, repr=False)
     asks_gpu: bool | None = field(default=None, repr=False)
-    injections: Any = field(default=None, repr=False)
+    injections: tuple[Injection, ...] | None = field(default=None, repr=False)
     grants: Grants | None = field(default=None, repr=False)
 
     def field_path(self, name: str) -> str:
@@ -163,11 +164,11 @@ class PodView:
                 return container.resource_path(name)
         return f"{self.spec_path}.containers"
 
-    def node_selector(self) -> Mapping:
+    def node_selector(self) -> Mapping[str, Any]:
         selector = self.spec.get("nodeSelector")
         return selector if isinstance(selector, dict) else {}
 
-    def required_terms(self) -> list:
+    def required_terms(self) -> list[Any]:
         terms = _dig(
             self.spec,
             "affinity",
@@ -177,7 +178,7 @@ class PodView:
         )
         return [t for t in terms if isinstance(t, dict)] if isinstance(terms, list) else []
 
-    def tolerations(self) -> list:
+    def tolerations(self) -> list[Any]:
         tolerations = self.spec.get("tolerations")
         return (
             [t for t in tolerations if isinstance(t, dict)] if isinstance(tolerations, list) else []
@@ -193,7 +194,7 @@ def grants_of(view: PodView, policy: Policy) -> Grants:
     return found
 
 
-def ephemeral_container_names(pod: Mapping) -> set[str]:
+def ephemeral_container_names(pod: Mapping[str, Any]) -> set[str]:
     """The names of a Pod's ephemeral containers (an UPDATE adds them by name)."""
     spec = pod.get("spec")
     items = spec.get("ephemeralContainers") if isinstance(spec, dict) else None
@@ -224,8 +225,8 @@ class ContainerSource(NamedTuple):
     tuple: a 1,000-container Pod makes 1,000 of them per review."""
 
     list_name: str
-    index: int
-    spec: Mapping
+    position: int  # in its list (``index`` is tuple's own method)
+    spec: Mapping[str, Any]
     path: str
     resources_field: str = "resources"
     fallback_name: str = ""  # for a container object without a name (Trainer's trainer)
@@ -234,7 +235,7 @@ class ContainerSource(NamedTuple):
 def build_view(
     kind: str,
     template_path: str,
-    template: Mapping,
+    template: Mapping[str, Any],
     namespace: str,
     policy: Policy,
     identity: str = "",
@@ -259,7 +260,7 @@ def build_view(
 
 
 def listed_containers(
-    spec: Mapping, spec_path: str, lists: tuple[tuple[str, ...], ...] = ()
+    spec: Mapping[str, Any], spec_path: str, lists: tuple[tuple[str, ...], ...] = ()
 ) -> Iterator[ContainerSource]:
     """The containers of a PodSpec's lists, and of more lists at ``lists`` (field paths)."""
     for fields in (*_CONTAINER_FIELDS, *lists) if lists else _CONTAINER_FIELDS:
@@ -277,9 +278,9 @@ def listed_containers(
 
 def view_of(
     kind: str,
-    spec: Mapping,
+    spec: Mapping[str, Any],
     spec_path: str,
-    metadata: Mapping,
+    metadata: Mapping[str, Any],
     metadata_path: str,
     sources: list[ContainerSource],
     namespace: str,
@@ -301,8 +302,8 @@ def view_of(
         # as for the scheduler.
         gpu: dict[str, tuple[Any, str]] = {}
         resources = container.get(resources_field)
-        for where in ("requests", "limits") if isinstance(resources, dict) else ():
-            values = resources.get(where)
+        for where in ("requests", "limits"):
+            values = resources.get(where) if isinstance(resources, dict) else None
             if isinstance(values, dict):
                 for name, value in values.items():
                     # Without a domain only a retired name is one (cpu and memory are in
@@ -383,8 +384,10 @@ def _gpu_relevant(view: PodView, policy: Policy) -> bool:
     for term in view.required_terms():
         expressions = term.get("matchExpressions")
         for expr in expressions if isinstance(expressions, list) else ():
-            key = expr.get("key") if isinstance(expr, dict) else None
-            if isinstance(key, str) and (key in gpu_label_keys or policy.is_vendor_resource(key)):
+            expression_key = expr.get("key") if isinstance(expr, dict) else None
+            if isinstance(expression_key, str) and (
+                expression_key in gpu_label_keys or policy.is_vendor_resource(expression_key)
+            ):
                 return True
     if policy.has_reserved_pools and view.spec.get("nodeName"):
         return True  # it may be a reserved pool's node (the pool-access rule)

@@ -9,7 +9,7 @@ in the pools it could land in) or forbidden (its namespace may not use those poo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 from webhook.core.pods import PodView
 from webhook.core.scheduling import expression_matches, term_allows_labels, tolerates
@@ -80,7 +80,7 @@ class Selection(NamedTuple):
     """
 
     pools: tuple[Pool, ...]
-    taints: tuple[Mapping, ...]
+    taints: tuple[Mapping[str, Any], ...]
     problems: tuple[Problem, ...]
     requested: tuple[str, ...]
     closed: tuple[Pool, ...] = ()
@@ -94,7 +94,7 @@ def select_pool(view: PodView, policy: Policy) -> Selection:
     selection = view.selection
     if selection is None:
         selection = view.selection = _select(view, policy)
-    return selection
+    return cast(Selection, selection)
 
 
 def _select(view: PodView, policy: Policy) -> Selection:
@@ -187,8 +187,8 @@ def _mode_conflict(pools: tuple[Pool, ...], names: tuple[str, ...]) -> Ambiguous
     return None
 
 
-def _union_taints(pools: tuple[Pool, ...]) -> tuple[Mapping, ...]:
-    taints: list[Mapping] = []
+def _union_taints(pools: tuple[Pool, ...]) -> tuple[Mapping[str, Any], ...]:
+    taints: list[Mapping[str, Any]] = []
     for pool in pools:
         for taint in pool.taints:
             if taint not in taints:
@@ -199,7 +199,7 @@ def _union_taints(pools: tuple[Pool, ...]) -> tuple[Mapping, ...]:
 # --- Confinement ------------------------------------------------------------------------
 
 
-def confining_expressions(view: PodView, selection: Selection) -> tuple[dict, ...]:
+def confining_expressions(view: PodView, selection: Selection) -> tuple[dict[str, Any], ...]:
     """The matchExpressions to add to every required nodeSelectorTerm of the Pod so that it can
     land only in ``selection.pools``: the chosen pool's labels (``key In [value]``), or for
     several pools their shared label key (``key In [values]``); then ``key NotIn [value]`` for
@@ -207,7 +207,7 @@ def confining_expressions(view: PodView, selection: Selection) -> tuple[dict, ..
     chosen = selection.pools
     if not chosen:
         return ()
-    expressions: list[dict] = []
+    expressions: list[dict[str, Any]] = []
     if all(p.require_node_affinity for p in chosen) and not _pinned(view, chosen):
         if len(chosen) == 1:
             labels = chosen[0].node_selector
@@ -243,7 +243,7 @@ def _shared_key(chosen: tuple[Pool, ...], closed: tuple[Pool, ...]) -> str | Non
     return None
 
 
-def _excludes(expression: Mapping, pool: Pool) -> bool:
+def _excludes(expression: Mapping[str, Any], pool: Pool) -> bool:
     return not expression_matches(expression, pool.node_selector.get(expression["key"]))
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 
-def tolerates(toleration: Mapping, taint: Mapping) -> bool:
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     """Whether a toleration tolerates a taint, as the scheduler decides it."""
     effect = toleration.get("effect")
     if effect and effect != taint.get("effect"):
@@ -21,7 +22,7 @@ def tolerates(toleration: Mapping, taint: Mapping) -> bool:
     return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
-def toleration_for(taint: Mapping) -> dict:
+def toleration_for(taint: Mapping[str, Any]) -> dict[str, Any]:
     """The narrowest toleration for a taint: what we inject."""
     toleration = {"key": taint["key"]}
     if taint.get("value"):
@@ -32,7 +33,7 @@ def toleration_for(taint: Mapping) -> dict:
     return toleration
 
 
-def expression_matches(expr: Mapping, value: str | None) -> bool:
+def expression_matches(expr: Mapping[str, Any], value: str | None) -> bool:
     """A node selector requirement against one label value (None: the label is absent)."""
     operator = expr.get("operator")
     values = expr.get("values") or []
@@ -55,7 +56,7 @@ def expression_matches(expr: Mapping, value: str | None) -> bool:
     return False
 
 
-def term_allows_labels(term: Mapping, labels: Mapping[str, str]) -> bool:
+def term_allows_labels(term: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     """Whether a nodeSelectorTerm can match a node with these labels.
 
     Only the keys we know (``labels``) are judged; requirements on other keys may hold on

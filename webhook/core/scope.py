@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from operator import attrgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 from webhook.core.hostpaths import in_device_list_dir, is_gpu_device_path
 from webhook.core.pods import TOOLKIT_PREFIX, ContainerView, PodView, is_cdi_annotation
@@ -77,7 +77,7 @@ def is_toolkit_variable(name: object) -> bool:
 requests_gpu: Callable[[ContainerView], bool] = attrgetter("requests_declared_gpu")
 
 
-def toolkit_env(container: ContainerView) -> list[tuple[int, dict]]:
+def toolkit_env(container: ContainerView) -> list[tuple[int, dict[str, Any]]]:
     """The container's env entries that set a variable the container toolkit reads."""
     env = container.nvidia_env
     if not env:  # the common case, without making a list
@@ -101,7 +101,7 @@ def reach(view: PodView, policy: Policy) -> Reach:
     found = view.reach
     if found is None:
         found = view.reach = _reach(view, policy)
-    return found
+    return cast(Reach, found)
 
 
 def asks_for_gpu(view: PodView, policy: Policy) -> bool:
@@ -180,7 +180,7 @@ def _is_gpu_ask(name: str, policy: Policy) -> bool:
     return "gpu" in short or short.startswith("mig") or near_miss_key(name) in policy.near_misses
 
 
-def _tolerated_class(tolerations: list, policy: Policy) -> str | None:
+def _tolerated_class(tolerations: list[Any], policy: Policy) -> str | None:
     """The taint keys of the first GPU node class whose every taint the tolerations tolerate."""
     if not tolerations:
         return None

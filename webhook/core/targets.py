@@ -63,7 +63,7 @@ POD_LEVEL_FIELDS = frozenset(
 )
 
 
-def walk_path(obj: Any, path: TemplatePath) -> Iterator[tuple[str, str, Mapping]]:
+def walk_path(obj: Any, path: TemplatePath) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
     """Every (field path, identity, object) that ``path`` reaches in ``obj``. The identity names
     list items by their ``name`` (JobSet's replicatedJobs, Ray's workerGroupSpecs by
     ``groupName``) instead of their position, so that an UPDATE that reorders or inserts items
@@ -71,7 +71,9 @@ def walk_path(obj: Any, path: TemplatePath) -> Iterator[tuple[str, str, Mapping]
     yield from _walk(obj, path, 0, "", "")
 
 
-def walk_templates(obj: Mapping, workload: WorkloadKind) -> Iterator[tuple[str, str, Mapping]]:
+def walk_templates(
+    obj: Mapping[str, Any], workload: WorkloadKind
+) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
     """Every (field path, identity, PodTemplateSpec) of the kind's template targets: the Pods a
     controller would create from them as written (what the mutating webhook would see)."""
     for target in workload.targets:
@@ -80,7 +82,7 @@ def walk_templates(obj: Mapping, workload: WorkloadKind) -> Iterator[tuple[str, 
 
 
 def walk_views(
-    obj: Mapping, workload: WorkloadKind, namespace: str, policy: Policy
+    obj: Mapping[str, Any], workload: WorkloadKind, namespace: str, policy: Policy
 ) -> Iterator[PodView]:
     """A view of every Pod definition the kind declares in the object."""
     kind = workload.kind
@@ -102,13 +104,13 @@ def walk_views(
 
 
 def _pod_spec_views(
-    obj: Mapping, kind: str, target: PodTarget, namespace: str, policy: Policy
+    obj: Mapping[str, Any], kind: str, target: PodTarget, namespace: str, policy: Policy
 ) -> Iterator[PodView]:
     # The objects whose pod-level fields each match inherits, nearest first.
     layers = [
-        found
+        layer
         for inherit in target.inherit
-        if (found := next(((p, o) for p, _, o in walk_path(obj, inherit)), None)) is not None
+        if (layer := next(((p, o) for p, _, o in walk_path(obj, inherit)), None)) is not None
     ]
     for path, identity, spec in walk_path(obj, target.path):
         sources = list(listed_containers(spec, path, target.container_lists))
@@ -119,7 +121,7 @@ def _pod_spec_views(
                     ContainerSource(name, 0, container, f"{path}.{name}", fallback_name=name)
                 )
         unjudged = [(f"{path}.{f}", spec[f]) for f in target.unjudged if spec.get(f)]
-        merged: Mapping = spec
+        merged: Mapping[str, Any] = spec
         from_elsewhere: dict[str, str] = {}
         if target.inherit:
             if not sources:
@@ -127,8 +129,8 @@ def _pod_spec_views(
             for where, fields in layers:
                 if fields is spec:
                     continue  # templateDefaults judged as itself
-                merged, found = _inherit(fields, where, merged)
-                from_elsewhere = {**found, **from_elsewhere}
+                merged, inherited = _inherit(fields, where, merged)
+                from_elsewhere = {**inherited, **from_elsewhere}
                 unjudged += [(f"{where}.{f}", fields[f]) for f in target.unjudged if fields.get(f)]
         metadata, metadata_path = _metadata(spec, path, target)
         view = view_of(
@@ -148,7 +150,9 @@ def _pod_spec_views(
         yield view
 
 
-def _inherit(fields: Mapping, where: str, own: Mapping) -> tuple[dict, dict[str, str]]:
+def _inherit(
+    fields: Mapping[str, Any], where: str, own: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
     """``own`` with the pod-level fields it does not set taken from ``fields`` (at ``where``),
     and the paths of those. Volumes of both are kept (a Workflow's volumes are every
     template's), numbered after the template's own."""
@@ -164,13 +168,13 @@ def _inherit(fields: Mapping, where: str, own: Mapping) -> tuple[dict, dict[str,
 
 
 def _resources_views(
-    obj: Mapping, kind: str, target: PodTarget, namespace: str, policy: Policy
+    obj: Mapping[str, Any], kind: str, target: PodTarget, namespace: str, policy: Policy
 ) -> Iterator[PodView]:
     field = target.path.steps[-1]
     assert isinstance(field, FieldStep)  # compile_workload refuses anything else
     holder = TemplatePath(target.path.text.rpartition(".")[0], target.path.steps[:-1])
-    holders: dict[str, tuple[str, Mapping]] = {}
-    pods: dict[str, list[tuple[str, str, Mapping]]] = {}
+    holders: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    pods: dict[str, list[tuple[str, str, Mapping[str, Any]]]] = {}
     for path, identity, container in walk_path(obj, holder):
         holders[path] = (identity, container)
         pods[path] = []
@@ -184,9 +188,9 @@ def _resources_views(
                 )
         return
     for pod_fields in target.pod_fields:
-        for holder_path, pod in _paired(obj, holder, pod_fields):
+        for holder_path, paired in _paired(obj, holder, pod_fields):
             if holder_path in pods:
-                pods[holder_path].append(pod)
+                pods[holder_path].append(paired)
     for path, (identity, container) in holders.items():
         name = path.rpartition(".")[2] or kind
         source = ContainerSource(
@@ -209,7 +213,7 @@ def _resources_views(
 
 def _pod_fields_view(
     kind: str,
-    pod: Mapping,
+    pod: Mapping[str, Any],
     pod_path: str,
     identity: str,
     sources: list[ContainerSource],
@@ -236,7 +240,9 @@ def _pod_fields_view(
     return view
 
 
-def _metadata(node: Mapping, where: str, target: PodTarget) -> tuple[Mapping, str]:
+def _metadata(
+    node: Mapping[str, Any], where: str, target: PodTarget
+) -> tuple[Mapping[str, Any], str]:
     """The Pods' metadata (annotations, labels) as the kind writes them, and its path."""
     value: Any = node
     for name in target.pod_metadata:
@@ -245,7 +251,9 @@ def _metadata(node: Mapping, where: str, target: PodTarget) -> tuple[Mapping, st
     return (value if isinstance(value, dict) else {}), path
 
 
-def _host_paths(node: Mapping, where: str, target: PodTarget) -> tuple[tuple[str, str], ...]:
+def _host_paths(
+    node: Mapping[str, Any], where: str, target: PodTarget
+) -> tuple[tuple[str, str], ...]:
     found = []
     for fields in target.host_paths:
         value: Any = node
@@ -257,8 +265,8 @@ def _host_paths(node: Mapping, where: str, target: PodTarget) -> tuple[tuple[str
 
 
 def _paired(
-    obj: Mapping, holder: TemplatePath, pod_fields: TemplatePath
-) -> Iterator[tuple[str, tuple[str, str, Mapping]]]:
+    obj: Mapping[str, Any], holder: TemplatePath, pod_fields: TemplatePath
+) -> Iterator[tuple[str, tuple[str, str, Mapping[str, Any]]]]:
     """(holder path, pod-fields match) pairs: through the steps both paths share, each holder
     meets only the pod fields under the same map entries and list items (a NIMPipeline
     service's resources, that service's spec), and every pod field otherwise."""
@@ -279,7 +287,7 @@ def _paired(
 
 def _walk(
     node: Any, path: TemplatePath, step: int, where: str, identity: str
-) -> Iterator[tuple[str, str, Mapping]]:
+) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
     if step == len(path.steps):
         if isinstance(node, dict):
             yield where, identity, node
@@ -304,6 +312,7 @@ def _walk(
 def _item_name(item: Any) -> str | None:
     if isinstance(item, dict):
         for key in ("name", "groupName"):
-            if isinstance(item.get(key), str):
-                return item[key]
+            value = item.get(key)
+            if isinstance(value, str):
+                return value
     return None

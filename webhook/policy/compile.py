@@ -7,6 +7,7 @@ import fnmatch
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 from webhook.policy import mig
 from webhook.policy.capabilities import capability_name
@@ -29,7 +30,7 @@ from webhook.policy.model import (
 from webhook.policy.names import NearMisses, normalise_host_path
 from webhook.policy.workloads import compile_workloads
 
-DEFAULT_RULE_MODES = {"gpuPods": "Enforce", "otherPods": "Audit"}
+DEFAULT_RULE_MODES: dict[str, RuleMode] = {"gpuPods": "Enforce", "otherPods": "Audit"}
 # --- Compilation ------------------------------------------------------------------------
 
 
@@ -44,7 +45,7 @@ def _namespaces(patterns: list[str]) -> NamespaceMatcher:
     return NamespaceMatcher(patterns=tuple(patterns), names=names, regex=regex)
 
 
-def _resource(raw: dict, defaults: ResourceSpec | None = None) -> ResourceSpec:
+def _resource(raw: dict[str, Any], defaults: ResourceSpec | None = None) -> ResourceSpec:
     """A resource declaration; a pool's inherits the cluster-wide one's per-Pod limits."""
     return ResourceSpec(
         name=raw["name"],
@@ -58,7 +59,7 @@ def _resource(raw: dict, defaults: ResourceSpec | None = None) -> ResourceSpec:
     )
 
 
-def _rule_modes(base: Mapping[str, RuleModes], ruleset: dict) -> RuleSet:
+def _rule_modes(base: Mapping[str, RuleModes], ruleset: dict[str, Any]) -> RuleSet:
     """``ruleset``'s modes over ``base``. Its ``default`` changes the mode of rules that are
     on; a rule (or scope) that is Off in ``base`` comes back only where ``ruleset`` names it,
     so a namespace override's default never re-enables what the policy turned off."""
@@ -72,8 +73,8 @@ def _rule_modes(base: Mapping[str, RuleModes], ruleset: dict) -> RuleSet:
             out[rule] = RuleModes("Off", "Off", "Off")
             continue
         out[rule] = RuleModes(
-            _scope_mode(entry, named, "gpuPods", current.gpu_pods),
-            _scope_mode(entry, named, "otherPods", current.other_pods),
+            _scope_mode(entry, named, "gpuPods", current.gpu_pods) or current.gpu_pods,
+            _scope_mode(entry, named, "otherPods", current.other_pods) or current.other_pods,
             _scope_mode(entry, named, "reachablePods", current.reachable_pods),
         )
     return RuleSet(out)
@@ -86,7 +87,7 @@ def allowed_host_paths(paths: list[str]) -> tuple[str, ...]:
     return tuple(canonical(p) for p in paths if unsafe_to_allow(p) is None)
 
 
-def _grants(raw: dict) -> Grants:
+def _grants(raw: dict[str, Any]) -> Grants:
     capabilities: dict[str, frozenset[str] | None] = {}
     for item in raw.get("capabilities", []):
         if isinstance(item, str):
@@ -108,7 +109,7 @@ def _grants(raw: dict) -> Grants:
     )
 
 
-def _tenants(spec: dict) -> tuple[Tenant, ...]:
+def _tenants(spec: dict[str, Any]) -> tuple[Tenant, ...]:
     if "tenants" not in spec:
         default = {"capabilities": list(DEFAULT_GRANTED_CAPABILITIES)}
         return (Tenant(_namespaces(["*"]), _grants(default)),)
@@ -117,23 +118,25 @@ def _tenants(spec: dict) -> tuple[Tenant, ...]:
     )
 
 
-def _scope_mode(entry: dict, named: dict, key: str, current: RuleMode | None) -> RuleMode | None:
+def _scope_mode(
+    entry: dict[str, Any], named: dict[str, Any], key: str, current: RuleMode | None
+) -> RuleMode | None:
     """One scope's mode: ``entry``'s over ``current``, but Off stays Off unless named."""
     if current == "Off" and key not in named:
         return "Off"
     return entry.get(key, current)
 
 
-def _hard_taints(taints: list) -> tuple[MappingProxyType, ...]:
+def _hard_taints(taints: list[Any]) -> tuple[MappingProxyType[str, Any], ...]:
     """The taints that keep Pods off a node: PreferNoSchedule only discourages."""
     return tuple(_frozen(t) for t in taints if t["effect"] in ("NoSchedule", "NoExecute"))
 
 
-def _frozen(mapping: dict) -> MappingProxyType:
+def _frozen(mapping: dict[str, Any]) -> MappingProxyType[str, Any]:
     return MappingProxyType({k: tuple(v) if isinstance(v, list) else v for k, v in mapping.items()})
 
 
-def compile_policy(doc: dict, source: str, digest: str) -> Policy:
+def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
     """The compiled policy of a document that passed the schema and the lint."""
     spec = doc["spec"]
     mig_spec = spec.get("migCatalogue", {})

@@ -7,6 +7,7 @@ yesterday); an allowed path that holds other tenants' data is a warning."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from webhook.policy.annotations import classify
 from webhook.policy.capabilities import PRIVILEGED_EQUIVALENT, capability_name
@@ -15,7 +16,9 @@ from webhook.policy.lines import LineFinder, render_path
 from webhook.policy.model import PolicyWarning
 
 
-def grant_errors(grants: dict, path: list, err: Callable[[list, str], None]) -> None:
+def grant_errors(
+    grants: dict[str, Any], path: list[Any], err: Callable[[list[Any], str], None]
+) -> None:
     """Errors in one tenant's ``grants`` (at ``path``): keys that are no injection annotation,
     privileged-equivalent capabilities."""
     for j, annotation in enumerate(grants.get("annotations", [])):
@@ -37,7 +40,7 @@ def grant_errors(grants: dict, path: list, err: Callable[[list, str], None]) -> 
             )
 
 
-def host_path_findings(doc: dict, lines: LineFinder) -> list[PolicyWarning]:
+def host_path_findings(doc: dict[str, Any], lines: LineFinder) -> list[PolicyWarning]:
     """The allowed host paths (``hostDevices.allowedPaths``, tenants' ``hostPaths``) that can
     never be allowed, as errors (``policy validate`` refuses them; at load they are dropped,
     so that a replica does not crash-loop on a policy that was valid yesterday), and those

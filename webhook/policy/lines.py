@@ -7,11 +7,14 @@ Errors and warnings about a policy (or a test suite) point at the line of the fi
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import yaml
 
 
-def duplicate_keys(node: yaml.Node | None, path: list | None = None) -> Iterator[tuple[list, int]]:
+def duplicate_keys(
+    node: yaml.Node | None, path: list[Any] | None = None
+) -> Iterator[tuple[list[Any], int]]:
     """Every key given twice in one mapping, as (path, line). PyYAML keeps the last of two
     equal keys, so a second ``rules:`` would silently replace the first."""
     path = path or []
@@ -35,7 +38,7 @@ class LineFinder:
         self.source = source
         self.root = root
 
-    def line(self, path: list) -> int:
+    def line(self, path: list[Any]) -> int:
         node = self.root
         for step in path:
             if isinstance(node, yaml.MappingNode):
@@ -53,11 +56,11 @@ class LineFinder:
                 break
         return node.start_mark.line + 1
 
-    def error(self, path: list, message: str) -> str:
+    def error(self, path: list[Any], message: str) -> str:
         return f"{self.source}:{self.line(path)}: {render_path(path)}: {message}"
 
 
-def render_path(path: list) -> str:
+def render_path(path: list[Any]) -> str:
     """``spec.pools[0].name``: list items by index, fields joined by dots."""
     out = ""
     for step in path:

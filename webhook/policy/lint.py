@@ -29,7 +29,7 @@ from webhook.policy.workloads import (
 LABEL_SELECTOR_KEYS = ("labels", "matchLabels", "objectSelector", "podSelector", "selector")
 _GLOB = re.compile(r"[*?\[]")
 
-Report = Callable[[list, str], None]
+Report = Callable[[list[Any], str], None]
 
 
 # --- Errors -----------------------------------------------------------------------------
@@ -54,11 +54,11 @@ def pre_schema_errors(doc: Any, lines: LineFinder) -> list[str]:
     return errors
 
 
-def semantic_errors(doc: dict, lines: LineFinder) -> list[str]:
+def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
     spec = doc["spec"]
     errors: list[str] = []
 
-    def err(path: list, message: str) -> None:
+    def err(path: list[Any], message: str) -> None:
         errors.append(lines.error(path, message))
 
     mig_spec = spec.get("migCatalogue", {})
@@ -100,7 +100,7 @@ def semantic_errors(doc: dict, lines: LineFinder) -> list[str]:
     profiles = mig.catalogued_profiles(catalogue, products)
     domains = spec.get("vendorDomains", ["nvidia.com"])
 
-    def lint_resource(path: list, resource: dict) -> None:
+    def lint_resource(path: list[Any], resource: dict[str, Any]) -> None:
         name, sharing = resource["name"], resource["sharing"]
         domain, _, short = name.partition("/")
         if domain not in domains:
@@ -229,7 +229,7 @@ def semantic_errors(doc: dict, lines: LineFinder) -> list[str]:
     return errors
 
 
-def _lint_reserved_pools(pools: list[dict], err: Report) -> None:
+def _lint_reserved_pools(pools: list[dict[str, Any]], err: Report) -> None:
     """A pool reserved for some namespaces must be one the mutating webhook can keep other Pods
     off by adding to their node affinity (``key NotIn [value]``): it needs a label that no
     other pool sets to the same value."""
@@ -248,7 +248,7 @@ def _lint_reserved_pools(pools: list[dict], err: Report) -> None:
             )
 
 
-def _lint_expression(expr: dict, path: list, err: Report) -> None:
+def _lint_expression(expr: dict[str, Any], path: list[Any], err: Report) -> None:
     operator, values = expr["operator"], expr.get("values")
     if operator in ("In", "NotIn") and not values:
         err(path, f"operator {operator} needs at least one value")
@@ -258,7 +258,7 @@ def _lint_expression(expr: dict, path: list, err: Report) -> None:
         err(path, f"operator {operator} takes exactly one integer value")
 
 
-def _lint_glob(pattern: str, path: list, err: Report) -> None:
+def _lint_glob(pattern: str, path: list[Any], err: Report) -> None:
     try:
         re.compile(fnmatch.translate(pattern))
     except re.error as exc:
@@ -274,10 +274,10 @@ def warnings(policy: Policy, lines: LineFinder) -> tuple[PolicyWarning, ...]:
     effect, pools no governed namespace may use."""
     found: list[PolicyWarning] = []
 
-    def warn(path: list, message: str) -> None:
+    def warn(path: list[Any], message: str) -> None:
         found.append(PolicyWarning(lines.line(path), render_path(path), message))
 
-    def inform(path: list, message: str) -> None:
+    def inform(path: list[Any], message: str) -> None:
         found.append(PolicyWarning(lines.line(path), render_path(path), message, level="info"))
 
     _lint_pool_overlap(policy, warn)

@@ -36,7 +36,7 @@ class PolicyError(ValueError):
         super().__init__(head + ":\n  " + "\n  ".join(errors) if errors else head)
 
 
-def schema() -> dict:
+def schema() -> dict[str, Any]:
     """The policy's JSON Schema, shipped as package data (one source of truth)."""
     return schemas.load("policy.schema.json")
 
@@ -137,4 +137,4 @@ def _schema_message(err: jsonschema.ValidationError) -> str:
         if err.instance is False and "Off" in err.validator_value:
             message += ' (YAML reads an unquoted Off as false: write "Off")'
         return message
-    return err.message
+    return str(err.message)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from types import MappingProxyType
+from typing import Any
 
 MIG_PROFILE = re.compile(
     r"(?P<gpc>[1-9][0-9]?)g\.(?P<mem>[1-9][0-9]{0,3})gb"
@@ -26,11 +27,11 @@ MIG_PROFILE = re.compile(
 MIG_PREFIX = "mig-"
 
 
-def _table(pairs: list[tuple[str, int]]) -> MappingProxyType:
+def _table(pairs: list[tuple[str, int]]) -> MappingProxyType[str, Any]:
     return MappingProxyType(dict(pairs))
 
 
-def _seven_slices(small: int, double: int, half: int, full: int) -> MappingProxyType:
+def _seven_slices(small: int, double: int, half: int, full: int) -> MappingProxyType[str, Any]:
     """The profiles of a GPU with 7 compute slices (A100, H100, H200, B200 and kin): they differ
     only in memory. ``small`` is one slice's memory, ``double`` the 1g/2g profile with twice
     that, ``half`` the 3g/4g profiles', ``full`` the whole GPU's (GB)."""
@@ -47,7 +48,7 @@ def _seven_slices(small: int, double: int, half: int, full: int) -> MappingProxy
     )
 
 
-CATALOGUE: MappingProxyType = MappingProxyType(
+CATALOGUE: MappingProxyType[str, Any] = MappingProxyType(
     {
         "A100-40GB": _seven_slices(5, 10, 20, 40),
         "A100-80GB": _seven_slices(10, 20, 40, 80),
@@ -116,7 +117,7 @@ def closest_profile(profile: str, sizes: tuple[tuple[int, int, str], ...]) -> st
     return next((size[2] for size in same_compute if size[1] >= memory), same_compute[-1][2])
 
 
-def catalogue_with(custom_products: list[dict]) -> dict[str, MappingProxyType]:
+def catalogue_with(custom_products: list[dict[str, Any]]) -> dict[str, MappingProxyType[str, Any]]:
     """The catalogue plus a policy's ``customProducts`` (one instance of each profile each)."""
     catalogue = dict(CATALOGUE)
     for product in custom_products:
@@ -124,7 +125,7 @@ def catalogue_with(custom_products: list[dict]) -> dict[str, MappingProxyType]:
     return catalogue
 
 
-def catalogued_profiles(catalogue: dict, products: list[str]) -> dict[str, int]:
+def catalogued_profiles(catalogue: dict[str, Any], products: list[str]) -> dict[str, int]:
     """Every profile of the chosen products (``*``: all), with the most instances one GPU holds."""
     chosen = list(catalogue) if "*" in products else [p for p in products if p in catalogue]
     profiles: dict[str, int] = {}

@@ -10,12 +10,14 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from webhook.policy.names import NearMisses
 from webhook.policy.rules import RULES
 
 RuleMode = Literal["Enforce", "Warn", "Audit", "Off"]
+# The mode of a rule that is on: what a finding is reported in.
+Mode = Literal["Enforce", "Warn", "Audit"]
 Sharing = Literal["Exclusive", "TimeSlicing", "MPS", "MIG", "MIGTimeSlicing"]
 
 RULE_IDS: tuple[str, ...] = tuple(rule.id for rule in RULES)
@@ -44,11 +46,11 @@ class ResourceSpec:
 @dataclass(frozen=True, slots=True)
 class Pool:
     name: str
-    node_selector: MappingProxyType
-    resources: MappingProxyType  # name -> ResourceSpec
+    node_selector: MappingProxyType[str, str]
+    resources: MappingProxyType[str, ResourceSpec]
     gpus_per_node: int | None
-    taints: tuple[MappingProxyType, ...]
-    preferred_affinity: tuple[MappingProxyType, ...]
+    taints: tuple[MappingProxyType[str, Any], ...]
+    preferred_affinity: tuple[MappingProxyType[str, Any], ...]
     require_node_affinity: bool
     namespaces: NamespaceMatcher | None
 
@@ -64,7 +66,7 @@ class NamespaceMatcher:
 
     patterns: tuple[str, ...]
     names: frozenset[str]
-    regex: re.Pattern | None = field(compare=False)
+    regex: re.Pattern[str] | None = field(compare=False)
 
     def matches(self, namespace: str) -> bool:
         if namespace in self.names:
@@ -91,7 +93,7 @@ class RuleModes:
 
 
 # What runs on a template: (rule id, its mode, the scope a security rule reports or None).
-RuleStep = tuple[str, RuleMode, "Scope | None"]
+RuleStep = tuple[str, Mode, "Scope | None"]
 
 
 class RuleSet(Mapping[str, RuleModes]):
@@ -159,10 +161,14 @@ class Grants:
     container toolkit's node-shared device variables (``NVIDIA_MOFED``...). ``host_paths``:
     host paths (and below) its Pods may mount."""
 
-    capabilities: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    capabilities: MappingProxyType[str, frozenset[str] | None] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
     host_network: bool = False
     host_ipc: bool = False
-    annotations: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    annotations: MappingProxyType[str, frozenset[str]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
     toolkit_variables: frozenset[str] = frozenset()
     host_paths: tuple[str, ...] = ()
 
@@ -181,12 +187,11 @@ class Grants:
         """Both grants: a namespace that several tenants match gets what each grants."""
         capabilities = dict(self.capabilities)
         for name, containers in other.capabilities.items():
-            if name not in capabilities:
-                capabilities[name] = containers
-            elif capabilities[name] is None or containers is None:
+            mine = capabilities.get(name, frozenset())
+            if name in capabilities and mine is None or containers is None:
                 capabilities[name] = None  # every container
             else:
-                capabilities[name] = capabilities[name] | containers
+                capabilities[name] = (mine or frozenset()) | containers
         return Grants(
             MappingProxyType(capabilities),
             self.host_network or other.host_network,
@@ -197,7 +202,9 @@ class Grants:
         )
 
 
-def _union_values(mine: Mapping, theirs: Mapping) -> dict[str, frozenset[str]]:
+def _union_values(
+    mine: Mapping[str, frozenset[str]], theirs: Mapping[str, frozenset[str]]
+) -> dict[str, frozenset[str]]:
     merged = dict(mine)
     for key, values in theirs.items():
         merged[key] = merged.get(key, frozenset()) | values
@@ -333,19 +340,21 @@ class Policy:
     source: str
     sha256: str
     vendor_domains: tuple[str, ...]
-    resources: MappingProxyType  # cluster-wide declared resources: name -> ResourceSpec
+    resources: MappingProxyType[str, ResourceSpec]  # cluster-wide declared resources
     unknown_resources: Literal["Allow", "Warn", "Deny"]
     mig_products: tuple[str, ...]
     mig_profiles: frozenset[str]  # catalogued profiles of the declared products (no .shared)
-    mig_profile_counts: MappingProxyType  # profile -> most instances on one GPU
+    mig_profile_counts: MappingProxyType[str, int]  # profile -> most instances on one GPU
     mig_sizes: tuple[tuple[int, int, str], ...]  # mig.plain_sizes of mig_profiles
     uncatalogued_mig: Literal["Warn", "Deny"]
     pools: tuple[Pool, ...]
-    gpu_node_taints: tuple[MappingProxyType, ...]  # taints of GPU nodes outside declared pools
+    gpu_node_taints: tuple[
+        MappingProxyType[str, Any], ...
+    ]  # taints of GPU nodes outside declared pools
     # The NoSchedule/NoExecute taints of each class of GPU node (gpuNodeTaints, each pool): a
     # Pod that tolerates every taint of one class can land there. Empty when every Pod can
     # (GPU nodes declared untainted, or a class without such a taint).
-    gpu_node_classes: tuple[tuple[MappingProxyType, ...], ...]
+    gpu_node_classes: tuple[tuple[MappingProxyType[str, Any], ...], ...]
     every_pod_reaches_gpu_nodes: bool
     gpu_nodes_tainted: bool  # the policy's gpuNodesTainted
     host_device_paths: tuple[str, ...]
@@ -358,13 +367,13 @@ class Policy:
     rules: RuleSet
     namespace_overrides: tuple[NamespaceOverride, ...]
     exemptions: tuple[Exemption, ...]
-    workloads: MappingProxyType  # (group, kind) -> WorkloadKind
+    workloads: MappingProxyType[tuple[str, str], WorkloadKind]  # by (group, kind)
     declared_names: frozenset[str]  # every GPU resource name the policy knows
     # Vendor resources that go beside GPUs in any pool (HAMi's nvidia.com/gpumem, NICs): known
     # to the resource-name rule, no part of pool selection, no GPU request.
     companion_names: frozenset[str]
     near_misses: NearMisses  # near_miss_key(name) -> declared name, indexed
-    retired: MappingProxyType  # retired resource name -> (replacement, reason)
+    retired: MappingProxyType[str, tuple[str, str]]  # name -> (replacement, reason)
     # Namespaces open to every pool whose Pods may set nodeName (a gang scheduler's binder).
     binder_namespaces: NamespaceMatcher | None
     gpu_label_keys: frozenset[str]  # node labels that select a GPU pool

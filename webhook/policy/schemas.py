@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 from functools import cache
 from importlib import resources
+from typing import Any
 
 import jsonschema
 
 
 @cache
-def load(name: str) -> dict:
+def load(name: str) -> dict[str, Any]:
     """A schema from ``webhook/policy/data``, e.g. ``policy.schema.json``."""
-    return json.loads(resources.files("webhook.policy").joinpath(f"data/{name}").read_text("utf-8"))
+    text = resources.files("webhook.policy").joinpath(f"data/{name}").read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
 
 
 @cache

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from functools import cache
 from importlib import resources
 from types import MappingProxyType
+from typing import Any
 
 import yaml
 
@@ -74,7 +75,7 @@ def compile_template_path(text: str) -> TemplatePath:
     return TemplatePath(text=text, steps=tuple(steps))
 
 
-def entry_paths(entry: Mapping) -> Iterable[tuple[tuple[str | int, ...], str]]:
+def entry_paths(entry: Mapping[str, Any]) -> Iterable[tuple[tuple[str | int, ...], str]]:
     """Every path a ``spec.workloads`` entry names, with where it is (for the lint)."""
     for i, text in enumerate(entry.get("templates", ())):
         yield ("templates", i), text
@@ -90,7 +91,7 @@ def entry_paths(entry: Mapping) -> Iterable[tuple[tuple[str | int, ...], str]]:
             yield ("resources", i, "podFields", j), text
 
 
-def compile_workload(entry: Mapping, *, catalogued: bool = False) -> WorkloadKind:
+def compile_workload(entry: Mapping[str, Any], *, catalogued: bool = False) -> WorkloadKind:
     """A ``spec.workloads`` entry (or a catalogue entry) that passed the schema and the lint."""
     targets = [PodTarget("template", compile_template_path(p)) for p in entry.get("templates", ())]
     for target in entry.get("podSpecs", ()):
@@ -137,16 +138,16 @@ def compile_workload(entry: Mapping, *, catalogued: bool = False) -> WorkloadKin
     )
 
 
-def _pod_metadata(target: Mapping) -> tuple[str, ...]:
+def _pod_metadata(target: Mapping[str, Any]) -> tuple[str, ...]:
     where = target.get("podMetadata", "metadata")
     return () if where == "." else tuple(where.split("."))
 
 
-def _host_paths(target: Mapping) -> tuple[tuple[str, ...], ...]:
+def _host_paths(target: Mapping[str, Any]) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(p.split(".")) for p in target.get("hostPaths", ()))
 
 
-def _pod_fields(target: Mapping) -> list[str]:
+def _pod_fields(target: Mapping[str, Any]) -> list[str]:
     """``podFields``: one path, or several (a kind whose field moved between releases)."""
     return _listed(target.get("podFields", []))
 
@@ -157,7 +158,7 @@ def _listed(value: str | list[str]) -> list[str]:
 
 
 @cache
-def catalogue() -> tuple[dict, ...]:
+def catalogue() -> tuple[dict[str, Any], ...]:
     """The catalogue's entries, checked once against the policy schema's workload shape."""
     text = resources.files("webhook.policy").joinpath("data/catalogue.yaml").read_text("utf-8")
     entries = yaml.safe_load(text)["workloads"]
@@ -176,7 +177,9 @@ def catalogued_kinds() -> frozenset[tuple[str, str]]:
     return frozenset((e["group"], e["kind"]) for e in catalogue())
 
 
-def compile_workloads(spec: Mapping) -> MappingProxyType:
+def compile_workloads(
+    spec: Mapping[str, Any],
+) -> MappingProxyType[tuple[str, str], WorkloadKind]:
     """(group, kind) -> WorkloadKind: the built-in kinds, the catalogue without the kinds the
     policy switches off, and the policy's own (which win over the catalogue's of one kind)."""
     workloads: dict[tuple[str, str], WorkloadKind] = {}
@@ -207,7 +210,7 @@ SPEC_CHANGED = (
 )
 
 
-def custom_resource_rules(workloads: Iterable[WorkloadKind]) -> list[dict]:
+def custom_resource_rules(workloads: Iterable[WorkloadKind]) -> list[dict[str, Any]]:
     """The webhook rules of the custom workload kinds: one per API group, in first-seen order,
     resources sorted, every version (operators serve several), either scope."""
     by_group: dict[str, set[str]] = {}
@@ -226,7 +229,7 @@ def custom_resource_rules(workloads: Iterable[WorkloadKind]) -> list[dict]:
     ]
 
 
-def read_rules(workloads: Iterable[WorkloadKind]) -> list[dict]:
+def read_rules(workloads: Iterable[WorkloadKind]) -> list[dict[str, Any]]:
     """RBAC rules to get and list every kind the policy judges (``audit --cluster``), one per
     API group in first-seen order; the legacy group is never served."""
     by_group: dict[str, set[str]] = {}

@@ -26,6 +26,7 @@ import orjson
 from flask import Flask, Response, request
 from gunicorn.http.errors import ParseException
 from werkzeug.exceptions import ClientDisconnected, HTTPException
+from werkzeug.wrappers import Response as WerkzeugResponse
 
 from webhook.admission.engine import TooMuchWork, WorkLimits, decide
 from webhook.admission.request import RequestError
@@ -109,10 +110,12 @@ def _read_request_body() -> bytes:
     if announced and announced.isascii() and announced.isdigit():
         # What the API server sends: read exactly that many bytes from the server's stream,
         # without Werkzeug's wrapping (a tenth of the request's cost outside the decision).
-        length = int(announced)
-        if length > MAX_BODY_BYTES:  # refused without being buffered
-            raise _Refused(413, f"request body of {length} bytes exceeds {MAX_BODY_BYTES} bytes")
-        return _read_body(partial(environ["wsgi.input"].read, length), length)
+        announced_length = int(announced)
+        if announced_length > MAX_BODY_BYTES:  # refused without being buffered
+            raise _Refused(
+                413, f"request body of {announced_length} bytes exceeds {MAX_BODY_BYTES} bytes"
+            )
+        return _read_body(partial(environ["wsgi.input"].read, announced_length), announced_length)
     length = request.content_length
     if length is not None and length > MAX_BODY_BYTES:
         raise _Refused(413, f"request body of {length} bytes exceeds {MAX_BODY_BYTES} bytes")
@@ -366,6 +369,7 @@ def create_app(
     def readyz() -> Response:
         store.reload_if_changed()
         policy = store.policy
+        reason: str | None
         if policy is None:
             reason = f"no valid policy loaded: {store.problem}"
         else:
@@ -384,7 +388,7 @@ def create_app(
         return Response(body, status=200, content_type=content_type)
 
     @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> Response:
+    def http_error(exc: HTTPException) -> WerkzeugResponse:
         # Werkzeug's response keeps headers such as Allow on a 405; only the body changes.
         response = exc.get_response()
         response.set_data(orjson.dumps({"error": f"{exc.code} {exc.name}: {exc.description}"}))

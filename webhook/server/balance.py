@@ -115,8 +115,8 @@ class BalancedServer(StreamServer):
         shares: ConnectionShares,
         slot: int | None,
         make_room: Callable[[], bool] | None = None,
-        **kwargs,
-    ):
+        **kwargs: Any,
+    ) -> None:
         super().__init__(listener, **kwargs)
         self._shares = shares
         self._slot = slot

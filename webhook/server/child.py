@@ -14,7 +14,7 @@ import pickle
 import resource
 import signal
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import gevent
 from gevent.lock import BoundedSemaphore
@@ -86,7 +86,7 @@ def run_in_child(work: Callable[[], T]) -> T:
     status, value = pickle.loads(data)
     if status == "raised":
         raise value
-    return value
+    return cast(T, value)
 
 
 def _cap_memory(extra: int) -> None:

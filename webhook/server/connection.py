@@ -82,10 +82,12 @@ class PacedSocket:
         self._reads += 1
         if self._reads % READS_PER_TURN == 0:
             give_turn()
-        return self._sock.recv(size)
+        data: bytes = self._sock.recv(size)
+        return data
 
     def gettimeout(self) -> float | None:
-        return self._sock.gettimeout()
+        timeout: float | None = self._sock.gettimeout()
+        return timeout
 
     def settimeout(self, seconds: float | None) -> None:
         self._sock.settimeout(seconds)

@@ -48,10 +48,10 @@ from gunicorn.arbiter import Arbiter
 from webhook.server.balance import ConnectionShares
 from webhook.server.child import run_in_child
 from webhook.server.logs import SERVER_LOGGER, GunicornJsonLogger, configure_logging
-from webhook.server.settings import ServeSettings, SettingsError
+from webhook.server.settings import Deadlines, ServeSettings, SettingsError
 from webhook.server.tls import CertificateReloader, build_server_context
 from webhook.server.watch import every
-from webhook.server.worker import AdmissionWorker, Deadlines
+from webhook.server.worker import AdmissionWorker
 
 # Nothing that imports prometheus_client is imported here at module level: it picks its
 # multiprocess storage when first imported, and ``serve`` sets PROMETHEUS_MULTIPROC_DIR

@@ -70,7 +70,7 @@ SERVER_LOGGER = "webhook.server"
 STORE_LOGGER = "webhook.policy_store"
 
 
-class _JsonStreamHandler(logging.StreamHandler):
+class _JsonStreamHandler(logging.StreamHandler[Any]):
     """The handler :func:`configure_logging` installs, told apart from anyone else's. It
     knows the file descriptor of its stream, when the stream has one, for decision lines."""
 
@@ -182,7 +182,9 @@ def log_decision(
     # as much as the decision itself. The line is the one JsonFormatter would write.
     fd = handler.fd
     if fd is None:  # a stream without a file (tests): through it, under the handler's lock
-        with handler.lock:
+        lock = handler.lock
+        assert lock is not None  # logging.Handler makes one in __init__
+        with lock:
             handler.stream.write(_json_line(entry) + handler.terminator)
             handler.stream.flush()
         return
@@ -272,5 +274,5 @@ def _json_handler(logger: logging.Logger) -> _JsonStreamHandler | None:
             return None
         if not node.propagate:
             return None
-        node = node.parent  # type: ignore[assignment]
+        node = node.parent
     return None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from bisect import bisect_left
 from datetime import datetime
+from typing import Any
 
 from gevent import monkey
 from prometheus_client import (
@@ -146,7 +147,7 @@ class Metrics:
         self._violations: dict[tuple[str, str], int] = {}
         self._mutations: dict[str, int] = {}
         # endpoint -> [sum of seconds, observations per bucket of DECISION_BUCKETS and +Inf]
-        self._seconds: dict[str, list] = {}
+        self._seconds: dict[str, list[Any]] = {}
         # A lock of the operating system even in a gevent worker (whose threading locks are
         # greenlet locks, ten times dearer): nothing inside it can switch greenlets.
         self._pending_lock = monkey.get_original("_thread", "allocate_lock")()
