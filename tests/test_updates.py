@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 
@@ -23,6 +22,7 @@ from tests.support.admission import (
     validate,
     warnings,
 )
+from tests.support.paths import REPO
 
 POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
 
@@ -337,9 +337,7 @@ def test_a_new_replicated_job_with_a_problem_is_denied():
 
 
 def test_a_container_inserted_before_an_old_pool_problem_does_not_make_it_new():
-    labelled = webhook.load_policy(
-        Path(__file__).resolve().parents[2] / "policies" / "examples" / "labelled-pools.yaml"
-    )
+    labelled = webhook.load_policy(REPO / "policies" / "examples" / "labelled-pools.yaml")
     old = pod(container("g", gpu=1))
     assert denied_rules(validate(old, labelled, namespace="web")) == {"pool-access"}
     new = pod(container("sidecar"), container("g", gpu=1))
