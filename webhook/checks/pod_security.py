@@ -94,8 +94,6 @@ APPARMOR_TYPES = ("RuntimeDefault", "Localhost")
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 HANDLERS = ("postStart", "preStop")
-# The container fields the baseline restricts something in.
-_JUDGED_FIELDS = frozenset({"ports", "securityContext", "lifecycle", *PROBES})
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
@@ -128,9 +126,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 )
     user_namespace = spec.get("hostUsers") is False
     for container in view.containers:
-        # Most containers set none of what the baseline restricts: no generator for them.
-        if not _JUDGED_FIELDS.isdisjoint(container.spec):
-            yield from _container(view, policy, container, host_network, user_namespace)
+        yield from _container(view, policy, container, host_network, user_namespace)
     if not view.annotations:
         return
     for key, value in view.annotations.items():

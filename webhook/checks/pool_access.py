@@ -33,7 +33,7 @@ from webhook.core.pools import (
     reachable_closed_pools,
     select_pool,
 )
-from webhook.policy.model import POOL_ANNOTATION, Policy
+from webhook.policy.model import POOL_ANNOTATION, Policy, Pool
 
 RULE = "pool-access"
 
@@ -65,8 +65,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         yield from _tolerated_pools(view, policy)
         return
     for pool in reachable_closed_pools(view, policy):
-        label = ", ".join(f"{k}={v}" for k, v in sorted(pool.node_selector.items()))
-        key = min(pool.node_selector)
+        label, exclusion = _labels(pool)
         yield Violation(
             rule=RULE,
             path=f"{view.spec_path}.affinity.nodeAffinity",
@@ -75,20 +74,26 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             f"{quote(view.namespace)} may not use: neither its required node affinity nor its "
             "tolerations keep it off those nodes",
             hint="add to every requiredDuringSchedulingIgnoredDuringExecution nodeSelectorTerm "
-            f"an expression that excludes the pool, e.g. {{key: {key}, operator: "
-            f"NotIn, values: [{pool.node_selector[key]}]}} (the mutating webhook adds "
-            "it when it runs)",
+            f"an expression that excludes the pool, e.g. {exclusion} (the mutating webhook "
+            "adds it when it runs)",
             error_type="Forbidden",
             subject=pool.name,
             field="pool-confinement",
         )
 
 
+def _labels(pool: Pool) -> tuple[str, str]:
+    """The pool's labels as a message shows them, and a node affinity expression that keeps a
+    Pod off its nodes."""
+    label = ", ".join(f"{k}={v}" for k, v in sorted(pool.node_selector.items()))
+    key = min(pool.node_selector)
+    return label, f"{{key: {key}, operator: NotIn, values: [{pool.node_selector[key]}]}}"
+
+
 def _tolerated_pools(view: PodView, policy: Policy) -> Iterator[Violation]:
     """A Pod that asks for no GPU, on the nodes of a pool closed to its namespace."""
     for pool, by_wildcard in closed_pools_tolerated(view, policy):
-        label = ", ".join(f"{k}={v}" for k, v in sorted(pool.node_selector.items()))
-        key = min(pool.node_selector)
+        label, exclusion = _labels(pool)
         how = "a wildcard toleration tolerates" if by_wildcard else "its tolerations tolerate"
         yield Violation(
             rule=RULE,
@@ -100,7 +105,7 @@ def _tolerated_pools(view: PodView, policy: Policy) -> Iterator[Violation]:
             "reserved for the pool's namespaces",
             hint="remove the tolerations of the pool's taints, or add to every "
             "requiredDuringSchedulingIgnoredDuringExecution nodeSelectorTerm "
-            f"{{key: {key}, operator: NotIn, values: [{pool.node_selector[key]}]}}"
+            f"{exclusion}"
             + (" (a node agent that must run there: exempt its namespace)" if by_wildcard else ""),
             error_type="Forbidden",
             subject=pool.name,
