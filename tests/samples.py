@@ -32,6 +32,52 @@ spec:
             limits:
               nvidia.com/gpu: 2
 """
+PRIVILEGED_GPU_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: debug
+spec:
+  containers:
+    - name: main
+      image: cuda
+      securityContext:
+        privileged: true
+      resources:
+        limits:
+          nvidia.com/gpu: 1
+"""
+# Not GPU-relevant: the default policy only audits it, so it is denied only when every rule is
+# evaluated as Enforce.
+PRIVILEGED_PLAIN_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: cni
+spec:
+  containers:
+    - name: main
+      image: busybox
+      securityContext:
+        privileged: true
+"""
+# Warned under the default policy: a HAMi resource beside the GPU.
+WARNED_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: hami
+spec:
+  tolerations:
+    - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+  containers:
+    - name: main
+      image: cuda
+      resources:
+        limits:
+          nvidia.com/gpu: 1
+          nvidia.com/gpumem: 3000
+"""
 CONFIG_MAP = """\
 apiVersion: v1
 kind: ConfigMap

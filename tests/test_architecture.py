@@ -24,9 +24,11 @@ RANKS = {
     "core": 1,  # pod views, findings, scheduling semantics, pool selection
     "checks": 2,  # one module per rule and the registry
     "admission": 3,  # the decision: request, engine, mutation plan, JSON Patch, response
+    "cluster": 4,  # the Kubernetes configuration, paged lists, ownership
     "server": 4,  # app, gunicorn, TLS, drain, policy store, metrics, logs
     "certs": 4,  # pki, install, gitops
-    "cli": 5,  # main, common, one module per command, output formats
+    "audit": 5,  # audits of files and clusters, reports, the pre-flight, the suites
+    "cli": 6,  # main, common, one module per command, output formats
 }
 # The layers a decision runs through: no web framework, server, YAML, schema or cluster client.
 PURE_LAYERS = ("core", "checks", "admission")
@@ -188,14 +190,24 @@ def test_the_public_api_resolves() -> None:
     import webhook
 
     assert webhook.__all__ == [
+        "Audit",
+        "Audited",
+        "Cluster",
+        "ClusterError",
         "Decision",
         "Policy",
         "PolicyError",
+        "Preflight",
         "RequestError",
+        "audit_cluster",
+        "audit_files",
+        "connect",
         "decide",
         "default_policy_path",
         "load_policy",
         "parse_policy",
+        "preflight_cluster",
+        "preflight_files",
         "review",
     ]
     for name in webhook.__all__:

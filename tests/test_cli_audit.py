@@ -16,61 +16,28 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import samples
 from tests.conformance.corpus import CORPUS, requires_corpus
 from tests.kubeapi import FakeKubeAPI, web_server
-from tests.samples import CONFIG_MAP, GPU_DEPLOYMENT, GPU_POD, failing_on
+from tests.samples import (
+    CONFIG_MAP,
+    GPU_DEPLOYMENT,
+    GPU_POD,
+    PRIVILEGED_PLAIN_POD,
+    WARNED_POD,
+    failing_on,
+)
+from tests.support.cluster import owner_reference, pod, seed, serve_workload_kinds
 from tests.support.paths import REPO
 from webhook.checks.registry import BY_RULE
-from webhook.cli import cluster as cluster_listing
 from webhook.cli.main import main
+from webhook.cluster import listing as cluster_listing
 from webhook.policy.load import default_policy_path, load_policy
 
-PRIVILEGED_GPU_POD = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: debug
-  namespace: ml
-spec:
-  containers:
-    - name: main
-      image: cuda
-      securityContext:
-        privileged: true
-      resources:
-        limits:
-          nvidia.com/gpu: 1
-"""
-# Not GPU-relevant: the default policy only audits it, so it is denied only when every rule is
-# evaluated as Enforce.
-PRIVILEGED_PLAIN_POD = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: cni
-spec:
-  containers:
-    - name: main
-      image: busybox
-      securityContext:
-        privileged: true
-"""
-WARNED_POD = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: hami
-spec:
-  tolerations:
-    - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
-  containers:
-    - name: main
-      image: cuda
-      resources:
-        limits:
-          nvidia.com/gpu: 1
-          nvidia.com/gpumem: 3000
-"""
+# The privileged GPU Pod, in namespace ml.
+PRIVILEGED_GPU_POD = samples.PRIVILEGED_GPU_POD.replace(
+    "  name: debug\n", "  name: debug\n  namespace: ml\n"
+)
 
 
 def audit(capsys, *args: str) -> tuple[int, str, str]:
@@ -329,7 +296,7 @@ def test_exit_2_on_malformed_yaml_naming_the_file_and_document(tmp_path: Path, c
 def test_an_object_that_cannot_be_judged_is_a_problem_and_the_rest_is_reported(
     tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("webhook.cli.audit.decide_object", failing_on("train"))
+    monkeypatch.setattr("webhook.audit.judging.decide_object", failing_on("train"))
     both = write(tmp_path, "a/both.yaml", PRIVILEGED_GPU_POD + "---\n" + GPU_POD)
     write(tmp_path, "b/deployment.yaml", GPU_DEPLOYMENT)
     start = len(PRIVILEGED_GPU_POD.splitlines()) + 2  # the second document, after "---"
@@ -499,8 +466,6 @@ def test_the_entry_point_runs_audit(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------- cluster
 
-KUBEFLOW = "kubeflow.org"
-
 
 @dataclass
 class Cluster:
@@ -514,92 +479,9 @@ class Cluster:
 
 @pytest.fixture
 def cluster(kube_api: FakeKubeAPI, kube_api_kubeconfig: Path) -> Cluster:
-    """The fake API server, answering API group discovery (GET /apis), which it does not
-    serve by itself: kubeflow.org is installed with its PyTorchJob; ray.io is a group that serves
-    none of the kinds the policy names; no other custom group is installed."""
-    kube_api.serve_discovery(
-        {"apps": ["v1"], "batch": ["v1"], KUBEFLOW: ["v1", "v2beta1"], "ray.io": ["v1"]}
-    )
-    # Every cluster serves ReplicationControllers; the fake one does not know them by itself.
-    kube_api.register("", "v1", "replicationcontrollers", "ReplicationController")
+    """The fake API server serving the workload kinds (``serve_workload_kinds``)."""
+    serve_workload_kinds(kube_api)
     return Cluster(kube_api, kube_api_kubeconfig)
-
-
-def pod(name: str, namespace: str, *, privileged: bool = False, owner: dict | None = None) -> dict:
-    container: dict = {
-        "name": "main",
-        "image": "cuda",
-        "resources": {"limits": {"nvidia.com/gpu": 1}},
-    }
-    if privileged:
-        container["securityContext"] = {"privileged": True}
-    metadata: dict = {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}"}
-    if owner is not None:
-        metadata["ownerReferences"] = [owner_reference(owner)]
-    spec = {"containers": [container]}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
-
-
-def owner_reference(owner: dict) -> dict:
-    return {
-        "apiVersion": owner["apiVersion"],
-        "kind": owner["kind"],
-        "name": owner["metadata"]["name"],
-        "uid": owner["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def seed(api: FakeKubeAPI) -> None:
-    """A standalone privileged GPU Pod, a Deployment with its ReplicaSet and two Pods, a
-    PyTorchJob with its Pod, and a plain Pod in another namespace."""
-    template = {
-        "metadata": {"labels": {"app": "trainer"}},
-        "spec": pod("x", "ml")["spec"],
-    }
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "trainer", "namespace": "ml", "uid": "uid-deployment"},
-        "spec": {"selector": {"matchLabels": {"app": "trainer"}}, "template": template},
-    }
-    replica_set = {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {
-            "name": "trainer-5d4f",
-            "namespace": "ml",
-            "uid": "uid-replicaset",
-            "ownerReferences": [owner_reference(deployment)],
-        },
-        "spec": {"selector": {"matchLabels": {"app": "trainer"}}, "template": template},
-    }
-    job = {
-        "apiVersion": f"{KUBEFLOW}/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": "mnist", "namespace": "ml", "uid": "uid-pytorchjob"},
-        "spec": {
-            "pytorchReplicaSpecs": {
-                "Master": {"replicas": 1, "template": {"spec": pod("x", "ml")["spec"]}},
-                "Worker": {
-                    "replicas": 1,
-                    "template": {"spec": pod("x", "ml", privileged=True)["spec"]},
-                },
-            }
-        },
-    }
-    api.add_all([deployment, replica_set])
-    api.add(job, plural="pytorchjobs")
-    api.add_all(
-        [
-            pod("debug", "ml", privileged=True),
-            pod("trainer-5d4f-a", "ml", owner=replica_set),
-            pod("trainer-5d4f-b", "ml", owner=replica_set),
-            pod("mnist-master-0", "ml", owner=job),
-            pod("web", "default"),
-        ]
-    )
 
 
 def test_cluster_audit_groups_owned_objects_under_their_workload(cluster: Cluster, capsys) -> None:
@@ -866,7 +748,8 @@ def test_cluster_kubeconfig_that_is_no_kubeconfig_is_one_line(
 def test_cluster_object_that_cannot_be_judged_is_a_problem_and_the_rest_is_reported(
     cluster: Cluster, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("webhook.cli.audit.decide_object", failing_on("trainer"))
+    for module in ("webhook.audit.judging", "webhook.audit.cluster"):
+        monkeypatch.setattr(f"{module}.decide_object", failing_on("trainer"))
     seed(cluster.api)
     code, records, err = cluster.audit(capsys, "-A")
     assert code == 2

@@ -19,7 +19,7 @@ import yaml
 
 from tests.conformance.corpus import CORPUS, POLICIES, documents, load_table, requires_corpus
 from tests.support.paths import REPO
-from webhook.cli import suites as policy_tests
+from webhook.audit import suites as policy_tests
 from webhook.cli.main import main
 from webhook.cli.policy import rule_covers
 from webhook.policy import load as policy
@@ -847,7 +847,7 @@ def test_a_case_the_engine_fails_on_is_an_error_and_the_others_still_run(
             raise RuntimeError("the engine broke\non two lines")
         return decide_object(obj, *args, **kwargs)
 
-    monkeypatch.setattr("webhook.cli.suites.decide_object", failing)
+    monkeypatch.setattr("webhook.audit.suites.decide_object", failing)
     path = suite(
         tmp_path,
         f"""

@@ -12,28 +12,12 @@ import pytest
 import yaml
 
 from tests.conformance.corpus import CORPUS, POLICIES, load_table, requires_corpus
-from tests.samples import CONFIG_MAP, GPU_DEPLOYMENT, GPU_POD, failing_on
+from tests.samples import CONFIG_MAP, GPU_DEPLOYMENT, GPU_POD, PRIVILEGED_GPU_POD, failing_on
 from webhook.cli.main import main
 
 TABLE = load_table()["files"]
 FIXTURES = Path(__file__).with_name("fixtures")
 BUCKET = {"Enforce": "denied", "Warn": "warned", "Audit": "audited"}
-
-PRIVILEGED_GPU_POD = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: debug
-spec:
-  containers:
-    - name: main
-      image: cuda
-      securityContext:
-        privileged: true
-      resources:
-        limits:
-          nvidia.com/gpu: 1
-"""
 
 
 def review(capsys, *args: str) -> tuple[int, str, str]:

@@ -1,4 +1,4 @@
-"""``webhook.cli.documents``: manifests read from text keep where every field stands, for JSON as
+"""``webhook.audit.documents``: manifests read from text keep where every field stands, for JSON as
 for YAML, so that reports point at the offending line."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from webhook.cli.documents import Document, DocumentError, parse
+from webhook.audit.documents import Document, DocumentError, parse
 
 POD = {
     "apiVersion": "v1",

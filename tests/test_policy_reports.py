@@ -14,9 +14,10 @@ import jsonschema
 import pytest
 
 from tests.kubeapi import FakeKubeAPI
+from tests.support.cluster import serve_report_kinds
 from webhook.admission.objects import decide_object
+from webhook.audit.reports import REPORT_APIS
 from webhook.cli.main import main
-from webhook.cli.reports import REPORT_APIS
 from webhook.policy.load import default_policy_path, load_policy
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
@@ -183,18 +184,7 @@ def cluster(kube_api: FakeKubeAPI, kube_api_kubeconfig: Path):
         kube_api.add(obj)
     kube_api.add(training_runtime(), plural="clustertrainingruntimes")
     kube_api.register("", "v1", "replicationcontrollers", "ReplicationController")
-    kube_api.register("wgpolicyk8s.io", "v1alpha2", "policyreports", "PolicyReport")
-    kube_api.register(
-        "wgpolicyk8s.io",
-        "v1alpha2",
-        "clusterpolicyreports",
-        "ClusterPolicyReport",
-        namespaced=False,
-    )
-    kube_api.register("openreports.io", "v1alpha1", "reports", "Report")
-    kube_api.register(
-        "openreports.io", "v1alpha1", "clusterreports", "ClusterReport", namespaced=False
-    )
+    serve_report_kinds(kube_api)
     kube_api.serve_discovery(SERVED)
     return kube_api, kube_api_kubeconfig
 
@@ -360,7 +350,7 @@ def test_apply_is_refused_without_cluster_and_policyreport(tmp_path: Path, capsy
 
 
 def test_report_names_are_stable_distinct_and_short_enough() -> None:
-    from webhook.cli.reports import Subject, report_name
+    from webhook.audit.reports import Subject, report_name
 
     batch = Subject("batch/v1", "Job", "team-a", "train")
     volcano = Subject("batch.volcano.sh/v1alpha1", "Job", "team-a", "train")
@@ -395,7 +385,7 @@ def argo_workflow(patch: str, templates: int = 1) -> dict:
 
 def test_a_report_quotes_no_patch_and_stays_small() -> None:
     """A podSpecPatch may carry a token and be as long as the object: never copied."""
-    from webhook.cli.reports import MAX_RESULTS, Subject, build_report
+    from webhook.audit.reports import MAX_RESULTS, Subject, build_report
 
     patch = '{"containers":[{"name":"m","env":[{"name":"HF_TOKEN","value":"hf_SECRET"}]}]}'
     obj = argo_workflow(patch + " " * 200_000, templates=300)

@@ -11,8 +11,9 @@ import pytest
 
 from tests.support.paths import REPO
 from tools import sync_data
+from webhook.audit import reports
 from webhook.checks import registry
-from webhook.cli import reports, sarif
+from webhook.cli import sarif
 from webhook.policy.model import RULE_IDS, SECURITY_RULES
 from webhook.policy.rules import BY_ID, RULES, Rule
 

@@ -4,44 +4,29 @@ disk (``-f``) or in the workloads already running in a cluster (``--cluster``).
 Unlike ``review``, which answers for one admission request, ``audit`` sweeps: it scans
 directories, keeps going past files it cannot read (and says so), and by default evaluates
 every rule as Enforce, because the question before switching a policy on is what it would
-block. ``--respect-modes`` keeps the policy's own modes.
+block. ``--respect-modes`` keeps the policy's own modes. The work is ``webhook.audit``'s; this
+module parses the arguments, prints and picks the exit status.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, TextIO
 
-from webhook.admission.objects import Outcome, decide_object, enforce_everything
-from webhook.cli import junit, output, preflight, sarif
-from webhook.cli.cluster import (
-    ClusterError,
-    Lister,
-    ObjectRef,
-    Problem,
-    connect,
-    meta,
-    ref_of,
-    root_of,
-)
+from webhook.audit.cluster import audit_cluster
+from webhook.audit.files import audit_files
+from webhook.audit.judging import Audit
+from webhook.audit.preflight import Change, Preflight, preflight_cluster, preflight_files
+from webhook.audit.reports import REPORT_APIS, ReportAPI, apply_reports, policy_reports
+from webhook.cli import junit, output, sarif
 from webhook.cli.common import add_command, add_policy_argument, error, policy_from
-from webhook.cli.documents import Document, DocumentError, discover, parse, read_text
-from webhook.cli.reports import (
-    REPORT_APIS,
-    Applied,
-    ReportAPI,
-    apply_reports,
-    policy_reports,
-)
+from webhook.cluster.connection import ClusterError, connect
+from webhook.cluster.listing import Problem
+from webhook.core.findings import MODE_WORD
 from webhook.policy.load import load_policy
 from webhook.policy.model import Policy
-from webhook.policy.workloads import LEGACY_GROUPS
 
 EXAMPLES = """\
 examples:
@@ -66,38 +51,6 @@ exit status: 0 when nothing would be denied, 1 when something would, 2 on usage,
 connection errors and when an input could not be read or an object could not be judged (the
 report covers the rest).
 """
-
-
-@dataclass(slots=True)
-class Audited:
-    """One judged object: a document from a file, or a live object with what it owns."""
-
-    document: Document
-    outcome: Outcome
-    ref: ObjectRef | None = None
-    owned: list[ObjectRef] = field(default_factory=list)
-
-    @property
-    def location(self) -> str:
-        return f"uid {self.ref.uid}" if self.ref else f"{self.document.source}:{self.document.line}"
-
-    def line_of(self, path: str) -> int | None:
-        return None if self.ref else self.document.line_of(path)
-
-
-@dataclass(slots=True)
-class Audit:
-    policy: Policy
-    respect_modes: bool
-    items: list[Audited] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
-    applied: Applied | None = None  # what --apply did
-
-    @property
-    def exit_code(self) -> int:
-        if self.problems:
-            return 2
-        return 1 if any(not i.outcome.allowed for i in self.items) else 0
 
 
 def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
@@ -197,46 +150,91 @@ def run(args: argparse.Namespace) -> int:
     policy = policy_from(args)
     if args.against:
         return _preflight(policy, args)
+    # A policy report says what the webhook would do: the policy's own modes.
     respect = args.respect_modes or args.output == "policyreport"
-    audit = Audit(policy if respect else enforce_everything(policy), respect)
+    problems: list[Problem]
     if args.cluster:
         try:
-            audit_cluster(audit, args)
+            with connect(args.kubeconfig, args.context, timeout=args.request_timeout) as cluster:
+                namespace = None if args.all_namespaces else (args.namespace or cluster.namespace)
+                audit = audit_cluster(
+                    policy, cluster, namespace, respect_modes=respect, raise_errors=args.debug
+                )
+                _notes(audit.notes)
+                problems = list(audit.problems)
+                if args.apply:
+                    api = REPORT_APIS[args.report_api]
+                    reports = policy_reports(audit.policy, audit.items, api)
+                    applied = apply_reports(cluster, api, reports, namespace, prune=not problems)
+                    print(applied.line(api))
+                    problems += [Problem("reports", f"report {f}") for f in applied.failed]
+                    for problem in problems:
+                        error(problem.message)
+                    # The findings are in the reports: only what could not be read, judged
+                    # or written fails.
+                    return 2 if problems else 0
         except ClusterError as exc:
             error(str(exc))
             return 2
     else:
-        audit_files(audit, args.files, args.namespace or "default", debug=args.debug)
-    for problem in audit.problems:
+        audit = audit_files(
+            policy,
+            args.files,
+            namespace=args.namespace or "default",
+            respect_modes=respect,
+            stdin=_stdin(args.files),
+            raise_errors=args.debug,
+        )
+        _notes(audit.notes)
+        problems = audit.problems
+    for problem in problems:
         error(problem.message)
-    if args.apply:
-        # The findings are in the reports: only what could not be read or judged fails.
-        return 2 if audit.problems or audit.applied is None else 0
     render(audit, args.output, sys.stdout, REPORT_APIS[args.report_api])
-    return audit.exit_code
+    if problems:
+        return 2
+    return 1 if audit.denies else 0
 
 
 def _preflight(policy: Policy, args: argparse.Namespace) -> int:
-    new, old = Audit(policy, True), Audit(load_policy(args.against), True)
+    old_policy = load_policy(args.against)
+    result: Preflight
     if args.cluster:
         try:
-            audit_cluster(new, args, against=old)
+            with connect(args.kubeconfig, args.context, timeout=args.request_timeout) as cluster:
+                namespace = None if args.all_namespaces else (args.namespace or cluster.namespace)
+                result = preflight_cluster(
+                    policy, old_policy, cluster, namespace, raise_errors=args.debug
+                )
         except ClusterError as exc:
             error(str(exc))
             return 2
     else:
-        # Standard input is read once and given to both audits.
-        stdin = sys.stdin.read() if "-" in args.files else ""
-        for audit in (new, old):
-            sys.stdin = io.StringIO(stdin) if stdin else sys.stdin
-            audit_files(audit, args.files, args.namespace or "default", debug=args.debug)
-    for problem in new.problems + old.problems:
+        result = preflight_files(
+            policy,
+            old_policy,
+            args.files,
+            namespace=args.namespace or "default",
+            stdin=_stdin(args.files),
+            raise_errors=args.debug,
+        )
+    _notes(result.new.notes + result.old.notes)
+    problems = result.new.problems + result.old.problems
+    for problem in problems:
         error(problem.message)
-    changes = preflight.compare(old.items, new.items)
-    preflight.render(changes, old.policy.name, new.policy.name, args.output, sys.stdout)
-    if new.problems or old.problems:
+    render_changes(result.changes, result.old.policy.name, result.new.policy.name, args.output)
+    if problems:
         return 2
-    return 1 if any(c.verdict == "starts denying" for c in changes) else 0
+    return 1 if result.starts_denying else 0
+
+
+def _stdin(paths: list[str]) -> str | None:
+    """Standard input, read once when a path is ``-``."""
+    return sys.stdin.read() if "-" in paths else None
+
+
+def _notes(notes: list[str]) -> None:
+    for note in notes:
+        print(f"gpu-admission: note: {note}", file=sys.stderr)
 
 
 def _usage_error(args: argparse.Namespace) -> str | None:
@@ -254,157 +252,6 @@ def _usage_error(args: argparse.Namespace) -> str | None:
         if getattr(args, option):
             return f"--{option} is for --cluster"
     return None
-
-
-# ---------------------------------------------------------------------------------- files
-
-
-def audit_files(audit: Audit, paths: list[str], namespace: str, *, debug: bool = False) -> None:
-    """Decide every object of every file; unreadable files and objects the engine fails on
-    become problems, not crashes (with ``debug``, the engine's exception is raised)."""
-    for source in discover(paths):
-        try:
-            documents = parse(read_text(source), source)
-        except DocumentError as exc:
-            audit.problems.append(Problem(source, str(exc)))
-            continue
-        if not documents:
-            _note(f"{source}: no Kubernetes objects, skipped")
-        for document in documents:
-            if not document.is_kubernetes_object:
-                where = f"{source} document {document.number}" if len(documents) > 1 else source
-                _note(f"{where}: not a Kubernetes object (no apiVersion and kind), skipped")
-                continue
-            _decide_into(audit, Audited, document, document.where, namespace, debug=debug)
-
-
-def _decide_into(
-    audit: Audit,
-    make: Callable[[Document, Outcome], Audited],
-    document: Document,
-    where: str,
-    namespace: str,
-    *,
-    debug: bool,
-) -> Audited | None:
-    """Decide one object into the audit; the engine failing on it is that object's problem,
-    and the audit goes on: one malformed object must not hide every other verdict."""
-    try:
-        outcome = decide_object(document.obj, audit.policy, namespace, mutate=True)
-    except Exception as exc:
-        if debug:
-            raise
-        message = output.judging_failure(where, document, exc)
-        audit.problems.append(Problem(document.source, message, stage="judge"))
-        return None
-    item = make(document, outcome)
-    audit.items.append(item)
-    return item
-
-
-def _note(message: str) -> None:
-    print(f"gpu-admission: note: {message}", file=sys.stderr)
-
-
-# -------------------------------------------------------------------------------- cluster
-
-
-def audit_cluster(audit: Audit, args: argparse.Namespace, against: Audit | None = None) -> None:
-    """List the policy's workload kinds in the cluster and decide every object that no other
-    reported object owns; the owned ones are listed under their owner. With ``against``, the
-    same objects (one listing) are decided by its policy too."""
-    api_client, default_namespace = connect(args.kubeconfig, args.context)
-    try:
-        namespace = None if args.all_namespaces else (args.namespace or default_namespace)
-        lister = Lister(api_client, namespace, args.request_timeout, audit.problems)
-        _judge_cluster([audit] if against is None else [audit, against], lister, namespace, args)
-        if args.apply:
-            api = REPORT_APIS[args.report_api]
-            reports = policy_reports(audit.policy, audit.items, api)
-            audit.applied = apply_reports(lister, api, reports, namespace, prune=not audit.problems)
-            print(audit.applied.line(api))
-            audit.problems += [Problem("reports", f"report {f}") for f in audit.applied.failed]
-    finally:
-        api_client.close()
-
-
-def _judge_cluster(
-    audits: list[Audit], lister: Lister, namespace: str | None, args: argparse.Namespace
-) -> None:
-    kinds = {key: w for audit in reversed(audits) for key, w in audit.policy.workloads.items()}
-    objects = [
-        obj
-        for workload in kinds.values()
-        if workload.group not in LEGACY_GROUPS
-        and (namespace is None or workload.scope == "Namespaced")
-        for obj in lister.objects(workload)
-    ]
-    declared = [resource for resource, catalogued in lister.not_served if not catalogued]
-    if declared:
-        _note("not served by this cluster (CRD not installed), skipped: " + ", ".join(declared))
-    catalogued = len(lister.not_served) - len(declared)
-    if catalogued:
-        _note(
-            f"{catalogued} catalogued GPU workload kind(s) not installed in this cluster "
-            "(`gpu-admission policy workloads` lists the catalogue)"
-        )
-    by_uid = {meta(o)["uid"]: o for o in objects if meta(o).get("uid")}
-    for audit in audits:
-        _decide_roots(audit, objects, by_uid, debug=args.debug)
-
-
-def _decide_roots(
-    audit: Audit, objects: list[dict[str, Any]], by_uid: dict[str, dict[str, Any]], *, debug: bool
-) -> None:
-    audited: dict[int, Audited] = {}  # by id() of the root object
-    owned: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    for obj in objects:
-        root = root_of(obj, by_uid)
-        if root is obj:
-            ref = ref_of(obj)
-            item = _decide_into(
-                audit,
-                partial(Audited, ref=ref),
-                Document(str(ref), 1, 1, obj),
-                str(ref),
-                ref.namespace or "default",
-                debug=debug,
-            )
-            if item is not None:
-                audited[id(obj)] = item
-        else:
-            owned.append((root, obj))
-    for root, obj in owned:
-        item = audited.get(id(root))
-        if item is None:  # the owner could not be judged, and is a problem
-            continue
-        # An owned object is listed under its owner only when the owner's template accounts
-        # for everything found in it: a forged owner reference, ephemeral containers added
-        # later or a Pod shaped by what no template shows (Argo's podSpecPatch) make it an
-        # object of its own.
-        ref = ref_of(obj)
-        try:
-            extra = _findings_beyond(audit, obj, ref.namespace or "default", item)
-        except Exception:  # the engine failing on it: judged alone below, as a problem
-            extra = True
-        if not extra:
-            item.owned.append(ref)
-            continue
-        _decide_into(
-            audit,
-            partial(Audited, ref=ref),
-            Document(str(ref), 1, 1, obj),
-            str(ref),
-            ref.namespace or "default",
-            debug=debug,
-        )
-
-
-def _findings_beyond(audit: Audit, obj: dict[str, Any], namespace: str, owner: Audited) -> bool:
-    """Whether an owned object has a finding its owner's verdict does not already carry."""
-    known = {f.violation.key for f in owner.outcome.findings}
-    outcome = decide_object(obj, audit.policy, namespace)
-    return any(f.violation.key not in known for f in outcome.findings)
 
 
 # ------------------------------------------------------------------------------ rendering
@@ -460,7 +307,7 @@ def table(audit: Audit, stream: TextIO) -> None:
         )
         for finding in outcome.findings:
             line = item.line_of(finding.path)
-            word = output.MODE_WORD[finding.mode]
+            word = MODE_WORD[finding.mode]
             stream.write(
                 f"  {word:<5} [{finding.rule}] {finding.violation.render()}"
                 + (f"  (line {line})" if line is not None else "")
@@ -497,3 +344,32 @@ def summary(audit: Audit) -> str:
     if len(audit.problems) > unread:
         parts.append(f"{len(audit.problems) - unread} could not be judged (see the errors above)")
     return "; ".join(parts)
+
+
+def render_changes(changes: list[Change], old_name: str, new_name: str, fmt: str) -> None:
+    stream = sys.stdout
+    if fmt == "json":
+        json.dump([c.record() for c in changes], stream, indent=2)
+        stream.write("\n")
+        return
+    for change in changes:
+        stream.write(f"{(change.verdict or 'changed').upper()}  {change.subject}\n")
+        for label, lines in (
+            ("+ deny", change.denials_added),
+            ("- deny", change.denials_removed),
+            ("+ warn", change.warnings_added),
+            ("- warn", change.warnings_removed),
+        ):
+            for line in lines:
+                stream.write(f"  {label}  {line}\n")
+    stream.write(changes_summary(changes, old_name, new_name) + "\n")
+
+
+def changes_summary(changes: list[Change], old_name: str, new_name: str) -> str:
+    starts = sum(1 for c in changes if c.verdict == "starts denying")
+    stops = sum(1 for c in changes if c.verdict == "stops denying")
+    other = len(changes) - starts - stops
+    return (
+        f"policy {new_name} against {old_name}: {starts} object(s) would start being denied, "
+        f"{stops} would stop being denied, {other} judged differently with the same verdict"
+    )

@@ -21,7 +21,7 @@ from webhook.certs.pki import (
     write_ca_bundle,
 )
 from webhook.cli.common import add_command, add_command_group
-from webhook.cli.kube import api_client
+from webhook.cluster.connection import connect
 
 _CERTS_EPILOG = """\
 examples:
@@ -242,15 +242,16 @@ def run_install(args: argparse.Namespace) -> int:
         if not changed:
             print(f"no webhook configuration under {args.manifests} needed a change")
         return 0
-    result = install(
-        api_client(args.kubeconfig, args.context),
-        namespace=args.namespace,
-        secret_name=args.secret,
-        cert_dir=args.cert_dir,
-        validating_webhook_name=args.validating,
-        mutating_webhook_name=args.mutating,
-        ca_bundle_path=args.ca_bundle,
-    )
+    with connect(args.kubeconfig, args.context) as cluster:
+        result = install(
+            cluster.api_client,
+            namespace=args.namespace,
+            secret_name=args.secret,
+            cert_dir=args.cert_dir,
+            validating_webhook_name=args.validating,
+            mutating_webhook_name=args.mutating,
+            ca_bundle_path=args.ca_bundle,
+        )
     for line in result.webhook_configurations:
         print(line)
     print(f"Secret {args.namespace}/{args.secret}: {result.secret}")

@@ -5,9 +5,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from webhook.cli import output
-from webhook.cli.cluster import Problem
-from webhook.core.findings import Finding
+from webhook.cluster.listing import Problem
+from webhook.core.findings import MODE_WORD, Finding
 
 
 def report(items: list[Any], problems: list[Problem]) -> str:
@@ -53,4 +52,4 @@ def report(items: list[Any], problems: list[Problem]) -> str:
 def _finding_line(item: Any, finding: Finding) -> str:
     line = item.line_of(finding.path)
     where = f" (line {line})" if line is not None else ""
-    return f"{output.MODE_WORD[finding.mode]} [{finding.rule}] {finding.violation.render()}{where}"
+    return f"{MODE_WORD[finding.mode]} [{finding.rule}] {finding.violation.render()}{where}"

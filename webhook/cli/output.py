@@ -10,8 +10,8 @@ from typing import Any, TextIO
 import yaml
 
 from webhook.admission.objects import Outcome
-from webhook.cli.documents import Document
-from webhook.core.findings import Finding
+from webhook.audit.documents import Document
+from webhook.core.findings import MODE_WORD, Finding
 
 VERDICT = {True: "allowed", False: "denied"}
 
@@ -23,10 +23,6 @@ class _NoAliasDumper(yaml.SafeDumper):
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
-
-
-# How a finding's mode is printed: what it does to the request.
-MODE_WORD = {"Enforce": "deny", "Warn": "warn", "Audit": "audit"}
 
 
 def to_yaml(data: Any) -> str:
@@ -88,12 +84,6 @@ def dump(data: Any, fmt: str, stream: TextIO | None = None) -> None:
         stream.write("\n")
     else:
         stream.write(to_yaml(data))
-
-
-def judging_failure(where: str, document: Document, exc: Exception) -> str:
-    """One line for an object the engine failed on: where it is, and what was raised."""
-    detail = " ".join(str(exc).split()) or "(no message)"
-    return f"{where}: cannot judge {document.describe()}: {type(exc).__name__}: {detail}"
 
 
 def table(

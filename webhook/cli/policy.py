@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from webhook.cli import output, suites, workloads
+from webhook.audit import suites
+from webhook.audit.documents import Document, DocumentError, discover, parse, read_text
+from webhook.cli import output, workloads
 from webhook.cli.common import add_command, add_command_group, error
-from webhook.cli.documents import Document, DocumentError, discover, parse, read_text
 from webhook.policy.files import missing_file
 from webhook.policy.load import PolicyError, load_policy, schema
 from webhook.policy.model import Policy

@@ -10,9 +10,10 @@ from typing import Any
 from webhook.admission.engine import review
 from webhook.admission.objects import Mutation, Outcome, decide_object
 from webhook.admission.request import RequestError
+from webhook.audit.documents import Document, DocumentError, parse, read_text
+from webhook.audit.judging import judging_failure
 from webhook.cli import output
 from webhook.cli.common import add_command, add_policy_argument, error, policy_from
-from webhook.cli.documents import Document, DocumentError, parse, read_text
 from webhook.policy.model import Policy
 
 EXAMPLES = """\
@@ -78,9 +79,10 @@ def run(args: argparse.Namespace) -> int:
     policy = policy_from(args)
     documents: list[Document] = []
     unreadable = 0  # reported now, and the exit status is 2 once the rest is judged
+    stdin = sys.stdin.read() if "-" in args.files else None
     for source in args.files:
         try:
-            documents.extend(parse(read_text(source), source))
+            documents.extend(parse(read_text(source, stdin), source))
         except DocumentError as exc:
             error(str(exc))
             unreadable += 1
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:  # one malformed object must not hide the others' verdicts
             if args.debug:
                 raise
-            failures.append((document, output.judging_failure(document.where, document, exc)))
+            failures.append((document, judging_failure(document.where, document, exc)))
             continue
         rows.append((document, outcome))
     for _, message in failures:
@@ -165,7 +167,7 @@ def _answer_reviews(reviews: list[Document], policy: Policy, args: argparse.Name
         except Exception as exc:
             if args.debug:
                 raise
-            error(output.judging_failure(document.where, document, exc))
+            error(judging_failure(document.where, document, exc))
             failed = True
     if responses:
         output.dump(

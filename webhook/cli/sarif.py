@@ -15,8 +15,8 @@ from typing import Any
 from urllib.parse import quote
 
 from webhook.admission.objects import Outcome
+from webhook.audit.documents import Document
 from webhook.checks.registry import BY_RULE
-from webhook.cli.documents import Document
 
 VERSION = "2.1.0"
 SCHEMA_URI = (

@@ -12,7 +12,7 @@ import yaml
 
 from webhook.certs.activation import activate_webhooks, bootstrap_secret, deactivate_webhooks
 from webhook.cli.common import add_command, add_command_group, add_policy_argument, policy_from
-from webhook.cli.kube import api_client
+from webhook.cluster.connection import connect
 from webhook.policy.workloads import SPEC_CHANGED, WORKLOADS_WEBHOOK, custom_resource_rules
 
 _EPILOG = """\
@@ -108,30 +108,32 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_bootstrap(args: argparse.Namespace) -> int:
-    state = bootstrap_secret(
-        api_client(args.kubeconfig, args.context),
-        namespace=args.namespace,
-        secret_name=args.secret,
-        service=args.service,
-    )
+    with connect(args.kubeconfig, args.context) as cluster:
+        state = bootstrap_secret(
+            cluster.api_client,
+            namespace=args.namespace,
+            secret_name=args.secret,
+            service=args.service,
+        )
     print(f"Secret {args.namespace}/{args.secret}: {state}")
     return 0
 
 
 def run_activate(args: argparse.Namespace) -> int:
     url = args.readyz_url or f"https://{args.service}.{args.namespace}.svc/readyz"
-    for line in activate_webhooks(
-        api_client(args.kubeconfig, args.context),
-        namespace=args.namespace,
-        secret_name=args.secret,
-        readyz_url=url,
-        validating=args.validating,
-        mutating=args.mutating,
-        failure_policy=args.failure_policy,
-        custom_resources_failure_policy=args.custom_resources_failure_policy,
-        timeout=args.timeout,
-    ):
-        print(line)
+    with connect(args.kubeconfig, args.context) as cluster:
+        for line in activate_webhooks(
+            cluster.api_client,
+            namespace=args.namespace,
+            secret_name=args.secret,
+            readyz_url=url,
+            validating=args.validating,
+            mutating=args.mutating,
+            failure_policy=args.failure_policy,
+            custom_resources_failure_policy=args.custom_resources_failure_policy,
+            timeout=args.timeout,
+        ):
+            print(line)
     return 0
 
 
@@ -147,7 +149,6 @@ def run_rules(args: argparse.Namespace) -> int:
 
 
 def run_deactivate(args: argparse.Namespace) -> int:
-    print(
-        deactivate_webhooks(api_client(args.kubeconfig, args.context), validating=args.validating)
-    )
+    with connect(args.kubeconfig, args.context) as cluster:
+        print(deactivate_webhooks(cluster.api_client, validating=args.validating))
     return 0

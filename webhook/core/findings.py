@@ -24,6 +24,9 @@ _CAUSE_REASON = {
     "Unsupported value": "FieldValueNotSupported",
 }
 
+# What a finding's mode does to the request, as reports word it.
+MODE_WORD: dict[Mode, str] = {"Enforce": "deny", "Warn": "warn", "Audit": "audit"}
+
 
 @dataclass(frozen=True, slots=True)
 class Violation:

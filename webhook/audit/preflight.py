@@ -8,12 +8,16 @@ that stays denied for other reasons is listed with the denials it gains and lose
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
+from webhook.audit.cluster import judge_cluster
+from webhook.audit.files import judge_files
+from webhook.audit.judging import Audit, Audited
+from webhook.cluster.connection import Cluster
 from webhook.core.findings import Finding
+from webhook.policy.model import Policy
 
 FindingKey = tuple[str, str]  # (rule, field path)
 
@@ -40,7 +44,7 @@ class Change:
         }
 
 
-def compare(old_items: Iterable[Any], new_items: Iterable[Any]) -> list[Change]:
+def compare(old_items: Iterable[Audited], new_items: Iterable[Audited]) -> list[Change]:
     """The changes between two audits of the same objects (``Audited`` items, paired by the
     object they judged), in the new audit's order. Objects neither policy judges are no
     change; one that only one policy judges (a kind it adds) counts as judged clean by the
@@ -72,7 +76,7 @@ def compare(old_items: Iterable[Any], new_items: Iterable[Any]) -> list[Change]:
     return changes
 
 
-def _key(item: Any) -> str:
+def _key(item: Audited) -> str:
     """A live object by its uid (a batch Job and a Volcano Job may share a name), a document
     by where it is."""
     if item.ref is not None:
@@ -92,29 +96,44 @@ def _difference(
     return [new[k] for k in new if k not in old], [old[k] for k in old if k not in new]
 
 
-def render(changes: list[Change], old_name: str, new_name: str, fmt: str, stream: TextIO) -> None:
-    if fmt == "json":
-        json.dump([c.record() for c in changes], stream, indent=2)
-        stream.write("\n")
-        return
-    for change in changes:
-        stream.write(f"{(change.verdict or 'changed').upper()}  {change.subject}\n")
-        for label, lines in (
-            ("+ deny", change.denials_added),
-            ("- deny", change.denials_removed),
-            ("+ warn", change.warnings_added),
-            ("- warn", change.warnings_removed),
-        ):
-            for line in lines:
-                stream.write(f"  {label}  {line}\n")
-    stream.write(summary(changes, old_name, new_name) + "\n")
+@dataclass(slots=True)
+class Preflight:
+    """Two audits of the same objects, each policy with its own modes, and what changes."""
+
+    new: Audit
+    old: Audit
+    changes: list[Change]
+
+    @property
+    def starts_denying(self) -> bool:
+        return any(c.verdict == "starts denying" for c in self.changes)
 
 
-def summary(changes: list[Change], old_name: str, new_name: str) -> str:
-    starts = sum(1 for c in changes if c.verdict == "starts denying")
-    stops = sum(1 for c in changes if c.verdict == "stops denying")
-    other = len(changes) - starts - stops
-    return (
-        f"policy {new_name} against {old_name}: {starts} object(s) would start being denied, "
-        f"{stops} would stop being denied, {other} judged differently with the same verdict"
-    )
+def preflight_files(
+    new_policy: Policy,
+    old_policy: Policy,
+    paths: Sequence[str],
+    *,
+    namespace: str = "default",
+    stdin: str | None = None,
+    raise_errors: bool = False,
+) -> Preflight:
+    """The pre-flight over manifests on disk (``-`` in ``paths`` is ``stdin``)."""
+    new, old = Audit(new_policy, True), Audit(old_policy, True)
+    for audit in (new, old):
+        judge_files(audit, paths, namespace, stdin=stdin, raise_errors=raise_errors)
+    return Preflight(new, old, compare(old.items, new.items))
+
+
+def preflight_cluster(
+    new_policy: Policy,
+    old_policy: Policy,
+    cluster: Cluster,
+    namespace: str | None,
+    *,
+    raise_errors: bool = False,
+) -> Preflight:
+    """The pre-flight over one listing of a cluster's workloads (None: every namespace)."""
+    new, old = Audit(new_policy, True), Audit(old_policy, True)
+    judge_cluster([new, old], cluster, namespace, raise_errors=raise_errors)
+    return Preflight(new, old, compare(old.items, new.items))

@@ -1,4 +1,4 @@
-"""Reading Kubernetes manifests from files for the CLI: multi-document YAML, JSON, ``kind: List``
+"""Reading Kubernetes manifests from files: multi-document YAML, JSON, ``kind: List``
 (``kubectl get -o yaml``), Helm-rendered output. Each object keeps where it came from (file,
 document number, line) and can say on which line a field path stands, for reports that point
 at the offending line.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,12 +85,13 @@ class Document:
         return line
 
 
-def read_text(source: str) -> str:
-    import sys
-
+def read_text(source: str, stdin: str | None = None) -> str:
+    """The text of a file; ``-`` is ``stdin``, standard input as the caller read it."""
+    if source == "-":
+        if stdin is None:
+            raise DocumentError("-: standard input was not given")
+        return stdin
     try:
-        if source == "-":
-            return sys.stdin.read()
         return Path(source).read_text("utf-8")
     except UnicodeDecodeError:
         raise DocumentError(f"{source}: not UTF-8 text") from None
@@ -203,7 +204,7 @@ def _items_nodes(node: yaml.Node | None) -> list[Any]:
     return []
 
 
-def discover(paths: list[str]) -> list[str]:
+def discover(paths: Sequence[str]) -> list[str]:
     """Files to read: files as given, directories scanned recursively for YAML and JSON."""
     found: list[str] = []
     for path in paths:

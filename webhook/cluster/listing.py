@@ -1,28 +1,24 @@
-"""Reading workloads from a live cluster for ``gpu-admission audit --cluster``: the connection,
-paginated lists of every workload kind the policy judges, and who owns what.
+"""Paged lists of the workload kinds a policy judges, from a connected cluster.
 
-Lists go through the real kubernetes client, their JSON bodies read as sent (no model round
-trip that drops fields). Failing to list one resource is a :class:`Problem` and the audit goes
-on; an unreachable server or refused credentials are a :class:`ClusterError` that ends it.
+Lists go through the kubernetes client, their JSON bodies read as sent (no model round trip
+that drops fields). Failing to list one resource is a :class:`Problem` and the caller goes on;
+an unreachable server or refused credentials are a :class:`ClusterError` that ends the work.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any
 
-from webhook.cli.kube import KUBECONFIG_ERRORS, not_a_kubeconfig
+from webhook.cluster.connection import Cluster, ClusterError, one_line
 from webhook.policy.model import WorkloadKind
 
 PAGE_SIZE = 500
 AUDITOR_ROLE = "the gpu-admission-auditor ClusterRole (manifests/base/auditor-clusterrole.yaml)"
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # The typed client of each built-in workload kind: (API class, the snake_case kind in its
 # method names). Everything else is a custom resource, listed through CustomObjectsApi.
 BUILTIN_LISTS: dict[tuple[str, str], tuple[str, str]] = {
@@ -37,10 +33,6 @@ BUILTIN_LISTS: dict[tuple[str, str], tuple[str, str]] = {
 }
 
 
-class ClusterError(Exception):
-    """The audit of a cluster cannot go on (no configuration, server unreachable)."""
-
-
 @dataclass(frozen=True, slots=True)
 class Problem:
     """Something the audit could not read (a file, a resource it could not list) or judge
@@ -51,88 +43,17 @@ class Problem:
     stage: str = "read"  # "read" or "judge"
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectRef:
-    """Where a live object is: ``namespace/Kind/name`` and its uid."""
-
-    namespace: str
-    kind: str
-    name: str
-    uid: str
-
-    def __str__(self) -> str:
-        return "/".join(p for p in (self.namespace, self.kind, self.name) if p)
-
-    def record(self) -> dict[str, str]:
-        return {"ref": str(self), "uid": self.uid}
-
-
-def connect(kubeconfig: str | None, context: str | None) -> tuple[Any, str]:
-    """A client and the default namespace: from the kubeconfig (--kubeconfig, $KUBECONFIG or
-    ~/.kube/config) as kubectl finds it, else from the in-cluster service account."""
-    from kubernetes import client as k8s
-    from kubernetes import config
-
-    if kubeconfig is not None and not Path(kubeconfig).is_file():
-        raise ClusterError(f"kubeconfig {kubeconfig} does not exist")
-    kubeconfig = kubeconfig or _default_kubeconfig()
-    configuration = k8s.Configuration()
-    try:
-        if kubeconfig is None:
-            if context is not None:
-                raise ClusterError(f"--context {context}: no kubeconfig found")
-            config.load_incluster_config(client_configuration=configuration)
-            namespace = _service_account_namespace()
-        else:
-            config.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=configuration
-            )
-            namespace = _context_namespace(kubeconfig, context)
-    except config.ConfigException as exc:
-        where = kubeconfig or "in-cluster configuration (no kubeconfig found)"
-        raise ClusterError(
-            f"cannot load Kubernetes configuration from {where}: {_one_line(exc)}"
-        ) from None
-    except KUBECONFIG_ERRORS as exc:
-        raise ClusterError(not_a_kubeconfig(kubeconfig, exc)) from None
-    return k8s.ApiClient(configuration), namespace
-
-
-def _default_kubeconfig() -> str | None:
-    # Read at run time (the client reads $KUBECONFIG once, at import); it may list several
-    # files, which the client merges.
-    if os.environ.get("KUBECONFIG"):
-        return os.environ["KUBECONFIG"]
-    home = Path("~/.kube/config").expanduser()
-    return str(home) if home.is_file() else None
-
-
-def _context_namespace(kubeconfig: str, context: str | None) -> str:
-    from kubernetes import config
-
-    contexts, current = config.list_kube_config_contexts(config_file=kubeconfig)
-    chosen = next((c for c in contexts if c["name"] == context), current) if context else current
-    return ((chosen or {}).get("context") or {}).get("namespace") or "default"
-
-
-def _service_account_namespace() -> str:
-    try:
-        return SERVICE_ACCOUNT_NAMESPACE.read_text("utf-8").strip() or "default"
-    except OSError:
-        return "default"
-
-
 class Lister:
-    """Paginated lists of one namespace or all. Failures to list one resource become problems
-    and the audit goes on; an unreachable server or refused credentials end it."""
+    """Paginated lists of one namespace (or all, with None). Failures to list one resource
+    are collected in ``problems`` and the caller goes on; an unreachable server or refused
+    credentials raise :class:`ClusterError`."""
 
-    def __init__(
-        self, api_client: Any, namespace: str | None, timeout: float, problems: list[Problem]
-    ) -> None:
-        self.api_client = api_client
+    def __init__(self, cluster: Cluster, namespace: str | None) -> None:
+        self.cluster = cluster
+        self.api_client = cluster.api_client
         self.namespace = namespace
-        self.timeout = timeout
-        self.problems = problems
+        self.timeout = cluster.timeout
+        self.problems: list[Problem] = []
         # Custom resources whose CRD is not installed, and whether they are catalogued kinds.
         self.not_served: list[tuple[str, bool]] = []
         self._groups: dict[str, list[str]] | None = None  # discovered API group -> versions
@@ -240,7 +161,7 @@ class Lister:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        host = self.api_client.configuration.host
+        host = self.cluster.host
         try:
             response = function(
                 _request_timeout=(self.timeout, self.timeout),  # (connect, read)
@@ -250,12 +171,12 @@ class Lister:
         except HTTPError as exc:  # refused, unresolvable, timed out
             reason = getattr(exc, "reason", None) or exc
             raise ClusterError(
-                f"cannot reach the Kubernetes API server at {host}: {_one_line(reason)}"
+                f"cannot reach the Kubernetes API server at {host}: {one_line(reason)}"
             ) from None
         except ApiException as exc:
             if not exc.status:  # the client reports TLS failures as status 0
                 raise ClusterError(
-                    f"cannot reach the Kubernetes API server at {host}: {_one_line(exc.reason)}"
+                    f"cannot reach the Kubernetes API server at {host}: {one_line(exc.reason)}"
                 ) from None
             if exc.status == 401:
                 raise ClusterError(
@@ -308,40 +229,6 @@ def _loads(data: bytes) -> Any:
 def _status_message(exc: Any) -> str:
     """The API server's own words from the Status body, else the HTTP reason."""
     try:
-        return _one_line(json.loads(exc.body).get("message") or exc.reason)
+        return one_line(json.loads(exc.body).get("message") or exc.reason)
     except (TypeError, ValueError, AttributeError):
-        return _one_line(exc.reason)
-
-
-def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
-
-
-def meta(obj: dict[str, Any]) -> dict[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def ref_of(obj: dict[str, Any]) -> ObjectRef:
-    metadata = meta(obj)
-    return ObjectRef(
-        metadata.get("namespace", ""),
-        obj.get("kind", ""),
-        metadata.get("name", ""),
-        metadata.get("uid", ""),
-    )
-
-
-def root_of(obj: dict[str, Any], by_uid: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The top reported controller of an object (Pod -> ReplicaSet -> Deployment, Pod -> Job
-    -> CronJob, a PyTorchJob's Pods -> the PyTorchJob), or the object itself. Only the
-    controller counts: its template is what made the object."""
-    seen = {meta(obj).get("uid")}
-    while True:
-        owner = next(
-            (r for r in meta(obj).get("ownerReferences") or [] if r.get("controller")), None
-        )
-        parent = by_uid.get(owner.get("uid")) if owner else None
-        if parent is None or meta(parent).get("uid") in seen:  # a cycle is the API's bug
-            return obj
-        seen.add(meta(parent).get("uid"))
-        obj = parent
+        return one_line(exc.reason)

@@ -23,8 +23,8 @@ from typing import Any
 import jsonschema
 
 from webhook.admission.objects import Outcome, decide_object
-from webhook.cli import output
-from webhook.cli.documents import Document, DocumentError, discover, parse, read_text
+from webhook.audit.documents import Document, DocumentError, discover, parse, read_text
+from webhook.core.findings import MODE_WORD
 from webhook.policy import schemas
 from webhook.policy.files import missing_file
 from webhook.policy.lines import duplicate_keys
@@ -322,7 +322,7 @@ def run_case(suite: Suite, case: Case) -> CaseResult:
     ]
     judged = [o for o in outcomes if o.judged]
     violations = tuple(
-        f"{output.MODE_WORD[f.mode]} [{f.rule}] {_label(o)}: {f.violation.render()}"
+        f"{MODE_WORD[f.mode]} [{f.rule}] {_label(o)}: {f.violation.render()}"
         for o in judged
         for f in o.findings
     )

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from webhook.audit.judging import Audited
+from webhook.cluster.connection import Cluster
+from webhook.cluster.listing import Lister
 from webhook.core.findings import Finding, Violation
 from webhook.policy.model import SECURITY_RULES, Policy
 from webhook.policy.rules import BY_ID
@@ -188,9 +191,10 @@ def _message(violation: Violation) -> str:
     return message
 
 
-def policy_reports(policy: Policy, items: Iterable[Any], api: ReportAPI) -> list[dict[str, Any]]:
-    """One report per judged object with findings, in the order they were judged. ``items``
-    are the audit's: a ``document`` (its ``obj``) and the ``outcome`` decided on it."""
+def policy_reports(
+    policy: Policy, items: Iterable[Audited], api: ReportAPI
+) -> list[dict[str, Any]]:
+    """One report per judged object with findings, in the order they were judged."""
     reports = []
     for item in items:
         obj = item.document.obj
@@ -243,7 +247,7 @@ class Applied:
 
 
 def apply_reports(
-    lister: Any,
+    cluster: Cluster,
     api: ReportAPI,
     reports: list[dict[str, Any]],
     namespace: str | None,
@@ -258,7 +262,8 @@ def apply_reports(
     from kubernetes import client as k8s
     from kubernetes.client.exceptions import ApiException
 
-    custom = k8s.CustomObjectsApi(lister.api_client)
+    lister = Lister(cluster, namespace)
+    custom = k8s.CustomObjectsApi(cluster.api_client)
     applied = Applied()
     existing = _existing(lister, custom, api, namespace)
     if existing is None:
@@ -328,7 +333,7 @@ def _apply_call(custom: Any, api: ReportAPI, meta: dict[str, Any]) -> Any:
 
 
 def _existing(
-    lister: Any, custom: Any, api: ReportAPI, namespace: str | None
+    lister: Lister, custom: Any, api: ReportAPI, namespace: str | None
 ) -> dict[tuple[str, str], str] | None:
     """(namespace, name) -> resourceVersion of the reports this tool wrote; None when the
     report CRD is not installed."""

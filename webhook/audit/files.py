@@ -1,0 +1,59 @@
+"""Auditing manifests on disk: every object of every YAML and JSON file, directories scanned
+recursively. An unreadable file is a problem and the audit goes on; what is no Kubernetes
+object is noted and skipped."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from webhook.admission.objects import enforce_everything
+from webhook.audit.documents import DocumentError, discover, parse, read_text
+from webhook.audit.judging import Audit, judge
+from webhook.cluster.listing import Problem
+from webhook.policy.model import Policy
+
+
+def audit_files(
+    policy: Policy,
+    paths: Sequence[str],
+    *,
+    namespace: str = "default",
+    respect_modes: bool = False,
+    stdin: str | None = None,
+    raise_errors: bool = False,
+) -> Audit:
+    """Judge every object in ``paths`` (files or directories; ``-`` is ``stdin``, the text
+    read from standard input). ``namespace`` is that of objects that name none. By default
+    every rule the policy turns on is enforced (what would it block?); ``respect_modes``
+    keeps its own modes. With ``raise_errors`` the engine's exception is raised rather than
+    made the object's problem."""
+    audit = Audit(policy if respect_modes else enforce_everything(policy), respect_modes)
+    judge_files(audit, paths, namespace, stdin=stdin, raise_errors=raise_errors)
+    return audit
+
+
+def judge_files(
+    audit: Audit,
+    paths: Sequence[str],
+    namespace: str,
+    *,
+    stdin: str | None,
+    raise_errors: bool,
+) -> None:
+    """Judge the objects of ``paths`` into ``audit`` with its policy as it is."""
+    for source in discover(paths):
+        try:
+            documents = parse(read_text(source, stdin), source)
+        except DocumentError as exc:
+            audit.problems.append(Problem(source, str(exc)))
+            continue
+        if not documents:
+            audit.notes.append(f"{source}: no Kubernetes objects, skipped")
+        for document in documents:
+            if not document.is_kubernetes_object:
+                where = f"{source} document {document.number}" if len(documents) > 1 else source
+                audit.notes.append(
+                    f"{where}: not a Kubernetes object (no apiVersion and kind), skipped"
+                )
+                continue
+            judge(audit, document, document.where, namespace, raise_errors=raise_errors)

@@ -1,0 +1,53 @@
+"""Who owns what among listed objects: an object's reference, and the top controller that made
+it (a Pod's Deployment through its ReplicaSet, a Job's CronJob, a PyTorchJob's Pods)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """Where a live object is: ``namespace/Kind/name`` and its uid."""
+
+    namespace: str
+    kind: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return "/".join(p for p in (self.namespace, self.kind, self.name) if p)
+
+    def record(self) -> dict[str, str]:
+        return {"ref": str(self), "uid": self.uid}
+
+
+def meta(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def ref_of(obj: dict[str, Any]) -> ObjectRef:
+    metadata = meta(obj)
+    return ObjectRef(
+        metadata.get("namespace", ""),
+        obj.get("kind", ""),
+        metadata.get("name", ""),
+        metadata.get("uid", ""),
+    )
+
+
+def root_of(obj: dict[str, Any], by_uid: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The top reported controller of an object (Pod -> ReplicaSet -> Deployment, Pod -> Job
+    -> CronJob, a PyTorchJob's Pods -> the PyTorchJob), or the object itself. Only the
+    controller counts: its template is what made the object."""
+    seen = {meta(obj).get("uid")}
+    while True:
+        owner = next(
+            (r for r in meta(obj).get("ownerReferences") or [] if r.get("controller")), None
+        )
+        parent = by_uid.get(owner.get("uid")) if owner else None
+        if parent is None or meta(parent).get("uid") in seen:  # a cycle is the API's bug
+            return obj
+        seen.add(meta(parent).get("uid"))
+        obj = parent
