@@ -67,14 +67,18 @@ def layer(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-def imports(modules: Modules, module: str) -> list[tuple[str, int]]:
+def imports(modules: Modules, module: str, *, typing_only: bool = True) -> list[tuple[str, int]]:
     """Every (imported module, line) of a module; a ``from package import name`` whose name is
-    a module of the package counts as an import of that module."""
+    a module of the package counts as an import of that module. ``typing_only`` false leaves
+    out the imports under ``if TYPE_CHECKING:``, which never run."""
     path = modules[module]
     tree = ast.parse(path.read_text("utf-8"), str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: list[tuple[str, int]] = []
+    skipped = set() if typing_only else {id(n) for n in _typing_only_imports(tree)}
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             found.extend((alias.name, node.lineno) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -88,8 +92,25 @@ def imports(modules: Modules, module: str) -> list[tuple[str, int]]:
     return found
 
 
-def internal_imports(modules: Modules) -> dict[str, list[tuple[str, int]]]:
-    return {m: [(t, n) for t, n in imports(modules, m) if t in modules] for m in modules}
+def _typing_only_imports(tree: ast.Module) -> list[ast.stmt]:
+    return [
+        statement
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING"
+        for statement in node.body
+        if isinstance(statement, ast.Import | ast.ImportFrom)
+    ]
+
+
+def internal_imports(
+    modules: Modules, *, typing_only: bool = True
+) -> dict[str, list[tuple[str, int]]]:
+    return {
+        m: [(t, n) for t, n in imports(modules, m, typing_only=typing_only) if t in modules]
+        for m in modules
+    }
 
 
 def upward_imports(modules: Modules) -> list[str]:
@@ -111,8 +132,13 @@ def upward_imports(modules: Modules) -> list[str]:
 
 
 def import_cycles(modules: Modules) -> list[str]:
-    """Each cycle found by a depth-first walk, as ``a -> b -> a``."""
-    edges = {m: sorted({t for t, _ in e}) for m, e in internal_imports(modules).items()}
+    """Each cycle found by a depth-first walk, as ``a -> b -> a``. An import for types only
+    (under ``if TYPE_CHECKING:``) closes no cycle: it never runs. It still goes down the
+    layers only."""
+    edges = {
+        m: sorted({t for t, _ in e})
+        for m, e in internal_imports(modules, typing_only=False).items()
+    }
     state: dict[str, str] = {}
     stack: list[str] = []
     cycles: list[str] = []
@@ -291,6 +317,33 @@ def test_an_upward_import_inside_a_function_is_named_with_both_modules(tmp_path:
     ]
     assert import_cycles(modules) == [
         "webhook.core.pods -> webhook.policy.model -> webhook.core.pods"
+    ]
+
+
+def test_an_import_for_types_only_closes_no_cycle_but_still_goes_down(tmp_path: Path) -> None:
+    modules = _package(
+        tmp_path,
+        {
+            "core/pods.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n"
+                "    from webhook.core.pools import Selection\n"
+                "    from webhook.checks.registry import CHECKS\n"
+            ),
+            "core/pools.py": "from webhook.core.pods import PodView\n",
+            "checks/registry.py": "",
+        },
+    )
+    assert import_cycles(modules) == []
+    assert upward_imports(modules) == [
+        "webhook.core.pods:4 (core, rank 1) imports webhook.checks.registry (checks, rank 2)"
+    ]
+    # The same import at run time is a cycle.
+    (tmp_path / "webhook" / "core" / "pods.py").write_text(
+        "from webhook.core.pools import Selection\n"
+    )
+    assert import_cycles(modules) == [
+        "webhook.core.pods -> webhook.core.pools -> webhook.core.pods"
     ]
 
 

@@ -10,11 +10,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from webhook.policy.annotations import Injection
 from webhook.policy.model import Grants, Policy
 from webhook.policy.quantity import Quantity, parse_quantity
+
+if TYPE_CHECKING:
+    # For the memo fields' types only: pools and scope work on views, so importing them at
+    # run time would be a cycle.
+    from webhook.core.pools import Selection
+    from webhook.core.scope import Reach
 
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 _CONTAINER_FIELDS = tuple((name,) for name in CONTAINER_LISTS)
@@ -143,13 +149,14 @@ class PodView:
     annotations: Mapping[str, Any] = field(default_factory=dict)
     # Pod-level fields taken from another object (an Argo Workflow's spec): field -> its path.
     inherited: Mapping[str, str] = field(default_factory=dict)
-    # Facts several checks read, worked out on first use by the functions that own them (a view
-    # is built for one policy): ``webhook.core.pools.select_pool``'s Selection,
-    # ``webhook.core.scope.reach``'s Reach, ``webhook.core.scope.asks_for_gpu``'s answer,
-    # ``webhook.core.injection.injections``' annotations and ``grants_of``'s grants.
-    # None until then; plain fields, since each is read several times per request.
-    selection: Any = field(default=None, repr=False)
-    reach: Any = field(default=None, repr=False)
+    # Facts several checks read, worked out on first use by the functions that own them:
+    # ``webhook.core.pools.select_pool``'s Selection, ``webhook.core.scope.reach``'s Reach,
+    # ``webhook.core.scope.asks_for_gpu``'s answer, ``webhook.core.injection.injections``'
+    # annotations and ``grants_of``'s grants. None until then. They hold for the policy the
+    # view was built with (``view_of``'s): a view is built per request, never shared between
+    # policies.
+    selection: Selection | None = field(default=None, repr=False)
+    reach: Reach | None = field(default=None, repr=False)
     asks_gpu: bool | None = field(default=None, repr=False)
     injections: tuple[Injection, ...] | None = field(default=None, repr=False)
     grants: Grants | None = field(default=None, repr=False)
@@ -287,8 +294,11 @@ def view_of(
     policy: Policy,
     identity: str = "",
     unjudged: tuple[tuple[str, Any], ...] = (),
+    inherited: Mapping[str, str] | None = None,
+    host_paths: tuple[tuple[str, str], ...] = (),
 ) -> PodView:
-    """A view of pod-level fields and containers, wherever in an object they are written."""
+    """A view of pod-level fields and containers, wherever in an object they are written
+    (``inherited``: the pod-level fields taken from another object, and their paths)."""
     containers: list[ContainerView] = []
     gpu_containers: list[ContainerView] = []
     requested: dict[str, None] = {}
@@ -356,7 +366,10 @@ def view_of(
         tuple(gpu_containers),
         tuple(requested),
         unjudged,
+        host_paths,
     )
+    if inherited:
+        view.inherited = inherited
     annotations = metadata.get("annotations")
     if isinstance(annotations, dict):
         view.annotations = annotations

@@ -9,7 +9,7 @@ in the pools it could land in) or forbidden (its namespace may not use those poo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from webhook.core.pods import PodView
 from webhook.core.scheduling import expression_matches, term_allows_labels, tolerates
@@ -94,7 +94,7 @@ def select_pool(view: PodView, policy: Policy) -> Selection:
     selection = view.selection
     if selection is None:
         selection = view.selection = _select(view, policy)
-    return cast(Selection, selection)
+    return selection
 
 
 def _select(view: PodView, policy: Policy) -> Selection:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from operator import attrgetter
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from webhook.core.hostpaths import in_device_list_dir, is_gpu_device_path
 from webhook.core.pods import TOOLKIT_PREFIX, ContainerView, PodView, is_cdi_annotation
@@ -101,7 +101,7 @@ def reach(view: PodView, policy: Policy) -> Reach:
     found = view.reach
     if found is None:
         found = view.reach = _reach(view, policy)
-    return cast(Reach, found)
+    return found
 
 
 def asks_for_gpu(view: PodView, policy: Policy) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from webhook.core.paths import Match, walk_paired, walk_path
 from webhook.core.pods import (
     ContainerSource,
     PodView,
@@ -18,8 +19,6 @@ from webhook.core.pods import (
     view_of,
 )
 from webhook.policy.model import (
-    EachItem,
-    EachValue,
     FieldStep,
     PodTarget,
     Policy,
@@ -63,17 +62,7 @@ POD_LEVEL_FIELDS = frozenset(
 )
 
 
-def walk_path(obj: Any, path: TemplatePath) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
-    """Every (field path, identity, object) that ``path`` reaches in ``obj``. The identity names
-    list items by their ``name`` (JobSet's replicatedJobs, Ray's workerGroupSpecs by
-    ``groupName``) instead of their position, so that an UPDATE that reorders or inserts items
-    is matched by name."""
-    yield from _walk(obj, path, 0, "", "")
-
-
-def walk_templates(
-    obj: Mapping[str, Any], workload: WorkloadKind
-) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+def walk_templates(obj: Mapping[str, Any], workload: WorkloadKind) -> Iterator[Match]:
     """Every (field path, identity, PodTemplateSpec) of the kind's template targets: the Pods a
     controller would create from them as written (what the mutating webhook would see)."""
     for target in workload.targets:
@@ -133,7 +122,7 @@ def _pod_spec_views(
                 from_elsewhere = {**inherited, **from_elsewhere}
                 unjudged += [(f"{where}.{f}", fields[f]) for f in target.unjudged if fields.get(f)]
         metadata, metadata_path = _metadata(spec, path, target)
-        view = view_of(
+        yield view_of(
             kind,
             merged,
             path,
@@ -144,10 +133,9 @@ def _pod_spec_views(
             policy,
             identity,
             tuple(unjudged),
+            from_elsewhere,
+            _host_paths(spec, path, target),
         )
-        view.inherited = from_elsewhere
-        view.host_paths = _host_paths(spec, path, target)
-        yield view
 
 
 def _inherit(
@@ -174,7 +162,7 @@ def _resources_views(
     assert isinstance(field, FieldStep)  # compile_workload refuses anything else
     holder = TemplatePath(target.path.text.rpartition(".")[0], target.path.steps[:-1])
     holders: dict[str, tuple[str, Mapping[str, Any]]] = {}
-    pods: dict[str, list[tuple[str, str, Mapping[str, Any]]]] = {}
+    pods: dict[str, list[Match]] = {}
     for path, identity, container in walk_path(obj, holder):
         holders[path] = (identity, container)
         pods[path] = []
@@ -188,7 +176,7 @@ def _resources_views(
                 )
         return
     for pod_fields in target.pod_fields:
-        for holder_path, paired in _paired(obj, holder, pod_fields):
+        for holder_path, paired in walk_paired(obj, holder, pod_fields):
             if holder_path in pods:
                 pods[holder_path].append(paired)
     for path, (identity, container) in holders.items():
@@ -225,7 +213,7 @@ def _pod_fields_view(
     if not sources:
         sources = list(listed_containers(pod, pod_path))
     metadata, metadata_path = _metadata(pod, pod_path, target)
-    view = view_of(
+    return view_of(
         kind,
         pod,
         pod_path,
@@ -235,9 +223,8 @@ def _pod_fields_view(
         namespace,
         policy,
         identity,
+        host_paths=_host_paths(pod, pod_path, target),
     )
-    view.host_paths = _host_paths(pod, pod_path, target)
-    return view
 
 
 def _metadata(
@@ -262,57 +249,3 @@ def _host_paths(
         if isinstance(value, str) and value:
             found.append((f"{where}.{'.'.join(fields)}", value))
     return tuple(found)
-
-
-def _paired(
-    obj: Mapping[str, Any], holder: TemplatePath, pod_fields: TemplatePath
-) -> Iterator[tuple[str, tuple[str, str, Mapping[str, Any]]]]:
-    """(holder path, pod-fields match) pairs: through the steps both paths share, each holder
-    meets only the pod fields under the same map entries and list items (a NIMPipeline
-    service's resources, that service's spec), and every pod field otherwise."""
-    shared = 0
-    for mine, theirs in zip(holder.steps, pod_fields.steps, strict=False):
-        if mine != theirs:
-            break
-        shared += 1
-    prefix = TemplatePath("", holder.steps[:shared])
-    holder_rest = TemplatePath("", holder.steps[shared:])
-    pod_rest = TemplatePath("", pod_fields.steps[shared:])
-    for where, identity, node in walk_path(obj, prefix):
-        matches = list(_walk(node, pod_rest, 0, where, identity))
-        for holder_path, _, _ in _walk(node, holder_rest, 0, where, identity):
-            for match in matches:
-                yield holder_path, match
-
-
-def _walk(
-    node: Any, path: TemplatePath, step: int, where: str, identity: str
-) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
-    if step == len(path.steps):
-        if isinstance(node, dict):
-            yield where, identity, node
-        return
-    kind = path.steps[step]
-    if isinstance(kind, FieldStep):
-        if isinstance(node, dict) and kind.name in node:
-            child = f"{where}.{kind.name}" if where else kind.name
-            child_identity = f"{identity}.{kind.name}" if identity else kind.name
-            yield from _walk(node[kind.name], path, step + 1, child, child_identity)
-    elif isinstance(kind, EachValue):
-        if isinstance(node, dict):
-            for key, value in node.items():
-                yield from _walk(value, path, step + 1, f"{where}[{key}]", f"{identity}[{key}]")
-    elif isinstance(kind, EachItem) and isinstance(node, list):
-        for index, value in enumerate(node):
-            name = _item_name(value)
-            item = f"[name={name}]" if name is not None else f"[{index}]"
-            yield from _walk(value, path, step + 1, f"{where}[{index}]", identity + item)
-
-
-def _item_name(item: Any) -> str | None:
-    if isinstance(item, dict):
-        for key in ("name", "groupName"):
-            value = item.get(key)
-            if isinstance(value, str):
-                return value
-    return None
