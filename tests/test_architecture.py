@@ -275,6 +275,20 @@ def test_library_code_neither_prints_nor_exits() -> None:
     assert [f for f in found if f not in child_exit] == []
 
 
+def test_library_code_reads_and_writes_no_standard_stream() -> None:
+    # Standard input is the caller's to read (the audits take its text); output is the
+    # command line's. The server's log handler writes to stderr, where a container's log is.
+    found = [
+        f"{module}:{node.lineno} uses {ast.unparse(node)}"
+        for module, path in MODULES.items()
+        if layer(module) != "cli"
+        for node in ast.walk(ast.parse(path.read_text("utf-8")))
+        if isinstance(node, ast.Attribute)
+        and ast.unparse(node) in ("sys.stdin", "sys.stdout", "sys.stderr")
+    ]
+    assert [f for f in found if not f.startswith("webhook.server.logs:")] == []
+
+
 def test_only_the_command_line_parses_arguments() -> None:
     parsers = [
         f"{module}:{line}"

@@ -94,6 +94,20 @@ def test_standard_input_is_text_the_caller_gives(tmp_path: Path, capsys) -> None
     assert [p.message for p in unread.problems] == ["-: standard input was not given"]
 
 
+def test_one_path_is_one_path_and_a_second_dash_finds_standard_input_read(
+    tmp_path: Path,
+) -> None:
+    pod = tmp_path / "train.yaml"
+    pod.write_text(GPU_POD, encoding="utf-8")
+    for one in (str(pod), pod):
+        audit = webhook.audit_files(POLICY, one)
+        assert [i.document.source for i in audit.items] == [str(pod)]
+    # As from a shell: standard input is read once, so the second "-" finds nothing.
+    twice = webhook.audit_files(POLICY, ["-", "-"], stdin=GPU_POD)
+    assert [i.document.describe() for i in twice.items] == ["Pod/train"]
+    assert twice.notes == ["-: no Kubernetes objects, skipped"]
+
+
 def test_unreadable_files_and_engine_failures_are_problems(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "ok.yaml").write_text(GPU_DEPLOYMENT, encoding="utf-8")
     (tmp_path / "broken.yaml").write_text("a: [\n", encoding="utf-8")
@@ -196,6 +210,21 @@ def test_reports_are_applied_and_pruned_from_python(
     pruned = apply_reports(cluster, api, reports[1:], None)
     assert pruned.pruned == 1
     assert capsys.readouterr() == ("", "")
+
+
+def test_reports_that_cannot_be_listed_are_a_cluster_error(
+    cluster: webhook.Cluster, kube_api: FakeKubeAPI
+) -> None:
+    serve_report_kinds(kube_api)
+    kube_api.forbid("/apis/wgpolicyk8s.io/*")
+    api = REPORT_APIS["wgpolicyk8s"]
+    with pytest.raises(webhook.ClusterError) as raised:
+        apply_reports(cluster, api, [], None)
+    message = str(raised.value)
+    assert message.startswith(
+        "cannot list the policyreports.wgpolicyk8s.io this tool wrote (HTTP 403): "
+    )
+    assert "\n" not in message
 
 
 def test_an_unreachable_cluster_is_a_cluster_error(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ object is noted and skipped."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable
 
 from webhook.admission.objects import enforce_everything
 from webhook.audit.documents import DocumentError, discover, parse, read_text
@@ -12,18 +13,20 @@ from webhook.audit.judging import Audit, judge
 from webhook.cluster.listing import Problem
 from webhook.policy.model import Policy
 
+Paths = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
+
 
 def audit_files(
     policy: Policy,
-    paths: Sequence[str],
+    paths: Paths,
     *,
     namespace: str = "default",
     respect_modes: bool = False,
     stdin: str | None = None,
     raise_errors: bool = False,
 ) -> Audit:
-    """Judge every object in ``paths`` (files or directories; ``-`` is ``stdin``, the text
-    read from standard input). ``namespace`` is that of objects that name none. By default
+    """Judge every object in ``paths`` (a file or directory, or several; ``-`` is ``stdin``,
+    the text read from standard input). ``namespace`` is that of objects that name none. By default
     every rule the policy turns on is enforced (what would it block?); ``respect_modes``
     keeps its own modes. With ``raise_errors`` the engine's exception is raised rather than
     made the object's problem."""
@@ -32,21 +35,32 @@ def audit_files(
     return audit
 
 
+def path_list(paths: Paths) -> list[str]:
+    """One path or several, as strings (a bare string is one path, not its characters)."""
+    if isinstance(paths, str | os.PathLike):
+        return [os.fspath(paths)]
+    return [os.fspath(path) for path in paths]
+
+
 def judge_files(
     audit: Audit,
-    paths: Sequence[str],
+    paths: Paths,
     namespace: str,
     *,
     stdin: str | None,
     raise_errors: bool,
 ) -> None:
-    """Judge the objects of ``paths`` into ``audit`` with its policy as it is."""
-    for source in discover(paths):
+    """Judge the objects of ``paths`` into ``audit`` with its policy as it is. Standard input
+    is read once: a second ``-`` finds it empty."""
+    for source in discover(path_list(paths)):
         try:
             documents = parse(read_text(source, stdin), source)
         except DocumentError as exc:
             audit.problems.append(Problem(source, str(exc)))
             continue
+        finally:
+            if source == "-" and stdin is not None:
+                stdin = ""
         if not documents:
             audit.notes.append(f"{source}: no Kubernetes objects, skipped")
         for document in documents:

@@ -8,12 +8,12 @@ that stays denied for other reasons is listed with the denials it gains and lose
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from webhook.audit.cluster import judge_cluster
-from webhook.audit.files import judge_files
+from webhook.audit.files import Paths, judge_files
 from webhook.audit.judging import Audit, Audited
 from webhook.cluster.connection import Cluster
 from webhook.core.findings import Finding
@@ -27,7 +27,7 @@ class Change:
     """How the new policy judges one object differently from the old one."""
 
     subject: str  # the object, as the audit names it, and where it is
-    verdict: str  # "starts denying", "stops denying", or "" (same verdict)
+    verdict: Literal["starts denying", "stops denying", ""]  # "": the same verdict
     denials_added: list[str] = field(default_factory=list)
     denials_removed: list[str] = field(default_factory=list)
     warnings_added: list[str] = field(default_factory=list)
@@ -69,9 +69,13 @@ def compare(old_items: Iterable[Audited], new_items: Iterable[Audited]) -> list[
         change.warnings_added, change.warnings_removed = _difference(
             _by_key(old_findings, "Warn"), _by_key(new_findings, "Warn")
         )
-        if change.verdict or change.denials_added or change.denials_removed:
-            changes.append(change)
-        elif change.warnings_added or change.warnings_removed:
+        if (
+            change.verdict
+            or change.denials_added
+            or change.denials_removed
+            or change.warnings_added
+            or change.warnings_removed
+        ):
             changes.append(change)
     return changes
 
@@ -112,7 +116,7 @@ class Preflight:
 def preflight_files(
     new_policy: Policy,
     old_policy: Policy,
-    paths: Sequence[str],
+    paths: Paths,
     *,
     namespace: str = "default",
     stdin: str | None = None,

@@ -1,28 +1,30 @@
-"""Policy reports of an audit (``audit --cluster -o policyreport [--apply]``): one report per
-judged workload with findings, in the format that Kyverno, Kubewarden and Policy Reporter read
-(``wgpolicyk8s.io/v1alpha2``, or its successor ``openreports.io/v1alpha1``), written with
-server-side apply and pruned by label.
+"""Policy reports of an audit: one report per judged workload with findings, in the format
+that Kyverno, Kubewarden and Policy Reporter read (``wgpolicyk8s.io/v1alpha2``, or its
+successor ``openreports.io/v1alpha1``), written with server-side apply and pruned by label.
 
 A report's scope is the workload as written (a Deployment, a PyTorchJob), not each Pod it owns:
 what owners create is listed under them by the audit and judged again at creation. A workload
-without findings has no report: ``--apply`` deletes the one it had. Reports carry no result
+without findings has no report: applying deletes the one it had. Reports carry no result
 timestamps, so that a rerun over an unchanged cluster changes nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook.audit.judging import Audited
-from webhook.cluster.connection import Cluster
-from webhook.cluster.listing import Lister
+from webhook.cluster.connection import Cluster, ClusterError
+from webhook.cluster.listing import Lister, status_message
 from webhook.core.findings import Finding, Violation
 from webhook.policy.model import SECURITY_RULES, Policy
 from webhook.policy.rules import BY_ID
+
+if TYPE_CHECKING:
+    from kubernetes.client import CustomObjectsApi
 
 MANAGER = "gpu-admission"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -219,7 +221,7 @@ def policy_reports(
 
 @dataclass(slots=True)
 class Applied:
-    """What ``--apply`` did, for its one summary line."""
+    """What :func:`apply_reports` did; ``line`` says it in one line."""
 
     created: int = 0
     updated: int = 0
@@ -258,14 +260,21 @@ def apply_reports(
     before that are no longer among them (their workloads became clean or went away): in
     ``namespace``, or with None in every namespace and at cluster scope. A report the API
     server refuses is counted and the others are written; ``prune`` false (an incomplete
-    audit, where a missing report does not mean a clean workload) deletes nothing."""
+    audit, where a missing report does not mean a clean workload) deletes nothing. Reports
+    that cannot be listed or deleted end the work: :class:`ClusterError`."""
     from kubernetes import client as k8s
     from kubernetes.client.exceptions import ApiException
 
     lister = Lister(cluster, namespace)
     custom = k8s.CustomObjectsApi(cluster.api_client)
     applied = Applied()
-    existing = _existing(lister, custom, api, namespace)
+    try:
+        existing = _existing(lister, custom, api, namespace)
+    except ApiException as exc:
+        raise ClusterError(
+            f"cannot list the {api.plural}.{api.group} this tool wrote (HTTP {exc.status}): "
+            f"{status_message(exc)}"
+        ) from None
     if existing is None:
         applied.missing_crd = f"{api.kind}.{api.group}"
         return applied
@@ -304,14 +313,19 @@ def apply_reports(
             lister.call(partial(delete, *args))
         except ApiException as exc:
             if exc.status != 404:  # gone already: as good as pruned
-                raise
+                raise ClusterError(
+                    f"cannot delete the stale report {report_namespace}/{name} "
+                    f"(HTTP {exc.status}): {status_message(exc)}"
+                ) from None
         applied.pruned += 1
     return applied
 
 
-def _apply_call(custom: Any, api: ReportAPI, meta: dict[str, Any]) -> Any:
+def _apply_call(
+    custom: CustomObjectsApi, api: ReportAPI, meta: dict[str, Any]
+) -> Callable[..., Any]:
     """A server-side apply of one report (``application/apply-patch+yaml``; JSON is YAML)."""
-    options = {
+    options: dict[str, Any] = {
         "field_manager": MANAGER,
         "force": True,
         "_content_type": "application/apply-patch+yaml",
@@ -333,13 +347,13 @@ def _apply_call(custom: Any, api: ReportAPI, meta: dict[str, Any]) -> Any:
 
 
 def _existing(
-    lister: Lister, custom: Any, api: ReportAPI, namespace: str | None
+    lister: Lister, custom: CustomObjectsApi, api: ReportAPI, namespace: str | None
 ) -> dict[tuple[str, str], str] | None:
     """(namespace, name) -> resourceVersion of the reports this tool wrote; None when the
     report CRD is not installed."""
     from kubernetes.client.exceptions import ApiException
 
-    pages: list[Any] = []
+    pages: list[Callable[..., Any]] = []
     if namespace:
         pages.append(
             lambda **kw: custom.list_namespaced_custom_object(

@@ -145,7 +145,11 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         ),
         epilog=_INSTALL_EPILOG,
     )
-    inst.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: usual)")
+    inst.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)",
+    )
     inst.add_argument("--context", help="kubeconfig context (default: current)")
     inst.add_argument(
         "--namespace", default="gpu-admission", help="namespace of the Secret (%(default)s)"

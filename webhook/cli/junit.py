@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from typing import Any
+from collections.abc import Sequence
 
+from webhook.audit.judging import Audited
 from webhook.cluster.listing import Problem
 from webhook.core.findings import MODE_WORD, Finding
 
 
-def report(items: list[Any], problems: list[Problem]) -> str:
+def report(items: Sequence[Audited], problems: Sequence[Problem]) -> str:
     """One testsuite, one testcase per judged object, a failure per object that would be
     denied; inputs that could not be read and objects that could not be judged are errors."""
     judged = [i for i in items if i.outcome.judged]
@@ -49,7 +50,7 @@ def report(items: list[Any], problems: list[Problem]) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suite, "unicode") + "\n"
 
 
-def _finding_line(item: Any, finding: Finding) -> str:
+def _finding_line(item: Audited, finding: Finding) -> str:
     line = item.line_of(finding.path)
     where = f" (line {line})" if line is not None else ""
     return f"{MODE_WORD[finding.mode]} [{finding.rule}] {finding.violation.render()}{where}"

@@ -87,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
             error(str(exc))
             unreadable += 1
             documents.extend(exc.readable)
+        if source == "-":
+            stdin = ""  # read once: a second "-" finds it empty
     if unreadable and not documents:
         return 2  # nothing to judge: the errors said it all
     reviews = [d for d in documents if _is_admission_review(d)]

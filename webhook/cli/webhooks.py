@@ -101,7 +101,11 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
 
 
 def _cluster_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kubeconfig", metavar="PATH", help="default: in-cluster, else usual")
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="default: $KUBECONFIG, then in-cluster, then ~/.kube/config",
+    )
     parser.add_argument("--context")
     parser.add_argument("--namespace", default="gpu-admission", help="(%(default)s)")
     parser.add_argument("--secret", default="gpu-admission-tls", help="(%(default)s)")

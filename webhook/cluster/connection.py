@@ -71,7 +71,7 @@ def connect(
         raise ClusterError(f"kubeconfig {kubeconfig} does not exist")
     # Read at call time: the client reads $KUBECONFIG once, at import.
     kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or None
-    in_cluster = kubeconfig is None and context is None and in_a_pod()
+    in_cluster = kubeconfig is None and context is None and _in_a_pod()
     if kubeconfig is None and not in_cluster:
         home = Path("~/.kube/config").expanduser()
         kubeconfig = str(home) if home.is_file() else None
@@ -93,16 +93,16 @@ def connect(
             f"cannot load Kubernetes configuration from {where}: {one_line(exc)}"
         ) from None
     except KUBECONFIG_ERRORS as exc:
-        raise ClusterError(not_a_kubeconfig(kubeconfig, exc)) from None
+        raise ClusterError(_not_a_kubeconfig(kubeconfig, exc)) from None
     return Cluster(k8s.ApiClient(configuration), namespace, timeout)
 
 
-def in_a_pod() -> bool:
+def _in_a_pod() -> bool:
     """Whether this process runs in a Pod (the kubelet sets the service's address)."""
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
-def not_a_kubeconfig(kubeconfig: str | None, exc: Exception) -> str:
+def _not_a_kubeconfig(kubeconfig: str | None, exc: Exception) -> str:
     """One line for one of ``KUBECONFIG_ERRORS``, naming the file."""
     if isinstance(exc, UnicodeDecodeError):
         problem = "not UTF-8 text"

@@ -12,10 +12,13 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from webhook.cluster.connection import Cluster, ClusterError, one_line
 from webhook.policy.model import WorkloadKind
+
+if TYPE_CHECKING:
+    from kubernetes.client.exceptions import ApiException
 
 PAGE_SIZE = 500
 AUDITOR_ROLE = "the gpu-admission-auditor ClusterRole (manifests/base/auditor-clusterrole.yaml)"
@@ -35,12 +38,12 @@ BUILTIN_LISTS: dict[tuple[str, str], tuple[str, str]] = {
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """Something the audit could not read (a file, a resource it could not list) or judge
-    (an object the engine failed on)."""
+    """Something that could not be read (a resource that could not be listed; for the audits,
+    a file too) or judged (an object the engine failed on); the work goes on without it."""
 
     source: str
     message: str  # one line that names the source
-    stage: str = "read"  # "read" or "judge"
+    stage: Literal["read", "judge"] = "read"
 
 
 class Lister:
@@ -50,9 +53,7 @@ class Lister:
 
     def __init__(self, cluster: Cluster, namespace: str | None) -> None:
         self.cluster = cluster
-        self.api_client = cluster.api_client
         self.namespace = namespace
-        self.timeout = cluster.timeout
         self.problems: list[Problem] = []
         # Custom resources whose CRD is not installed, and whether they are catalogued kinds.
         self.not_served: list[tuple[str, bool]] = []
@@ -88,13 +89,13 @@ class Lister:
         builtin = BUILTIN_LISTS.get((workload.group, workload.kind))
         if builtin is not None:
             api_class, name = builtin
-            api = getattr(k8s, api_class)(self.api_client)
+            api = getattr(k8s, api_class)(self.cluster.api_client)
             if self.namespace:
                 yield partial(getattr(api, f"list_namespaced_{name}"), self.namespace)
             else:
                 yield getattr(api, f"list_{name}_for_all_namespaces")
             return
-        custom = k8s.CustomObjectsApi(self.api_client)
+        custom = k8s.CustomObjectsApi(self.cluster.api_client)
         for version in self._versions(workload.group):
             if self.namespace and workload.scope == "Namespaced":
                 yield partial(
@@ -118,14 +119,14 @@ class Lister:
         if self._groups is None:
             self._groups = {}
             try:
-                discovery = self.call(k8s.ApisApi(self.api_client).get_api_versions)
+                discovery = self.call(k8s.ApisApi(self.cluster.api_client).get_api_versions)
             except ApiException as exc:
                 self._discovery_failed = True
                 self.problems.append(
                     Problem(
                         "/apis",
                         f"cannot discover the API groups (HTTP {exc.status}): "
-                        f"{_status_message(exc)}; custom workload kinds not audited",
+                        f"{status_message(exc)}; custom workload kinds not audited",
                     )
                 )
                 return []
@@ -164,7 +165,7 @@ class Lister:
         host = self.cluster.host
         try:
             response = function(
-                _request_timeout=(self.timeout, self.timeout),  # (connect, read)
+                _request_timeout=(self.cluster.timeout, self.cluster.timeout),  # (connect, read)
                 _preload_content=False,
                 **kwargs,
             )
@@ -181,7 +182,7 @@ class Lister:
             if exc.status == 401:
                 raise ClusterError(
                     f"the Kubernetes API server at {host} refused the credentials (HTTP 401): "
-                    f"{_status_message(exc)}"
+                    f"{status_message(exc)}"
                 ) from None
             raise
         try:
@@ -197,9 +198,9 @@ class Lister:
             ) from None
         return body
 
-    def _failure(self, exc: Any, workload: WorkloadKind, resource: str) -> str:
+    def _failure(self, exc: ApiException, workload: WorkloadKind, resource: str) -> str:
         scope = f'in namespace "{self.namespace}"' if self.namespace else "in all namespaces"
-        message = _status_message(exc)
+        message = status_message(exc)
         if exc.status == 403:
             return (
                 f"cannot list {resource} {scope}: forbidden (HTTP 403): {message}; the audit "
@@ -226,9 +227,11 @@ def _loads(data: bytes) -> Any:
             sys.setrecursionlimit(limit)
 
 
-def _status_message(exc: Any) -> str:
+def status_message(exc: ApiException) -> str:
     """The API server's own words from the Status body, else the HTTP reason."""
     try:
-        return one_line(json.loads(exc.body).get("message") or exc.reason)
-    except (TypeError, ValueError, AttributeError):
-        return one_line(exc.reason)
+        status = json.loads(exc.body) if exc.body else None
+    except ValueError:
+        status = None
+    message = status.get("message") if isinstance(status, dict) else None
+    return one_line(message or exc.reason)
