@@ -124,6 +124,20 @@ def add_tls_secret(api: FakeKubeAPI, ca_cert: Path) -> str:
     return bundle
 
 
+def activate(api_client: Any, readyz_url: str, **options: Any) -> list[str]:
+    """``activate_webhooks`` as the chart's hook calls it, with ``options`` (timeout, sleep)."""
+    return activate_webhooks(
+        api_client,
+        namespace=NAMESPACE,
+        secret_name="gpu-admission-tls",
+        readyz_url=readyz_url,
+        validating="gpu-admission",
+        mutating="gpu-admission",
+        failure_policy="Fail",
+        **options,
+    )
+
+
 def test_activate_waits_for_the_server_then_sets_the_ca_and_failure_policy(
     kube_api, kube_api_kubeconfig, served, capsys
 ) -> None:
@@ -165,14 +179,9 @@ def test_activate_changes_nothing_unless_the_server_proves_the_secrets_ca(
     add_tls_secret(kube_api, other.ca_cert)
     waits = []
     with pytest.raises(ActivationError, match="did not answer 200"):
-        activate_webhooks(
+        activate(
             kube_api_client,
-            namespace=NAMESPACE,
-            secret_name="gpu-admission-tls",
-            readyz_url=f"https://127.0.0.1:{server.port}/readyz",
-            validating="gpu-admission",
-            mutating="gpu-admission",
-            failure_policy="Fail",
+            f"https://127.0.0.1:{server.port}/readyz",
             timeout=0.5,
             sleep=waits.append,
         )
@@ -185,16 +194,7 @@ def test_activate_changes_nothing_unless_the_server_proves_the_secrets_ca(
 def test_activate_without_the_secret_says_so(kube_api, kube_api_client) -> None:
     add_namespace(kube_api)
     with pytest.raises(ActivationError, match="not found"):
-        activate_webhooks(
-            kube_api_client,
-            namespace=NAMESPACE,
-            secret_name="gpu-admission-tls",
-            readyz_url="https://127.0.0.1:1/readyz",
-            validating="gpu-admission",
-            mutating="gpu-admission",
-            failure_policy="Fail",
-            timeout=0,
-        )
+        activate(kube_api_client, "https://127.0.0.1:1/readyz", timeout=0)
 
 
 def test_deactivate_of_a_deleted_configuration_is_done(kube_api, kube_api_client) -> None:
@@ -230,14 +230,9 @@ def test_activate_waits_for_a_secret_issued_late(kube_api, kube_api_client, serv
         if len(waits) == 2:  # cert-manager issues it while activation waits
             add_tls_secret(kube_api, server.ca)
 
-    activate_webhooks(
+    activate(
         kube_api_client,
-        namespace=NAMESPACE,
-        secret_name="gpu-admission-tls",
-        readyz_url=f"https://127.0.0.1:{server.port}/readyz",
-        validating="gpu-admission",
-        mutating="gpu-admission",
-        failure_policy="Fail",
+        f"https://127.0.0.1:{server.port}/readyz",
         timeout=60,
         sleep=issued_meanwhile,
     )

@@ -440,16 +440,6 @@ def test_the_conformance_corpus_is_covered_file_by_file(capsys) -> None:
     assert any(r["verdict"] == "denied" for r in records)
 
 
-def test_help_has_examples(capsys) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["audit", "--help"])
-    assert exit_info.value.code == 0
-    text = capsys.readouterr().out
-    assert "examples:" in text
-    assert "\n  gpu-admission audit --cluster -A " in text  # as written, one example a line
-    assert "exit status:" in text
-
-
 def test_the_entry_point_runs_audit(tmp_path: Path) -> None:
     path = write(tmp_path, "bad.yaml", PRIVILEGED_GPU_POD)
     result = subprocess.run(

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.serving import MountedDir, client_context, make_certificates
+from webhook.certs.pki import GeneratedCertificates
 from webhook.server.logs import SERVER_LOGGER
 from webhook.server.tls import CertificateReloader, build_server_context
 
@@ -50,8 +51,16 @@ def serial_seen(server: ssl.SSLContext, ca: Path) -> int:
     return x509.load_der_x509_certificate(der).serial_number
 
 
+def pair(certificates: GeneratedCertificates) -> dict[str, bytes]:
+    """A certificate and its key as a kubernetes.io/tls Secret's volume holds them."""
+    return {
+        "tls.crt": certificates.tls_cert.read_bytes(),
+        "tls.key": certificates.tls_key.read_bytes(),
+    }
+
+
 @pytest.fixture
-def pki(tmp_path: Path):
+def pki(tmp_path: Path) -> GeneratedCertificates:
     return make_certificates(tmp_path / "pki")
 
 
@@ -85,27 +94,19 @@ def serial_of(certificate: Path) -> int:
 
 
 def test_the_reloader_caches_between_checks(pki, tmp_path: Path) -> None:
-    mounted = MountedDir(
-        tmp_path / "secret",
-        {"tls.crt": pki.tls_cert.read_bytes(), "tls.key": pki.tls_key.read_bytes()},
-    )
+    mounted = MountedDir(tmp_path / "secret", pair(pki))
     reloader = CertificateReloader(
         str(mounted.path("tls.crt")), str(mounted.path("tls.key")), check_interval=3600
     )
     first = reloader.context()
     renewed = make_certificates(tmp_path / "renewed", ca=pki)
-    mounted.update(
-        {"tls.crt": renewed.tls_cert.read_bytes(), "tls.key": renewed.tls_key.read_bytes()}
-    )
+    mounted.update(pair(renewed))
     # Within the interval the cached context is served, without looking at the files.
     assert reloader.context() is first
 
 
 def test_the_reloader_swaps_a_renewed_pair_in_one_step(pki, tmp_path: Path) -> None:
-    mounted = MountedDir(
-        tmp_path / "secret",
-        {"tls.crt": pki.tls_cert.read_bytes(), "tls.key": pki.tls_key.read_bytes()},
-    )
+    mounted = MountedDir(tmp_path / "secret", pair(pki))
     loaded: list[datetime] = []
     reloader = CertificateReloader(
         str(mounted.path("tls.crt")),
@@ -117,9 +118,7 @@ def test_the_reloader_swaps_a_renewed_pair_in_one_step(pki, tmp_path: Path) -> N
     assert reloader.context() is first  # unchanged files: the same context
     assert serial_seen(first, pki.ca_cert) == serial_of(pki.tls_cert)
     renewed = make_certificates(tmp_path / "renewed", ca=pki)
-    mounted.update(
-        {"tls.crt": renewed.tls_cert.read_bytes(), "tls.key": renewed.tls_key.read_bytes()}
-    )
+    mounted.update(pair(renewed))
     second = reloader.context()
     assert second is not first
     assert serial_seen(second, pki.ca_cert) == serial_of(renewed.tls_cert)
@@ -129,10 +128,7 @@ def test_the_reloader_swaps_a_renewed_pair_in_one_step(pki, tmp_path: Path) -> N
 def test_a_pair_that_does_not_load_keeps_the_previous_context_and_is_logged_once(
     pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    mounted = MountedDir(
-        tmp_path / "secret",
-        {"tls.crt": pki.tls_cert.read_bytes(), "tls.key": pki.tls_key.read_bytes()},
-    )
+    mounted = MountedDir(tmp_path / "secret", pair(pki))
     reloader = CertificateReloader(
         str(mounted.path("tls.crt")), str(mounted.path("tls.key")), check_interval=0
     )
@@ -146,7 +142,7 @@ def test_a_pair_that_does_not_load_keeps_the_previous_context_and_is_logged_once
     refused = [r for r in caplog.records if "refused" in r.getMessage()]
     assert len(refused) == 1
     # The key follows: the new pair is served.
-    mounted.update({"tls.crt": other.tls_cert.read_bytes(), "tls.key": other.tls_key.read_bytes()})
+    mounted.update(pair(other))
     assert reloader.context() is not served
 
 
