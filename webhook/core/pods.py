@@ -305,8 +305,8 @@ def view_of(
     asks_vendor_resource = False
     declared = policy.declared_names
     retired = policy.retired
-    # Positional arguments and plain loops, one function: a view is built per template per
-    # request, and each function called is one more to bring into the processor's caches.
+    # One pass over the containers works out every fact the checks read about their
+    # resources, so that no check walks them again.
     for list_name, index, container, path, resources_field, fallback_name in sources:
         # Vendor-domain resources: name -> (value, where), the limit winning over the request
         # as for the scheduler.

@@ -145,7 +145,7 @@ def _own_signal(view: PodView, policy: Policy) -> str | None:
     """A signal in the Pod's own resources, environment, volumes or annotations."""
     for container in view.containers:
         for name in container.gpu:
-            # A declared name, the common case, settles it without a call.
+            # A declared GPU name is an ask; another vendor name may still name a GPU.
             if name in policy.declared_names or _is_gpu_ask(name, policy):
                 return f"it asks for {name}"
         if container.resources.get("claims"):
