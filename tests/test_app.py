@@ -214,6 +214,9 @@ BAD_REQUESTS = {
     "no apiVersion": (JSON, _review_without("apiVersion"), 400),
     "wrong kind": (JSON, _review_with("AdmissionRequest", "kind"), 400),
     "object not an object": (JSON, _review_with([], "request", "object"), 400),
+    "no operation": (JSON, _review_without("request", "operation"), 400),
+    "unknown operation": (JSON, _review_with("EXPLODE", "request", "operation"), 400),
+    "operation not a string": (JSON, _review_with(1, "request", "operation"), 400),
 }
 
 

@@ -167,6 +167,21 @@ def test_a_malformed_request_kind_is_a_request_error(kind) -> None:
         webhook.review(review, POLICIES[0], mutate=False)
 
 
+@pytest.mark.parametrize("operation", [None, "EXPLODE", "create", 5, ["CREATE"], ""])
+@pytest.mark.parametrize("mutate", [False, True], ids=["validate", "mutate"])
+def test_an_operation_the_api_server_never_sends_is_a_request_error(operation, mutate) -> None:
+    # Allowing it for want of a verdict would let a forged review pass a privileged Pod.
+    privileged = copy.deepcopy(POD)
+    privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    review = _review(privileged)
+    if operation is None:
+        del review["request"]["operation"]
+    else:
+        review["request"]["operation"] = operation
+    with pytest.raises(webhook.RequestError, match="request.operation must be one of"):
+        webhook.review(review, POLICIES[0], mutate=mutate)
+
+
 def test_an_object_kind_that_is_not_a_string_is_not_judged() -> None:
     review = _review({**POD, "kind": {"a": 1}})
     del review["request"]["kind"]

@@ -13,6 +13,10 @@ from webhook.admission.wire import API_VERSION, AdmissionRequest
 from webhook.policy.model import Policy, WorkloadKind
 
 
+# The operations of admission.k8s.io/v1 (AdmissionRequest.operation).
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
 class RequestError(ValueError):
     """A malformed AdmissionReview: the caller answers HTTP 400 with this message."""
 
@@ -34,6 +38,13 @@ def parse_request(admission_review: Any) -> AdmissionRequest:
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise RequestError("request.uid is missing")
+    operation = request.get("operation")
+    if operation not in OPERATIONS:
+        # Never allowed for want of a verdict: the API server sends only these four, so
+        # anything else is a forged or broken review.
+        raise RequestError(
+            f"request.operation must be one of {', '.join(OPERATIONS)}, not {operation!r}"
+        )
     return cast(AdmissionRequest, request)  # its shape is checked above
 
 
