@@ -206,9 +206,11 @@ class Server:
         env: Mapping[str, str] | None = None,
         settings_in_env: bool = False,
         module: str = "webhook.cli",
+        cpus: str | None = None,
     ) -> None:
         """``cert`` None serves plain HTTP (``--insecure``). ``settings_in_env`` passes the
-        settings as GPU_ADMISSION_* variables instead of options."""
+        settings as GPU_ADMISSION_* variables instead of options. ``cpus`` pins the server
+        and its workers to those CPUs (``taskset -c``), as a CPU limit would hold it."""
         self.port = free_port()
         self.ca = ca
         self.log_path = log_path
@@ -228,7 +230,8 @@ class Server:
             for k, v in os.environ.items()
             if not k.startswith("GPU_ADMISSION_") and k != "PROMETHEUS_MULTIPROC_DIR"
         }
-        self.args = [sys.executable, "-m", module]
+        self.args = ["taskset", "-c", cpus] if cpus else []
+        self.args += [sys.executable, "-m", module]
         if module == "webhook.cli":
             self.args.append("serve")
         if settings_in_env:

@@ -352,6 +352,7 @@ def bench_served(args: argparse.Namespace) -> None:
             "ca": pki.ca_cert,
             "workers": args.workers,
             "drain_seconds": 0,
+            "cpus": args.server_cpus,
         }
         bare = Server(log_path=directory / "bare.log", module="tests.bench.bare_app", **common)
         served = Server(log_path=directory / "webhook.log", **common)
@@ -404,8 +405,9 @@ def bench_served(args: argparse.Namespace) -> None:
     )
     for label, body in bodies.items():
         print(
-            f"\nserved over TLS, {label} ({len(body)} B): gevent worker, {args.workers} workers, "
-            f"{clients} x {args.seconds:g} s, {ROUNDS} alternating rounds"
+            f"\nserved over TLS, {label} ({len(body)} B): gevent worker, {args.workers} workers"
+            + (f" on CPUs {args.server_cpus}" if args.server_cpus else "")
+            + f", {clients} x {args.seconds:g} s, {ROUNDS} alternating rounds"
         )
         _print_comparison(rounds[label])
     print(
@@ -453,6 +455,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--number", type=int, default=2000, help="review() calls per repeat")
     parser.add_argument("--repeat", type=int, default=5, help="repeats (the best is reported)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
+    parser.add_argument(
+        "--server-cpus",
+        metavar="LIST",
+        help="pin the servers to these CPUs (taskset -c), e.g. 0 for a one-CPU limit",
+    )
     parser.add_argument(
         "--load",
         choices=("auto", "wrk", "python"),
