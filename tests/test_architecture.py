@@ -289,6 +289,75 @@ def test_library_code_reads_and_writes_no_standard_stream() -> None:
     assert [f for f in found if not f.startswith("webhook.server.logs:")] == []
 
 
+# The libraries the server is built on: their private names are theirs to change in any
+# release, so the server uses none but these, each with why and what would replace it.
+SERVER_LIBRARIES = ("gunicorn", "gevent", "werkzeug", "flask", "prometheus_client")
+PRIVATE_NAMES_USED = {
+    "webhook.server.balance": {
+        "self.pool._semaphore": "gevent's Pool offers no public wait for a free slot that "
+        "does not take it; goes with the balancing (issue 32)",
+    },
+    "webhook.server.metrics": {
+        "child._sum": "many observations added at once (the batched flush); goes with "
+        "multiprocess metrics (issue 32)",
+        "child._buckets": "as child._sum",
+    },
+    "webhook.server.logs": {
+        "super()._set_handler": "gunicorn's logger sets its handlers there; to be replaced "
+        "by its public logconfig_dict setting (issue 32)",
+    },
+    "webhook.server.child": {
+        "os._exit": "the standard library's documented exit for a forked child, which must "
+        "not run the worker's cleanup",
+    },
+}
+
+
+def private_names(modules: Modules) -> dict[str, set[str]]:
+    """``from <library> import _name`` of the server's libraries anywhere in the package, and
+    ``<expression>._name`` (not ``self``'s or ``cls``') in ``webhook.server``."""
+    found: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and (node.module or "").split(".")[0] in SERVER_LIBRARIES
+            ):
+                for alias in node.names:
+                    if alias.name.startswith("_"):
+                        found.setdefault(module, set()).add(f"{node.module}.{alias.name}")
+            elif (
+                isinstance(node, ast.Attribute)
+                and layer(module) == "server"
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and ast.unparse(node.value) not in ("self", "cls")
+            ):
+                found.setdefault(module, set()).add(ast.unparse(node))
+    return found
+
+
+def test_the_server_uses_no_private_name_of_its_libraries_but_those_listed() -> None:
+    assert private_names(MODULES) == {m: set(names) for m, names in PRIVATE_NAMES_USED.items()}
+
+
+def test_a_private_import_or_attribute_is_found(tmp_path: Path) -> None:
+    modules = _package(
+        tmp_path,
+        {
+            "server/a.py": (
+                "from gunicorn.util import _write\n"
+                "def f(pool):\n    return pool._semaphore, self._own, os.__name__\n"
+            ),
+            "core/b.py": "from gevent.pool import _Pool\ndef g(x):\n    return x._y\n",
+        },
+    )
+    assert private_names(modules) == {
+        "webhook.server.a": {"gunicorn.util._write", "pool._semaphore"},
+        "webhook.core.b": {"gevent.pool._Pool"},
+    }
+
+
 def test_only_the_command_line_parses_arguments() -> None:
     parsers = [
         f"{module}:{line}"
