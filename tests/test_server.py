@@ -686,6 +686,48 @@ def test_sigterm_drains_then_finishes_in_flight_requests(
         server.stop()
 
 
+@pytest.mark.parametrize("stop", ["SIGINT during the drain", "SIGTERM and the drain's end"])
+def test_from_start_to_stop_every_line_is_json_and_every_decision_logged_once(
+    tmp_path: Path, pki: GeneratedCertificates, stop: str
+) -> None:
+    server = tls_server(tmp_path, pki, drain_seconds=2.0).start()
+    sent: list[str] = []
+    try:
+        review = load_fixture("admission-review-gpu-pod.json")
+
+        def send(conn: http.client.HTTPConnection, uid: str) -> None:
+            review["request"]["uid"] = uid
+            assert post_json(conn, "/validate", json.dumps(review).encode()).status == 200
+            sent.append(uid)
+
+        conn = server.connection()
+        for index in range(40):
+            send(conn, f"before-{index}")
+        conn.close()
+        server.terminate()
+        wait_until(lambda: server.get("/readyz").status == 503, timeout=4, what="draining")
+        for index in range(10):  # during the drain: each on a connection of its own
+            conn = server.connection()
+            send(conn, f"draining-{index}")
+            conn.close()
+        if stop == "SIGINT during the drain":
+            assert server.process is not None
+            server.process.send_signal(signal.SIGINT)
+        assert server.wait(timeout=30) == 0
+    finally:
+        server.stop()
+    lines = server.log().splitlines()
+    not_json = []
+    for line in lines:
+        try:
+            json.loads(line)
+        except ValueError:
+            not_json.append(line)
+    assert lines and not_json == []
+    decided = [r["uid"] for r in server.log_records() if r.get("message") == "admission decision"]
+    assert sorted(decided) == sorted(sent) and len(sent) == 50
+
+
 # --------------------------------------------------------------------------- settings
 
 

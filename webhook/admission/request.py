@@ -12,7 +12,6 @@ from typing import Any, cast
 from webhook.admission.wire import API_VERSION, AdmissionRequest
 from webhook.policy.model import Policy, WorkloadKind
 
-
 # The operations of admission.k8s.io/v1 (AdmissionRequest.operation).
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 

@@ -47,7 +47,7 @@ from gunicorn.arbiter import Arbiter
 
 from webhook.server.balance import ConnectionShares
 from webhook.server.child import run_in_child
-from webhook.server.logs import SERVER_LOGGER, GunicornJsonLogger, configure_logging
+from webhook.server.logs import SERVER_LOGGER, configure_logging, gunicorn_logconfig
 from webhook.server.settings import Deadlines, ServeSettings, SettingsError
 from webhook.server.tls import CertificateReloader, build_server_context
 from webhook.server.watch import every
@@ -163,8 +163,9 @@ class AdmissionServer(BaseApplication):
             "keepalive": math.ceil(settings.deadlines.idle),
             "graceful_timeout": GRACEFUL_TIMEOUT,
             "proc_name": "gpu-admission",
-            "logger_class": GunicornJsonLogger,
-            "errorlog": "-",
+            # gunicorn's lines as JSON too, through its public logging configuration.
+            "errorlog": None,
+            "logconfig_dict": gunicorn_logconfig(),
             # One line per decision comes from the app; an access log would double it.
             "accesslog": None,
             "control_socket_disable": True,

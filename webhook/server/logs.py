@@ -20,7 +20,6 @@ from typing import Any, TextIO
 
 import orjson
 from gevent import monkey
-from gunicorn import glogging
 
 DECISION_LOGGER = "webhook.decisions"
 
@@ -70,18 +69,42 @@ SERVER_LOGGER = "webhook.server"
 STORE_LOGGER = "webhook.policy_store"
 
 
-class _JsonStreamHandler(logging.StreamHandler[Any]):
-    """The handler :func:`configure_logging` installs, told apart from anyone else's. It
-    knows the file descriptor of its stream, when the stream has one, for decision lines."""
+class JsonLineHandler(logging.StreamHandler[TextIO]):
+    """Writes each record as one JSON line (:class:`JsonFormatter`), whole.
+
+    To a stream with a file descriptor (stderr, a file) the line is written as bytes with one
+    ``write`` when it fits, and finished when it does not: a line once begun is never left
+    half-written for the next one to join, even on a pipe another process set non-blocking
+    (the write then waits, as a blocking one would). A stream without a descriptor (tests)
+    is written to as a stream.
+
+    Its lock is the operating system's, even in a gevent worker (whose threading locks are
+    greenlet locks, dearer per line): no greenlet can run while a line is written anyway.
+    """
 
     def __init__(self, stream: TextIO) -> None:
         super().__init__(stream)
-        self.fd = _file_descriptor(stream)
+        self.setFormatter(JsonFormatter())
 
-    def setStream(self, stream: TextIO) -> TextIO | None:  # noqa: N802 (logging's name)
-        previous = super().setStream(stream)
-        self.fd = _file_descriptor(self.stream)
-        return previous
+    def createLock(self) -> None:  # noqa: N802 (logging's name)
+        self.lock = monkey.get_original("_thread", "RLock")()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + self.terminator
+            fd = _file_descriptor(self.stream)
+            if fd is None:
+                self.stream.write(line)
+                self.stream.flush()
+                return
+            data = line.encode("utf-8", "backslashreplace")
+            self.stream.flush()  # what anyone wrote through the stream goes first
+            if not _write_line(fd, data):
+                raise OSError(f"the log's file descriptor {fd} took none of the line")
+        except RecursionError:  # as logging.StreamHandler: not swallowed
+            raise
+        except Exception:
+            self.handleError(record)
 
 
 def _file_descriptor(stream: TextIO) -> int | None:
@@ -91,13 +114,9 @@ def _file_descriptor(stream: TextIO) -> int | None:
         return None
 
 
-# Decision lines are written under a lock of the operating system, not the handler's: in a
-# gevent worker that lock is a greenlet lock, which costs a sixth of a typical decision, and
-# no greenlet can run during a write anyway. The lock matters only to real threads.
-_DECISION_LINE_LOCK = monkey.get_original("_thread", "allocate_lock")()
 _select = monkey.get_original("select", "select")
 # How long one wait for a full non-blocking log pipe lasts before the write is tried again.
-DECISION_LINE_WAIT = 1.0
+LINE_WAIT_SECONDS = 1.0
 # The longest uid, name, namespace, operation or kind logged (Kubernetes names: 253).
 IDENTIFIER_CHARS = 256
 
@@ -110,27 +129,31 @@ def configure_logging(level: int | str = logging.INFO, stream: TextIO | None = N
     """
     logger = logging.getLogger("webhook")
     for handler in list(logger.handlers):
-        if isinstance(handler, _JsonStreamHandler):
+        if isinstance(handler, JsonLineHandler):
             logger.removeHandler(handler)
-    handler = _JsonStreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter())
-    logger.addHandler(handler)
+    logger.addHandler(JsonLineHandler(stream or sys.stderr))
     logger.setLevel(level)
     # The root logger may have its own handler (pytest's, a user's basicConfig).
     logger.propagate = False
 
 
-class GunicornJsonLogger(glogging.Logger):
-    """gunicorn's logger with the same JSON lines, so the server's output is one format."""
-
-    def _set_handler(
-        self,
-        log: logging.Logger,
-        output: str | None,
-        fmt: logging.Formatter,
-        stream: TextIO | None = None,
-    ) -> None:
-        super()._set_handler(log, output, JsonFormatter(), stream)
+def gunicorn_logconfig() -> dict[str, Any]:
+    """gunicorn's ``logconfig_dict`` setting: its own loggers and the root logger write JSON
+    lines to stderr like the webhook's (with ``errorlog`` None, gunicorn adds no handler of its
+    own); no access log (one line per decision comes from the app)."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {},
+        "handlers": {
+            "json": {"()": JsonLineHandler, "stream": "ext://sys.stderr"},
+        },
+        "root": {"level": "WARNING", "handlers": ["json"]},
+        "loggers": {
+            "gunicorn.error": {"level": "INFO", "handlers": ["json"], "propagate": False},
+            "gunicorn.access": {"level": "INFO", "handlers": [], "propagate": False},
+        },
+    }
 
 
 def log_decision(
@@ -152,13 +175,7 @@ def log_decision(
         return
     kind = request.get("kind")
     pairs = list(violations)
-    # Built in the order JsonFormatter writes: time, level, logger and message first, in one
-    # literal (a line per request: every step counts).
-    entry: dict[str, Any] = {
-        "time": _utc_timestamp(time.time()),
-        "level": "info",
-        "logger": logger.name,
-        "message": "admission decision",
+    fields = {
         "uid": _identifier(request.get("uid")),
         "kind": _identifier(kind.get("kind")) if isinstance(kind, dict) else None,
         "namespace": _identifier(request.get("namespace")),
@@ -166,40 +183,13 @@ def log_decision(
         "operation": _identifier(request.get("operation")),
         "endpoint": endpoint,
         "verdict": "allowed" if allowed else "denied",
-        "rules": [rule for rule, _ in pairs] if pairs else [],
-        "modes": [mode for _, mode in pairs] if pairs else [],
+        "rules": [rule for rule, _ in pairs],
+        "modes": [mode for _, mode in pairs],
         "mutation": mutation,
         "duration_ms": round(duration_ms, 3),  # to the microsecond
         "dry_run": request.get("dryRun") is True,
     }
-    handler = _json_handler(logger)
-    if handler is None:
-        # Not configured by configure_logging (tests, embedding): through logging.
-        _through_logging(logger, entry)
-        return
-    # One line per decision, built here: a LogRecord, the caller lookup and the formatter cost
-    # as much as the decision itself. The line is the one JsonFormatter would write.
-    fd = handler.fd
-    if fd is None:  # a stream without a file (tests): through it, under the handler's lock
-        lock = handler.lock
-        assert lock is not None  # logging.Handler makes one in __init__
-        with lock:
-            handler.stream.write(_json_line(entry) + handler.terminator)
-            handler.stream.flush()
-        return
-    line = _json_line_bytes(entry)
-    with _DECISION_LINE_LOCK:
-        # The stream is flushed after every record it writes: nothing of it is pending. Mostly
-        # one write takes the whole line; _write_line finishes what it did not.
-        try:
-            written = os.write(fd, line)
-        except OSError:
-            written = 0
-        complete = written == len(line) or _write_line(fd, line, written)
-    if not complete:
-        # A descriptor that refused the whole line (closed, or a full pipe another process
-        # set non-blocking): through logging, which reports its own errors and goes on.
-        _through_logging(logger, entry)
+    logger.info("admission decision", extra={"fields": fields})
 
 
 def _identifier(value: object) -> str | None:
@@ -211,19 +201,18 @@ def _identifier(value: object) -> str | None:
     return value if len(value) <= IDENTIFIER_CHARS else value[:IDENTIFIER_CHARS] + "..."
 
 
-def _write_line(fd: int, line: bytes, written: int = 0) -> bool:
-    """Write all of ``line`` to ``fd``, past the ``written`` bytes of it already written;
-    False when not a byte of it could be written. A line once begun is finished, never left
-    half-written for the next one to join: a descriptor another process set non-blocking is
-    waited for, as a blocking one would be (under the operating system's select, so that no
-    greenlet runs meanwhile)."""
-    view = memoryview(line)[written:]
-    started = written > 0
+def _write_line(fd: int, line: bytes) -> bool:
+    """Write all of ``line`` to ``fd``; False when not a byte of it could be written. A line
+    once begun is finished, never left half-written for the next one to join: a descriptor
+    another process set non-blocking is waited for, as a blocking one would be (under the
+    operating system's select, so that no greenlet runs meanwhile)."""
+    view = memoryview(line)
+    started = False
     while view:
         try:
             written = os.write(fd, view)
         except BlockingIOError:
-            _select([], [fd], [], DECISION_LINE_WAIT)
+            _select([], [fd], [], LINE_WAIT_SECONDS)
             continue
         except OSError:
             if started:  # the rest cannot be written (the reader is gone): end the line
@@ -235,14 +224,6 @@ def _write_line(fd: int, line: bytes, written: int = 0) -> bool:
     return True
 
 
-def _through_logging(logger: logging.Logger, entry: dict[str, Any]) -> None:
-    """The decision line as a LogRecord; logging adds the first four fields itself."""
-    fields = dict(entry)
-    for key in ("time", "level", "logger", "message"):
-        del fields[key]
-    logger.info("admission decision", extra={"fields": fields})
-
-
 def _json_line(entry: dict[str, Any]) -> str:
     """One JSON log line, compact, non-ASCII as UTF-8. orjson writes it in a tenth of the
     time; a value it cannot write (an integer beyond 64 bits) falls back to the standard
@@ -251,27 +232,3 @@ def _json_line(entry: dict[str, Any]) -> str:
         return orjson.dumps(entry, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
     except (TypeError, orjson.JSONEncodeError):
         return json.dumps(entry, default=str, separators=(",", ":"), ensure_ascii=False)
-
-
-def _json_line_bytes(entry: dict[str, Any]) -> bytes:
-    """:func:`_json_line` and its newline, encoded, as written to a file descriptor. For a
-    decision line, whose keys are all strings (telling orjson otherwise costs a third more)."""
-    try:
-        return orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE)
-    except (TypeError, orjson.JSONEncodeError):
-        return (_json_line(entry) + "\n").encode("utf-8", "backslashreplace")
-
-
-def _json_handler(logger: logging.Logger) -> _JsonStreamHandler | None:
-    """The handler configure_logging installed, when this logger's lines all go to it alone."""
-    node: logging.Logger | None = logger
-    while node is not None:
-        if node.handlers:
-            handlers = node.handlers
-            if len(handlers) == 1 and isinstance(handlers[0], _JsonStreamHandler):
-                return handlers[0]
-            return None
-        if not node.propagate:
-            return None
-        node = node.parent
-    return None
