@@ -302,10 +302,6 @@ PRIVATE_NAMES_USED = {
         "multiprocess metrics (issue 32)",
         "child._buckets": "as child._sum",
     },
-    "webhook.server.logs": {
-        "super()._set_handler": "gunicorn's logger sets its handlers there; to be replaced "
-        "by its public logconfig_dict setting (issue 32)",
-    },
     "webhook.server.child": {
         "os._exit": "the standard library's documented exit for a forked child, which must "
         "not run the worker's cleanup",
