@@ -728,6 +728,60 @@ def test_from_start_to_stop_every_line_is_json_and_every_decision_logged_once(
     assert sorted(decided) == sorted(sent) and len(sent) == 50
 
 
+def test_under_load_across_the_end_of_the_drain_no_written_request_is_dropped(
+    tmp_path: Path, pki: GeneratedCertificates
+) -> None:
+    """Every request written is answered; a connection the server never took is refused (at
+    connect or in the TLS handshake, before any request is written). During the drain every
+    answer closes its connection, so each request comes on a fresh one, right into the
+    moment the workers stop accepting."""
+    server = tls_server(tmp_path, pki, drain_seconds=1.0).start()
+    outcomes: dict[str, int] = {"answered": 0, "refused": 0}
+    dropped: list[str] = []
+    lock = threading.Lock()
+    stopped = threading.Event()
+
+    def client() -> None:
+        while not stopped.is_set():
+            conn = server.connection(timeout=10)
+            try:
+                try:
+                    conn.connect()
+                except (OSError, ssl.SSLError):
+                    outcome = "refused"
+                else:
+                    try:
+                        reply = post_json(conn, "/validate", GPU_POD)
+                        outcome = "answered" if reply.status == 200 else f"HTTP {reply.status}"
+                    except (OSError, http.client.HTTPException) as exc:
+                        outcome = repr(exc)
+            finally:
+                conn.close()
+            with lock:
+                if outcome in outcomes:
+                    outcomes[outcome] += 1
+                else:
+                    dropped.append(outcome)
+            if outcome == "refused":
+                time.sleep(0.01)
+
+    threads = [threading.Thread(target=client) for _ in range(6)]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)
+        server.terminate()
+        assert server.wait(timeout=40) == 0
+        time.sleep(0.2)  # what the clients see once the port is closed
+    finally:
+        stopped.set()
+        for thread in threads:
+            thread.join(timeout=30)
+        server.stop()
+    assert dropped == [], (dropped[:5], outcomes)
+    assert outcomes["answered"] > 50 and outcomes["refused"] > 0, outcomes
+
+
 # --------------------------------------------------------------------------- settings
 
 

@@ -212,8 +212,9 @@ def test_the_worker_overrides_what_it_says_and_calls_what_exists() -> None:
     own = {name for name in vars(AdmissionWorker) if not name.startswith("__")}
     inherited = set(dir(ggevent.GeventWorker))
     # What it replaces of gunicorn; its helpers' names are its own, clashing with nothing.
-    assert own & inherited == {"init_process", "handle", "run"}
+    assert own & inherited == {"init_process", "handle", "run", "handle_exit"}
     assert own - inherited == {
+        "_request_written_before_the_stop",
         "_converse",
         "_serve",
         "_refuse",

@@ -44,8 +44,10 @@ from functools import partial
 from typing import Any
 
 import gevent
+from gevent.event import Event
 from gevent.lock import BoundedSemaphore
 from gevent.pool import Pool
+from gevent.select import select
 from gevent.socket import wait_read
 from gunicorn import http, util
 from gunicorn.sock import ssl_context
@@ -74,6 +76,9 @@ HEADERS_PHASE = "request line and headers"
 FIRST_REQUEST_PHASE = "first request"
 LARGE_BODIES_AT_ONCE = 3
 SMALL_BODY_BUDGET = 32 * 1024 * 1024
+# A connection accepted just before the worker was told to stop has this long to send its
+# first request, which is then answered (with Connection: close) rather than dropped.
+STOPPING_FIRST_REQUEST_SECONDS = 1.0
 
 
 class AdmissionWorker(GeventWorker):
@@ -89,7 +94,13 @@ class AdmissionWorker(GeventWorker):
         self._large_bodies = BoundedSemaphore(LARGE_BODIES_AT_ONCE)
         self._small_bodies = ByteBudget(SMALL_BODY_BUDGET)
         self._waiting = WaitingRoom()
+        self._stopping = Event()
         super().init_process()
+
+    def handle_exit(self, sig: Any, frame: Any) -> None:
+        """SIGTERM, the graceful stop: the loop in :meth:`run` stops accepting at once."""
+        super().handle_exit(sig, frame)
+        self._stopping.set()
 
     def run(self) -> None:
         """Accept and serve until told to stop, then let open connections finish within the
@@ -98,6 +109,9 @@ class AdmissionWorker(GeventWorker):
         shares, slot = self.app.connection_shares, self.connection_slot
         ssl_args = {"ssl_context": ssl_context(self.cfg)} if self.cfg.is_ssl else {}
         servers = []
+        # The address each listener is bound to, for the requests' environ: read now, since a
+        # connection accepted just before the stop is served after its listener is closed.
+        self._listener_names = {id(listener): listener.getsockname() for listener in self.sockets}
         for listener in self.sockets:
             listener.setblocking(1)
             server = BalancedServer(
@@ -124,7 +138,7 @@ class AdmissionWorker(GeventWorker):
         reported = 0
         while self.alive:
             self.notify()
-            gevent.sleep(1.0)
+            self._stopping.wait(1.0)
             # One line a second at most, however fast a flood makes room be made.
             reported = self._report_room_made(reported)
         # No longer accepting: the other workers stop leaving connections to this one.
@@ -189,7 +203,7 @@ class AdmissionWorker(GeventWorker):
             client.settimeout(deadlines.write)
             paced = PacedSocket(client)
             parser = http.get_parser(self.cfg, paced, addr)
-            listener_name = listener.getsockname()
+            listener_name = self._listener_names[id(listener)]
             phase, wait = FIRST_REQUEST_PHASE, deadlines.headers
             writes = WatchedWrites(client, waiting, connection)
             while self._wait_for_request(client, parser, phase, wait, writes.answered):
@@ -270,6 +284,8 @@ class AdmissionWorker(GeventWorker):
         # What the app reads has the body's deadline (counted from the end of the headers,
         # the wait for room included); the parser, which discards an unread rest before the
         # next request, reads the body itself.
+        if not self.alive:
+            req.must_close = True  # answered with Connection: close, then the connection ends
         body = req.body
         charged = DeadlineBody(
             req,
@@ -318,6 +334,8 @@ class AdmissionWorker(GeventWorker):
             give_turn()
             self._waiting.enter(connection, answered)
             return True
+        if not self.alive:
+            return self._request_written_before_the_stop(client, phase)
         deadline_at = time.monotonic() + seconds
         # Checked every second: a stopping worker closes its idle connections at once
         # instead of waiting for them through its whole graceful timeout.
@@ -334,4 +352,13 @@ class AdmissionWorker(GeventWorker):
                 continue
             self._waiting.enter(connection, answered)
             return True
-        return False
+        return self._request_written_before_the_stop(client, phase)
+
+    @staticmethod
+    def _request_written_before_the_stop(client: Any, phase: str) -> bool:
+        """Whether a stopping worker serves one more request on this connection: one already
+        written is, and a connection accepted just before the stop may still send its first
+        (its answer closes the connection); an idle keep-alive connection is closed."""
+        grace = STOPPING_FIRST_REQUEST_SECONDS if phase == FIRST_REQUEST_PHASE else 0.0
+        readable, _, _ = select([client.fileno()], [], [], grace)
+        return bool(readable)
