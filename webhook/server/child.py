@@ -17,8 +17,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import gevent
+from gevent import monkey
 from gevent.lock import BoundedSemaphore
-from gevent.os import make_nonblocking, nb_read
+from gevent.os import fork_and_watch, make_nonblocking, nb_read, waitpid
 
 T = TypeVar("T")
 
@@ -35,6 +36,9 @@ LONG_DECISION_SECONDS = 10.0
 # empty containers) gets a MemoryError, answered 413, instead of the Pod's memory.
 CHILD_MEMORY_BYTES = 160 * 1024 * 1024
 _slots: list[BoundedSemaphore] = []
+# The child runs no gevent code (it decides, writes its answer and exits): the plain fork,
+# without re-initialising gevent's hub in it. gevent watches the child all the same.
+_plain_fork = monkey.get_original("os", "fork")
 
 
 class ChildDecisionLost(Exception):
@@ -57,7 +61,9 @@ def run_in_child(work: Callable[[], T]) -> T:
         )
     try:
         read_end, write_end = os.pipe()
-        pid = os.fork()
+        # Forked the way gevent supports: its child watcher collects the exit, and waitpid
+        # below waits on that watcher (a plain waitpid would race it for the status).
+        pid = fork_and_watch(fork=_plain_fork)
         if pid == 0:  # the child: decide, write, exit without running any of the worker
             try:
                 # It lives for one decision: collecting its garbage is wasted time (a third
@@ -69,15 +75,15 @@ def run_in_child(work: Callable[[], T]) -> T:
             finally:
                 os._exit(0)
         os.close(write_end)
-        ended = ""
+        data = None
         try:
             data = _read_all(read_end, LONG_DECISION_SECONDS)
         finally:
             os.close(read_end)
-            ended = _reap(pid)
+            ended = _reap(pid, kill=data is None)
     finally:
         slots.release()
-    if not data:
+    if not data:  # None: out of time; empty: it ended without writing
         # A child past its memory cap may crash rather than raise MemoryError (native code
         # aborts on a failed allocation): the cap kept the worker's memory, not the answer.
         raise ChildDecisionLost(
@@ -124,26 +130,27 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _read_all(fd: int, seconds: float) -> bytes:
+def _read_all(fd: int, seconds: float) -> bytes | None:
+    """Everything the child writes until it closes the pipe; None when that takes longer
+    than ``seconds``."""
     make_nonblocking(fd)
     chunks = []
     with gevent.Timeout(seconds, False):
         while chunk := nb_read(fd, 1 << 16):
             chunks.append(chunk)
         return b"".join(chunks)
-    return b""
+    return None
 
 
-def _reap(pid: int) -> str:
-    """Collect the child (one still running, out of time, is killed first); how it ended."""
-    try:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done == 0:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return f"killed after {LONG_DECISION_SECONDS:g} s"
-    except ChildProcessError:
-        return "collected elsewhere"  # by gevent's child watcher
+def _reap(pid: int, *, kill: bool) -> str:
+    """Collect the child, killed first when it ran out of time; how it ended. It closed its
+    end of the pipe otherwise, so it is exiting: the wait is short, and other greenlets run
+    meanwhile."""
+    if kill:
+        os.kill(pid, signal.SIGKILL)
+    _, status = waitpid(pid, 0)
+    if kill:
+        return f"killed after {LONG_DECISION_SECONDS:g} s"
     if os.WIFSIGNALED(status):
         return f"ended by signal {os.WTERMSIG(status)}"
     return f"exit status {os.waitstatus_to_exitcode(status)}"
