@@ -297,11 +297,6 @@ PRIVATE_NAMES_USED = {
         "self.pool._semaphore": "gevent's Pool offers no public wait for a free slot that "
         "does not take it; goes with the balancing (issue 32)",
     },
-    "webhook.server.metrics": {
-        "child._sum": "many observations added at once (the batched flush); goes with "
-        "multiprocess metrics (issue 32)",
-        "child._buckets": "as child._sum",
-    },
     "webhook.server.child": {
         "os._exit": "the standard library's documented exit for a forked child, which must "
         "not run the worker's cleanup",

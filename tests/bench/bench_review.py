@@ -45,6 +45,7 @@ import orjson
 import webhook
 from tests.bench.bench_stalled import bench_stalled, percentile, report
 from tests.serving import Server, client_context, fixture_bytes, make_certificates, post_json
+from webhook.server.settings import DEFAULT_WORKERS
 
 FIXTURE = "admission-review-gpu-pod.json"
 ROUNDS = 5
@@ -454,7 +455,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_review", description=__doc__.split("\n")[0])
     parser.add_argument("--number", type=int, default=2000, help="review() calls per repeat")
     parser.add_argument("--repeat", type=int, default=5, help="repeats (the best is reported)")
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
+    parser.add_argument(
+        "--workers", type=int, default=DEFAULT_WORKERS, help="gunicorn workers (the server's)"
+    )
     parser.add_argument(
         "--server-cpus",
         metavar="LIST",

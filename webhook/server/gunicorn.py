@@ -21,8 +21,8 @@ Drain on SIGTERM
     A second SIGTERM, or SIGINT/SIGQUIT, ends the drain at once.
 
 Metrics
-    Each worker adds what its requests counted to the shared metrics files every
-    ``METRICS_FLUSH_SECONDS`` and when it exits (``webhook.server.metrics``).
+    Each worker writes its samples to the shared metrics files as it counts them
+    (``webhook.server.metrics``); ``/metrics`` sums every worker's.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ from webhook.server.child import run_in_child
 from webhook.server.logs import SERVER_LOGGER, configure_logging, gunicorn_logconfig
 from webhook.server.settings import Deadlines, ServeSettings, SettingsError
 from webhook.server.tls import CertificateReloader, build_server_context
-from webhook.server.watch import every
 from webhook.server.worker import AdmissionWorker
 
 # Nothing that imports prometheus_client is imported here at module level: it picks its
@@ -65,8 +64,6 @@ log = logging.getLogger(SERVER_LOGGER)
 # this long after the drain has been given up by its caller. 15 s of drain plus this fits
 # the manifests' terminationGracePeriodSeconds of 40.
 GRACEFUL_TIMEOUT = 20
-# How late a scrape may see another worker's requests: well inside any scrape interval.
-METRICS_FLUSH_SECONDS = 1.0
 
 
 # --------------------------------------------------------------------------- drain
@@ -197,13 +194,6 @@ class AdmissionServer(BaseApplication):
 
         configure_logging()
         metrics = self._metrics = Metrics(multiprocess_dir=self._metrics_dir)
-        every(
-            METRICS_FLUSH_SECONDS,
-            metrics.flush,
-            name="metrics-flush",
-            log=log,
-            failure="writing the metrics failed",
-        )
         store = PolicyStore(self._settings.policy, metrics=metrics)
         store.watch()
         checks = [self._draining]
@@ -250,12 +240,9 @@ class AdmissionServer(BaseApplication):
         mark_process_dead(worker.pid, self._metrics_dir)
 
     def _worker_exit(self, server: Any, worker: Any) -> None:
-        # In the exiting worker, what it counted since its last flush; gunicorn also calls
-        # this in the arbiter for a worker that was already gone, which has nothing to add
-        # (and for which child_exit is not called: its slot is freed here).
+        # gunicorn also calls this in the arbiter for a worker that was already gone, for
+        # which child_exit is not called: its slot is freed here.
         self.connection_shares.release(worker.connection_slot)
-        if self._metrics is not None:
-            self._metrics.flush()
 
     def _on_exit(self, server: Any) -> None:
         if self._owns_metrics_dir:

@@ -8,22 +8,16 @@ server sets that variable before anything imports this module.
 Without a multiprocess directory (tests, one process), each :class:`Metrics` keeps its own
 registry, so two apps in one process never share counters.
 
-What the request path counts (requests, decision times, violations, mutations) is added up
-in the process and written to the metrics by :meth:`Metrics.flush`: the server flushes each
-worker every second, before its own ``/metrics`` answer and when it exits. Writing a sample
-to its file takes a lock, a pid check and a packed write; three of them per request cost as
-much as a sixth of a typical decision. A scrape therefore sees another worker's requests up
-to a second late, which is well inside any scrape interval.
+Each request is counted as it is answered, through prometheus-client's documented API
+(``inc``, ``observe``): a scrape sees every worker's requests up to the moment it reads the
+files.
 """
 
 from __future__ import annotations
 
 import os
-from bisect import bisect_left
 from datetime import datetime
-from typing import Any
 
-from gevent import monkey
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -32,7 +26,6 @@ from prometheus_client import (
     Histogram,
     generate_latest,
     multiprocess,
-    values,
 )
 
 # A decision takes tens of microseconds; the buckets resolve that range, and reach the
@@ -56,10 +49,6 @@ class Metrics:
     """
 
     def __init__(self, *, multiprocess_dir: str | None = None) -> None:
-        if multiprocess_dir is not None and values.ValueClass is values.MutexValue:
-            raise RuntimeError(
-                "PROMETHEUS_MULTIPROC_DIR must be set before prometheus_client is imported"
-            )
         self._multiprocess_dir = multiprocess_dir
         # In multiprocess mode the samples live in files; a registry would only be read by
         # this process, so the metrics are not registered anywhere.
@@ -140,17 +129,13 @@ class Metrics:
                 self.requests.labels(endpoint, verdict)
         for outcome in MUTATIONS:
             self.mutations.labels(outcome)
+        if multiprocess_dir is not None and not _writes_files(multiprocess_dir):
+            # prometheus-client chose where samples live when it was imported: before the
+            # directory was set, it keeps them in this process, and a scrape misses them.
+            raise RuntimeError(
+                "PROMETHEUS_MULTIPROC_DIR must be set before prometheus_client is imported"
+            )
         self._policy_sha256: str | None = None
-        # What requests counted since the last flush, added up as they come: a flush then
-        # costs a few writes, not a pass over every request, which would hold the event loop.
-        self._requests: dict[tuple[str, str], int] = {}
-        self._violations: dict[tuple[str, str], int] = {}
-        self._mutations: dict[str, int] = {}
-        # endpoint -> [sum of seconds, observations per bucket of DECISION_BUCKETS and +Inf]
-        self._seconds: dict[str, list[Any]] = {}
-        # A lock of the operating system even in a gevent worker (whose threading locks are
-        # greenlet locks, ten times dearer): nothing inside it can switch greenlets.
-        self._pending_lock = monkey.get_original("_thread", "allocate_lock")()
 
     def answered(
         self,
@@ -161,48 +146,14 @@ class Metrics:
         mutation: str = "none",
     ) -> None:
         """Count a request answered with ``verdict``; a decision also has its ``seconds``, its
-        violations as (rule, mode) pairs and what it did with a patch (see MUTATIONS). Taken
-        into the metrics at the next :meth:`flush`."""
-        with self._pending_lock:
-            requests = self._requests
-            requests[endpoint, verdict] = requests.get((endpoint, verdict), 0) + 1
-            if seconds is not None:
-                observed = self._seconds.get(endpoint)
-                if observed is None:
-                    observed = self._seconds[endpoint] = [0.0, [0] * (len(DECISION_BUCKETS) + 1)]
-                observed[0] += seconds
-                # The first bucket whose bound is at least the time, as Histogram.observe.
-                observed[1][bisect_left(DECISION_BUCKETS, seconds)] += 1
-            if violations:
-                pending = self._violations
-                for pair in violations:
-                    pending[pair] = pending.get(pair, 0) + 1
-            if mutation != "none":
-                self._mutations[mutation] = self._mutations.get(mutation, 0) + 1
-
-    def flush(self) -> None:
-        """Add every request counted since the last flush to the metrics."""
-        with self._pending_lock:
-            if not self._requests:
-                return
-            requests, self._requests = self._requests, {}
-            violations, self._violations = self._violations, {}
-            mutations, self._mutations = self._mutations, {}
-            seconds, self._seconds = self._seconds, {}
-        for (endpoint, verdict), count in requests.items():
-            self.requests.labels(endpoint, verdict).inc(count)
-        for (rule, mode), count in violations.items():
-            self.violations.labels(rule, mode).inc(count)
-        for outcome, count in mutations.items():
-            self.mutations.labels(outcome).inc(count)
-        for endpoint, (total, buckets) in seconds.items():
-            # Many observations at once, written as Histogram.observe writes one: to its sum
-            # and to the bucket it falls in (the exposition accumulates the buckets).
-            child = self.decision_seconds.labels(endpoint)
-            child._sum.inc(total)
-            for bucket, count in zip(child._buckets, buckets, strict=True):
-                if count:
-                    bucket.inc(count)
+        violations as (rule, mode) pairs and what it did with a patch (see MUTATIONS)."""
+        self.requests.labels(endpoint, verdict).inc()
+        if seconds is not None:
+            self.decision_seconds.labels(endpoint).observe(seconds)
+        for rule, mode in violations:
+            self.violations.labels(rule, mode).inc()
+        if mutation != "none":
+            self.mutations.labels(mutation).inc()
 
     def set_policy(self, sha256: str) -> None:
         """Mark ``sha256`` as the policy in force in this process."""
@@ -219,14 +170,19 @@ class Metrics:
         self.certificate_expiry.set(not_after.timestamp())
 
     def render(self) -> tuple[bytes, str]:
-        """The Prometheus text exposition of all workers' samples, and its content type:
-        this process's requests up to now, other workers' up to their last flush."""
-        self.flush()
+        """The Prometheus text exposition of all workers' samples, and its content type."""
         registry = self._registry
         if registry is None:
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry, path=self._multiprocess_dir)
         return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def _writes_files(multiprocess_dir: str) -> bool:
+    """Whether this process's samples are written to ``multiprocess_dir``, as multiprocess
+    mode does for every labelled series as soon as it exists."""
+    own = f"_{os.getpid()}.db"
+    return any(entry.name.endswith(own) for entry in os.scandir(multiprocess_dir))
 
 
 def mark_process_dead(pid: int, multiprocess_dir: str) -> None:
