@@ -431,14 +431,6 @@ def peer_serial(conn: http.client.HTTPConnection) -> int:
     return x509.load_der_x509_certificate(der).serial_number
 
 
-def settle_metrics() -> None:
-    """Wait until every worker has added what earlier requests counted to the metrics files
-    (each flushes every ``METRICS_FLUSH_SECONDS``)."""
-    from webhook.server.gunicorn import METRICS_FLUSH_SECONDS
-
-    time.sleep(METRICS_FLUSH_SECONDS * 1.5)
-
-
 def wait_until(predicate: Any, *, timeout: float, interval: float = 0.1, what: str = "") -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

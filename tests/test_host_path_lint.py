@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 import webhook
-from tests.serving import Server, make_certificates, metric_value, post_json, settle_metrics
+from tests.serving import Server, make_certificates, metric_value, post_json
 from tests.support.admission import admission, container, host_path, pod
 from tests.support.paths import REPO
 from webhook.cli.main import main
@@ -111,7 +111,6 @@ def test_a_server_with_yesterdays_strict_policy_serves_and_drops_the_entry(tmp_p
             obj = pod(container(gpu=1), volumes=[host_path(path)], tolerations=[GPU_TOLERATION])
             reply = post_json(conn, "/validate", json.dumps(admission(obj)).encode()).json()
             assert reply["response"]["allowed"] is (path == "/data/sets"), path
-        settle_metrics()
         assert metric_value(server.metrics(), "gpu_admission_policy_dropped_entries") == 1
         dropped = [r for r in server.log_records() if r.get("message") == "policy entry dropped"]
         assert len(dropped) == 1 and dropped[0]["level"] == "error"

@@ -18,7 +18,6 @@ from tests.serving import (
     fixture_bytes,
     metric_value,
     post_json,
-    settle_metrics,
     tls_server,
     wait_until,
 )
@@ -178,7 +177,6 @@ def test_other_connections_are_answered_while_a_long_review_is_decided(server: S
 def test_a_body_slower_than_its_deadline_is_408_and_the_connection_closes(
     server: Server,
 ) -> None:
-    settle_metrics()  # what earlier tests counted is all in
     before = metric_value(server.metrics(), "gpu_admission_requests_total")
     conn = server.connection(timeout=10)
     try:
