@@ -667,6 +667,27 @@ def test_a_full_non_blocking_log_pipe_gets_the_decision_line_whole() -> None:
     assert json.loads(line)["rules"] == ["privileged"] * 400
 
 
+def test_a_log_pipe_nobody_reads_costs_a_line_not_the_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from webhook.server import logs
+
+    monkeypatch.setattr(logs, "LINE_DEADLINE_SECONDS", 0.3)
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:  # full, and nobody reads it
+            os.write(write_end, b"x" * 63 + b"\n")
+    try:
+        started = time.monotonic()
+        with open(write_end, "w", closefd=False) as stream, json_logging(stream):
+            logs.log_decision(logging.getLogger(logs.DECISION_LOGGER), **DECISION)
+        assert time.monotonic() - started < 3  # the line is lost; the server goes on
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+
+
 def test_a_log_descriptor_whose_reader_is_gone_does_not_fail_the_request(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

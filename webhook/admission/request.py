@@ -41,9 +41,9 @@ def parse_request(admission_review: Any) -> AdmissionRequest:
     if operation not in OPERATIONS:
         # Never allowed for want of a verdict: the API server sends only these four, so
         # anything else is a forged or broken review.
-        raise RequestError(
-            f"request.operation must be one of {', '.join(OPERATIONS)}, not {operation!r}"
-        )
+        shown = repr(operation)
+        shown = shown if len(shown) <= 64 else shown[:64] + "..."
+        raise RequestError(f"request.operation must be one of {', '.join(OPERATIONS)}, not {shown}")
     return cast(AdmissionRequest, request)  # its shape is checked above
 
 

@@ -23,8 +23,8 @@ from gevent.os import fork_and_watch, make_nonblocking, nb_read, waitpid
 
 T = TypeVar("T")
 
-# One at a time per worker: the workers are as many as the cores, so a second child would
-# only share a core with the first, and each child holds its decoded review (about 44 MiB
+# One at a time per worker: a worker has one core (the manifests' limit), so a second child
+# would only share it with the first, and each child holds its decoded review (about 44 MiB
 # for the largest UPDATE).
 LONG_DECISIONS_AT_ONCE = 1
 # The API server waits 5 s for this webhook (its manifests' timeoutSeconds; 30 s at most):
@@ -35,6 +35,10 @@ LONG_DECISION_SECONDS = 10.0
 # (an UPDATE of two 3 MiB objects) takes about 45 MiB; a body built to take more (millions of
 # empty containers) gets a MemoryError, answered 413, instead of the Pod's memory.
 CHILD_MEMORY_BYTES = 160 * 1024 * 1024
+# How long gevent's child watcher is given to report a child that ended before the kernel is
+# asked directly: gevent starts watching only once the fork returned, and a child that ended
+# before that (its SIGCHLD ignored, gunicorn's default) must not hold the decision slot.
+REAP_SECONDS = 5.0
 _slots: list[BoundedSemaphore] = []
 # The child runs no gevent code (it decides, writes its answer and exits): the plain fork,
 # without re-initialising gevent's hub in it. gevent watches the child all the same.
@@ -143,14 +147,28 @@ def _read_all(fd: int, seconds: float) -> bytes | None:
 
 
 def _reap(pid: int, *, kill: bool) -> str:
-    """Collect the child, killed first when it ran out of time; how it ended. It closed its
-    end of the pipe otherwise, so it is exiting: the wait is short, and other greenlets run
-    meanwhile."""
+    """Collect the child, killed first when it ran out of time and still runs; how it ended.
+    Other greenlets run while it is waited for: it closed its end of the pipe, or was killed,
+    so the wait is short; past ``REAP_SECONDS`` the kernel is asked directly."""
+    status: int | None = None
     if kill:
-        os.kill(pid, signal.SIGKILL)
-    _, status = waitpid(pid, 0)
+        ended, early = waitpid(pid, os.WNOHANG)  # a finished child's status is taken here
+        if ended:
+            status, kill = early, False
+        else:
+            os.kill(pid, signal.SIGKILL)
+    if status is None:
+        with gevent.Timeout(REAP_SECONDS, False):
+            status = waitpid(pid, 0)[1]
+    if status is None:
+        try:
+            status = os.waitpid(pid, 0)[1]
+        except ChildProcessError:
+            status = None
     if kill:
         return f"killed after {LONG_DECISION_SECONDS:g} s"
+    if status is None:
+        return "collected by gevent, its status unknown"
     if os.WIFSIGNALED(status):
         return f"ended by signal {os.WTERMSIG(status)}"
     return f"exit status {os.waitstatus_to_exitcode(status)}"

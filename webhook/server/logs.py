@@ -115,8 +115,11 @@ def _file_descriptor(stream: TextIO) -> int | None:
 
 
 _select = monkey.get_original("select", "select")
-# How long one wait for a full non-blocking log pipe lasts before the write is tried again.
+# How long one wait for a full non-blocking log pipe lasts before the write is tried again,
+# and how long a line may wait in all: a reader that stalls longer loses the line (ended
+# with a newline when begun) rather than stopping the server.
 LINE_WAIT_SECONDS = 1.0
+LINE_DEADLINE_SECONDS = 5.0
 # The longest uid, name, namespace, operation or kind logged (Kubernetes names: 253).
 IDENTIFIER_CHARS = 256
 
@@ -205,14 +208,22 @@ def _write_line(fd: int, line: bytes) -> bool:
     """Write all of ``line`` to ``fd``; False when not a byte of it could be written. A line
     once begun is finished, never left half-written for the next one to join: a descriptor
     another process set non-blocking is waited for, as a blocking one would be (under the
-    operating system's select, so that no greenlet runs meanwhile)."""
+    operating system's select, so that no greenlet runs meanwhile), for at most
+    ``LINE_DEADLINE_SECONDS``."""
     view = memoryview(line)
     started = False
+    give_up_at = time.monotonic() + LINE_DEADLINE_SECONDS
     while view:
         try:
             written = os.write(fd, view)
         except BlockingIOError:
-            _select([], [fd], [], LINE_WAIT_SECONDS)
+            remaining = give_up_at - time.monotonic()
+            if remaining <= 0:
+                if started:  # end the line, so the next one starts on its own
+                    with contextlib.suppress(OSError):
+                        os.write(fd, b"\n")
+                return True  # lost, not an error to report through the same stalled pipe
+            _select([], [fd], [], min(LINE_WAIT_SECONDS, remaining))
             continue
         except OSError:
             if started:  # the rest cannot be written (the reader is gone): end the line

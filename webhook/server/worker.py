@@ -30,8 +30,9 @@ Why this design
     Content-Length.
 
 What it overrides of gunicorn's ``GeventWorker``
-    ``init_process`` (JSON error pages, the body budgets) and ``handle`` (one connection,
-    phase by phase). A test fails when an upgrade of gunicorn moves what these rely on.
+    ``init_process`` (JSON error pages, the body budgets), ``handle`` (one connection, phase
+    by phase), ``run`` (the accept loop, with the balancing server) and ``handle_exit``
+    (SIGTERM: stop accepting at once).
 """
 
 from __future__ import annotations
