@@ -207,10 +207,13 @@ class Server:
         settings_in_env: bool = False,
         module: str = "webhook.cli",
         cpus: str | None = None,
+        vanilla_gunicorn_app: str | None = None,
     ) -> None:
         """``cert`` None serves plain HTTP (``--insecure``). ``settings_in_env`` passes the
         settings as GPU_ADMISSION_* variables instead of options. ``cpus`` pins the server
-        and its workers to those CPUs (``taskset -c``), as a CPU limit would hold it."""
+        and its workers to those CPUs (``taskset -c``), as a CPU limit would hold it.
+        ``vanilla_gunicorn_app`` (``module:app``) serves that WSGI app with gunicorn as it
+        comes (gthread workers, 8 threads each; same workers, bind and TLS) instead."""
         self.port = free_port()
         self.ca = ca
         self.log_path = log_path
@@ -231,18 +234,26 @@ class Server:
             if not k.startswith("GPU_ADMISSION_") and k != "PROMETHEUS_MULTIPROC_DIR"
         }
         self.args = ["taskset", "-c", cpus] if cpus else []
-        self.args += [sys.executable, "-m", module]
-        if module == "webhook.cli":
-            self.args.append("serve")
-        if settings_in_env:
-            for name, value in settings.items():
-                self.env["GPU_ADMISSION_" + name.upper().replace("-", "_")] = value
+        if vanilla_gunicorn_app is not None:
+            self.args += [sys.executable, "-m", "gunicorn", "--worker-class", "gthread"]
+            self.args += ["--threads", "8", "--workers", str(workers)]
+            self.args += ["--bind", settings["bind"], "--log-level", "warning"]
+            if cert is not None and key is not None:
+                self.args += ["--certfile", str(cert), "--keyfile", str(key)]
+            self.args.append(vanilla_gunicorn_app)
         else:
-            for name, value in settings.items():
-                self.args += [f"--{name}", value]
-        if cert is None:
-            self.args.append("--insecure")
-        self.args += list(extra_args)
+            self.args += [sys.executable, "-m", module]
+            if module == "webhook.cli":
+                self.args.append("serve")
+            if settings_in_env:
+                for name, value in settings.items():
+                    self.env["GPU_ADMISSION_" + name.upper().replace("-", "_")] = value
+            else:
+                for name, value in settings.items():
+                    self.args += [f"--{name}", value]
+            if cert is None:
+                self.args.append("--insecure")
+            self.args += list(extra_args)
         self.env.update(env or {})
         self.process: subprocess.Popen[bytes] | None = None
 

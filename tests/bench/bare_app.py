@@ -5,6 +5,9 @@ Run as ``python -m tests.bench.bare_app`` with the options of ``gpu-admission se
 the webhook's own :class:`~webhook.server.gunicorn.AdmissionServer` (worker class, threads,
 keep-alive, TLS context, hooks) with only the WSGI app replaced, so the difference between the
 two is the cost of the admission path itself.
+
+``reference_app`` is the same app for vanilla gunicorn (``tests.bench.bare_app:reference_app``,
+gthread workers): the reference the served webhook is measured against.
 """
 
 from __future__ import annotations
@@ -23,26 +26,33 @@ from webhook.server.gunicorn import AdmissionServer
 from webhook.server.settings import resolve_settings
 
 
+def bare_app() -> Flask:
+    """Read and decode the review, answer "allowed" with its uid: all a webhook must do."""
+    app = Flask("bare")
+
+    @app.post("/")
+    def index() -> Response:
+        review = orjson.loads(request.get_data(cache=False))
+        answer = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": {"uid": review["request"]["uid"], "allowed": True},
+        }
+        return Response(orjson.dumps(answer), mimetype="application/json")
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        return Response(b'{"status":"ready"}', mimetype="application/json")
+
+    return app
+
+
+reference_app = bare_app()
+
+
 class BareServer(AdmissionServer):
     def load(self) -> Flask:
-        app = Flask("bare")
-
-        @app.post("/")
-        def index() -> Response:
-            # Read and decode the review, answer "allowed" with its uid: all a webhook must do.
-            review = orjson.loads(request.get_data(cache=False))
-            answer = {
-                "apiVersion": "admission.k8s.io/v1",
-                "kind": "AdmissionReview",
-                "response": {"uid": review["request"]["uid"], "allowed": True},
-            }
-            return Response(orjson.dumps(answer), mimetype="application/json")
-
-        @app.get("/readyz")
-        def readyz() -> Response:
-            return Response(b'{"status":"ready"}', mimetype="application/json")
-
-        return app
+        return bare_app()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,16 +4,17 @@
     of several repeats; each call timed alone, on a review parsed just before it), for
     /validate and /mutate: the typical GPU Pod of the test fixtures, a 13 KB Pod as a Job
     controller makes it, and the fixture with 1,000 containers.
-(b) The served webhook (``gpu-admission serve``) against the bare stack (``bare_app``: a
-    Flask route that reads the body, decodes it with orjson and answers "allowed" with its
-    uid) under the same gunicorn worker and TLS. The load is wrk (Debian's ``wrk``) with 8
-    keep-alive connections when it is installed; otherwise client processes on 127.0.0.1,
-    each keeping one connection alive and posting in a loop (Python clients take a larger
-    share of the cores, which narrows the gap). Bounded in time; the three targets take
-    turns, five rounds; once with the typical fixture, once with the 13 KB Pod. Reported:
-    the median round's requests per second, p50 and p99, the webhook's ratios of those
-    medians to the bare stack's, and the throughput ratio of each round to the bare round
-    run just before it.
+(b) The served webhook (``gpu-admission serve``) against two baselines: the reference, a
+    bare Flask route (reads the body, decodes it with orjson, answers "allowed" with its
+    uid) on vanilla gunicorn (gthread workers, as many, same TLS); and the bare stack, the
+    same route under the webhook's own gunicorn worker and TLS (``bare_app``). The load is
+    wrk (Debian's ``wrk``) with 8 keep-alive connections when it is installed; otherwise
+    client processes on 127.0.0.1, each keeping one connection alive and posting in a loop
+    (Python clients take a larger share of the cores, which narrows the gap). Bounded in
+    time; the four targets take turns, five rounds; once with the typical fixture, once
+    with the 13 KB Pod. Reported: the median round's requests per second, p50 and p99, the
+    webhook's ratios of those medians to each baseline's, and the throughput ratio of each
+    round to the baseline's round run just before it.
 (c) The largest review the API server sends: an UPDATE of a 3 MiB Pod (two 3 MiB objects),
     over the wire.
 (d) Memory (RSS) of each worker after all of the above.
@@ -355,9 +356,15 @@ def bench_served(args: argparse.Namespace) -> None:
             "drain_seconds": 0,
             "cpus": args.server_cpus,
         }
+        reference = Server(
+            log_path=directory / "reference.log",
+            vanilla_gunicorn_app="tests.bench.bare_app:reference_app",
+            **common,
+        )
         bare = Server(log_path=directory / "bare.log", module="tests.bench.bare_app", **common)
         served = Server(log_path=directory / "webhook.log", **common)
         targets = {
+            "reference": (reference, "/"),
             "bare": (bare, "/"),
             "validate": (served, "/validate"),
             "mutate": (served, "/mutate"),
@@ -366,6 +373,7 @@ def bench_served(args: argparse.Namespace) -> None:
             label: {name: [] for name in targets} for label in bodies
         }
         use_wrk = args.load == "wrk" or (args.load == "auto" and shutil.which("wrk"))
+        reference.start(all_workers=False)
         bare.start(all_workers=False)
         served.start()
         try:
@@ -396,6 +404,7 @@ def bench_served(args: argparse.Namespace) -> None:
             if args.stalled:
                 stalled = bench_stalled(served, args.stalled, 50.0, 2000)
         finally:
+            reference.stop()
             bare.stop()
             served.stop()
 
@@ -441,14 +450,16 @@ def _print_comparison(rounds: dict[str, list[dict]]) -> None:
             + " ".join(f"{r['p99'] * 1000:.1f}" for r in results)
             + " ms)"
         )
-    for name in ("validate", "mutate"):
-        pairs = list(zip(rounds[name], rounds["bare"], strict=True))
-        print(
-            f"  {name}/bare: throughput {summary[name]['rps'] / summary['bare']['rps']:.2f}, "
-            f"p99 {summary[name]['p99'] / summary['bare']['p99']:.2f}x   (round by round: "
-            + " ".join(f"{served['rps'] / bare['rps']:.2f}" for served, bare in pairs)
-            + ")"
-        )
+    for base in ("reference", "bare"):
+        for name in ("validate", "mutate"):
+            pairs = list(zip(rounds[name], rounds[base], strict=True))
+            print(
+                f"  {name}/{base}: throughput "
+                f"{summary[name]['rps'] / summary[base]['rps']:.2f}, "
+                f"p99 {summary[name]['p99'] / summary[base]['p99']:.2f}x   (round by round: "
+                + " ".join(f"{served['rps'] / other['rps']:.2f}" for served, other in pairs)
+                + ")"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
