@@ -293,10 +293,6 @@ def test_library_code_reads_and_writes_no_standard_stream() -> None:
 # release, so the server uses none but these, each with why and what would replace it.
 SERVER_LIBRARIES = ("gunicorn", "gevent", "werkzeug", "flask", "prometheus_client")
 PRIVATE_NAMES_USED = {
-    "webhook.server.balance": {
-        "self.pool._semaphore": "gevent's Pool offers no public wait for a free slot that "
-        "does not take it; goes with the balancing (issue 32)",
-    },
     "webhook.server.child": {
         "os._exit": "the standard library's documented exit for a forked child, which must "
         "not run the worker's cleanup",

@@ -276,7 +276,7 @@ def test_a_tls_setup_failure_that_is_not_the_clients_is_logged_as_an_error(
 
 def test_a_full_worker_makes_room_and_accepts_the_waiting_connection(listener) -> None:
     shares = ConnectionShares(4)
-    worker = Worker(listener, shares, shares.claim(set()), keep_open=True, spawn=Pool(2))
+    worker = Worker(listener, shares, shares.claim(set()), keep_open=True, connections=Pool(2))
     worker.server.start()
     clients = []
     try:
@@ -287,7 +287,7 @@ def test_a_full_worker_makes_room_and_accepts_the_waiting_connection(listener) -
         wait_handled([worker], 3)  # accepted once the oldest was ended to make room
         assert worker.rooms_made == 1
         assert worker.handlers[0].dead and not worker.handlers[1].dead
-        assert worker.server.pool.free_count() == 0
+        assert worker.server.connections.free_count() == 0
     finally:
         worker.done.set()
         for client in clients:
@@ -297,7 +297,7 @@ def test_a_full_worker_makes_room_and_accepts_the_waiting_connection(listener) -
 
 def test_a_full_worker_makes_no_room_while_another_holds_fewer(listener) -> None:
     shares = ConnectionShares(4)
-    full = Worker(listener, shares, shares.claim(set()), keep_open=True, spawn=Pool(1))
+    full = Worker(listener, shares, shares.claim(set()), keep_open=True, connections=Pool(1))
     other = Worker(listener, shares, shares.claim({full.slot}), keep_open=True)
     full.server.start()
     clients = []

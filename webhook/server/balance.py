@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gevent import monkey
+from gevent.pool import Pool
 from gevent.server import StreamServer
 
 from webhook.server.logs import SERVER_LOGGER
@@ -114,17 +115,19 @@ class BalancedServer(StreamServer):
         *,
         shares: ConnectionShares,
         slot: int | None,
+        connections: Pool | None = None,
         make_room: Callable[[], bool] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(listener, **kwargs)
+        # The connections' pool is ours, not gevent's (gevent is given a plain spawn): this
+        # server says when it is full (full) and accepts again when a connection ends.
+        self.connections = connections
+        self._waiting_for_a_slot = False
+        spawn = "default" if connections is None else self._start_connection
+        super().__init__(listener, spawn=spawn, **kwargs)
         self._shares = shares
         self._slot = slot
         self._make_room = make_room
-        # gevent asks ``full()`` before each accept and, when full, accepts again once the
-        # pool frees a slot; its constructor set the pool's own ``full`` on the instance.
-        if self.pool is not None:
-            self.full = self._full_or_making_room
         # Repeating, and stopped when it fires: a one-shot libev timer started again after it
         # fired fires at once, which would make the pause a busy loop.
         self._resume = self.loop.timer(YIELD_STEP_SECONDS, YIELD_STEP_SECONDS)
@@ -132,6 +135,22 @@ class BalancedServer(StreamServer):
         # Until when the connection waiting now is left to the others; None: none is.
         self._yield_until: float | None = None
         self._take_all_until = 0.0
+
+    def _start_connection(self, handler: Callable[..., Any], *args: Any) -> Any:
+        assert self.connections is not None
+        connection = self.connections.spawn(handler, *args)
+        connection.rawlink(self._connection_ended)
+        return connection
+
+    def _connection_ended(self, _connection: Any) -> None:
+        if self._waiting_for_a_slot:
+            # After every link of the ended greenlet ran: its slot in the pool is free then.
+            self.loop.run_callback(self._accept_in_the_freed_slot)
+
+    def _accept_in_the_freed_slot(self) -> None:
+        if self._waiting_for_a_slot and self.started:
+            self._waiting_for_a_slot = False
+            self.start_accepting()
 
     def _leaves_it(self) -> bool:
         """Whether the connection waiting now is left to a less loaded worker for the moment
@@ -156,19 +175,18 @@ class BalancedServer(StreamServer):
             self._shares.opened(self._slot)
         return accepted
 
-    def _full_or_making_room(self) -> bool:
-        """Whether the pool is full. When it is, and the waiting connection is not left to a
-        less loaded worker (as :meth:`do_read` leaves it), a connection that waits on its
-        client is closed and the waiting one is accepted in its place once its slot is free
-        (:mod:`webhook.server.room`); when none waits on its client (all are being decided
-        or answered), the worker looks again in ``ROOM_RETRY_SECONDS``."""
-        if not self.pool.full():
+    def full(self) -> bool:
+        """Whether the pool is full (gevent asks before each accept, and stops accepting while
+        it is). When it is, and the waiting connection is not left to a less loaded worker (as
+        :meth:`do_read` leaves it), a connection that waits on its client is closed and the
+        waiting one is accepted in its place once its slot is free (:mod:`webhook.server.room`);
+        when none waits on its client (all are being decided or answered), the worker looks
+        again in ``ROOM_RETRY_SECONDS``."""
+        if self.connections is None or not self.connections.full():
             return False
         if self._make_room is not None and not self._leaves_it() and not self._make_room():
             self.look_again()
-        # gevent links its restart to the pool's release each time it finds the pool full:
-        # one link is enough, however often the worker looks again.
-        self.pool._semaphore.unlink(self._start_accepting_if_started)
+        self._waiting_for_a_slot = True
         return True
 
     def look_again(self) -> None:
@@ -215,3 +233,17 @@ class BalancedServer(StreamServer):
         self._resume.stop()
         self._room_retry.stop()
         super().close()
+
+    def serving(self) -> bool:
+        """Whether a connection accepted by this server is still open."""
+        return (
+            self.connections is not None and self.connections.free_count() < self.connections.size
+        )
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Close, then give the connections ``timeout`` to end and kill the rest (what gevent
+        does for a pool it was given)."""
+        super().stop(timeout)
+        if self.connections is not None:
+            self.connections.join(timeout=timeout)
+            self.connections.kill(block=True, timeout=1)

@@ -120,7 +120,7 @@ class AdmissionWorker(GeventWorker):
                 shares=shares,
                 slot=slot,
                 handle=partial(self.handle, listener),
-                spawn=Pool(self.worker_connections),
+                connections=Pool(self.worker_connections),
                 make_room=self._waiting.make_room,
                 **ssl_args,
             )
@@ -150,7 +150,7 @@ class AdmissionWorker(GeventWorker):
         self._report_room_made(reported)
         stop_at = time.monotonic() + self.cfg.graceful_timeout
         while time.monotonic() < stop_at:
-            if all(server.pool.free_count() == server.pool.size for server in servers):
+            if not any(server.serving() for server in servers):
                 return
             self.notify()
             gevent.sleep(1.0)
