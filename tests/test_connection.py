@@ -18,7 +18,6 @@ from webhook.server.connection import (
     PacedSocket,
     PhaseExpired,
     deadline,
-    read_head,
 )
 
 
@@ -47,26 +46,33 @@ def reader_over(pieces: list[bytes], endless: bool = False) -> tuple[SocketUnrea
 REQUEST = b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
 
 
-def test_a_head_in_one_byte_pieces_is_read_whole_into_the_parsers_buffer() -> None:
+def test_a_head_in_one_byte_pieces_is_read_whole_and_handed_to_the_parser() -> None:
     unreader, paced = reader_over([bytes([b]) for b in REQUEST])
-    assert read_head(unreader, paced)
+    assert paced.read_head()
     # It stopped at the blank line: the body's bytes are still to come from the socket.
     assert unreader.read() == REQUEST[: REQUEST.index(b"\r\n\r\n") + 4]
+    paced.deliver(2)
     assert unreader.read() == b"{"
 
 
-def test_pipelined_bytes_are_used_before_the_socket_is_read() -> None:
-    unreader, paced = reader_over([])
-    unreader.unread(REQUEST + REQUEST)
-    assert read_head(unreader, paced)
-    assert unreader.read() == REQUEST + REQUEST  # everything handed back, nothing lost
+def test_pipelined_bytes_stay_out_of_the_parser_until_their_turn() -> None:
+    unreader, paced = reader_over([REQUEST + REQUEST])
+    head = REQUEST[: REQUEST.index(b"\r\n\r\n") + 4]
+    assert paced.read_head()
+    assert unreader.read() == head  # the first request's head, nothing past it
+    paced.deliver(2)
+    assert unreader.read() == b"{}"
+    assert paced.pending()  # the second request waits here
+    assert paced.read_head()  # from what was read already: nothing lost
+    assert unreader.read() == head
+    assert paced._sock.reads == 1
 
 
 def test_a_head_over_the_limit_is_refused_before_more_is_read() -> None:
     filler = b"X-Filler: " + b"a" * 1000 + b"\r\n"
-    unreader, paced = reader_over([b"GET / HTTP/1.1\r\n"] + [filler] * 100)
+    _, paced = reader_over([b"GET / HTTP/1.1\r\n"] + [filler] * 100)
     with pytest.raises(LimitRequestHeaders, match=str(HEAD_BYTES_LIMIT)):
-        read_head(unreader, paced)
+        paced.read_head()
     assert paced._sock.reads <= HEAD_BYTES_LIMIT // len(filler) + 3
 
 
@@ -74,21 +80,22 @@ def test_a_head_ending_exactly_at_the_limit_is_accepted() -> None:
     start = b"GET / HTTP/1.1\r\nX-Filler: "
     head = start + b"a" * (HEAD_BYTES_LIMIT - len(start) - 4) + b"\r\n\r\n"
     assert len(head) == HEAD_BYTES_LIMIT
-    unreader, paced = reader_over([head])
-    assert read_head(unreader, paced)
+    _, paced = reader_over([head])
+    assert paced.read_head()
 
 
 def test_a_bare_lf_head_is_handed_to_the_parser_which_refuses_it() -> None:
     unreader, paced = reader_over([b"GET / HTTP/1.1\nHost: x\n\n"])
-    assert read_head(unreader, paced)
+    assert paced.read_head()
+    assert unreader.read() == b"GET / HTTP/1.1\nHost: x\n\n"
 
 
 def test_a_connection_closed_before_a_byte_is_no_request_and_mid_head_is_no_more_data() -> None:
-    unreader, paced = reader_over([])
-    assert read_head(unreader, paced) is False
-    unreader, paced = reader_over([b"GET / HTTP/1.1\r\nHo"])
+    _, paced = reader_over([])
+    assert paced.read_head() is False
+    _, paced = reader_over([b"GET / HTTP/1.1\r\nHo"])
     with pytest.raises(NoMoreData):
-        read_head(unreader, paced)
+        paced.read_head()
 
 
 def test_the_paced_socket_gives_the_event_loop_a_turn_every_few_reads(
@@ -97,6 +104,7 @@ def test_the_paced_socket_gives_the_event_loop_a_turn_every_few_reads(
     turns = []
     monkeypatch.setattr(connection, "give_turn", lambda: turns.append(1))
     paced = PacedSocket(PiecesSocket([b"x"], endless=True))
+    paced.deliver(READS_PER_TURN * 5)  # a body that long
     for _ in range(READS_PER_TURN * 5):
         paced.recv(1)
     assert len(turns) == 5
@@ -106,6 +114,7 @@ def test_a_deadline_fires_however_fast_a_client_sends() -> None:
     # A socket that always has a byte ready never blocks: without the paced turns, the
     # deadline's timer would never get to run.
     paced = PacedSocket(PiecesSocket([b"x"], endless=True))
+    paced.deliver(10**12)  # an endless body
     started = time.monotonic()
     with pytest.raises(PhaseExpired), deadline("request body", 0.05):
         while True:

@@ -72,18 +72,80 @@ def give_turn_if_due() -> None:
 
 class PacedSocket:
     """A connection as gunicorn's parser reads it: every ``READS_PER_TURN`` reads the event
-    loop gets a turn, and with it any expired deadline fires."""
+    loop gets a turn, and with it any expired deadline fires.
+
+    It hands the parser one request at a time and nothing more: the head found by
+    :meth:`read_head`, then the body announced (:meth:`deliver`). What the client sent beyond
+    (the next, pipelined request) stays here, where :meth:`pending` sees it; the parser's own
+    buffer never holds it.
+    """
 
     def __init__(self, sock: Any) -> None:
         self._sock = sock
         self._reads = 0
+        self._buffer = bytearray()  # read from the client, not yet handed to the parser
+        self._deliverable = 0  # bytes of the current request the parser may still read
 
     def recv(self, size: int) -> bytes:
+        size = min(size, self._deliverable)
+        if size <= 0:
+            return b""
+        if self._buffer:
+            data = bytes(self._buffer[:size])
+            del self._buffer[:size]
+        else:
+            data = self._read(size)
+        self._deliverable -= len(data)
+        return data
+
+    def _read(self, size: int) -> bytes:
         self._reads += 1
         if self._reads % READS_PER_TURN == 0:
             give_turn()
         data: bytes = self._sock.recv(size)
         return data
+
+    def pending(self) -> bool:
+        """Whether the client sent bytes the parser has not been given (a pipelined request)."""
+        return bool(self._buffer)
+
+    def deliver(self, body_bytes: int) -> None:
+        """Let the parser read the current request's body, ``body_bytes`` long."""
+        self._deliverable += body_bytes
+
+    def read_head(self) -> bool:
+        """Read until the end of the request head (the blank line after the headers) and let
+        the parser read the head, and no more. False when the client closed the connection
+        before a byte of it.
+
+        gunicorn's parser copies and searches its whole buffer after every read, which is
+        quadratic in the number of reads; here each read's bytes are searched once.
+        Raises :class:`LimitRequestHeaders` past ``HEAD_BYTES_LIMIT`` and ``NoMoreData`` when
+        the client closes the connection mid-head.
+        """
+        head = self._buffer
+        searched = 0
+        while True:
+            # The end of a head; a bare-LF one is handed to the parser too, which refuses it.
+            end = head.find(b"\r\n\r\n", max(searched - 3, 0))
+            if 0 <= end <= HEAD_BYTES_LIMIT:
+                self._deliverable = end + 4
+                return True
+            end = head.find(b"\n\n", max(searched - 1, 0))
+            if 0 <= end <= HEAD_BYTES_LIMIT:
+                self._deliverable = end + 2
+                return True
+            if len(head) > HEAD_BYTES_LIMIT:
+                raise LimitRequestHeaders(
+                    f"request line and headers exceed {HEAD_BYTES_LIMIT} bytes"
+                )
+            searched = len(head)
+            chunk = self._read(8192)
+            if not chunk:
+                if head:
+                    raise NoMoreData(bytes(head))
+                return False
+            head += chunk
 
     def gettimeout(self) -> float | None:
         timeout: float | None = self._sock.gettimeout()
@@ -91,38 +153,6 @@ class PacedSocket:
 
     def settimeout(self, seconds: float | None) -> None:
         self._sock.settimeout(seconds)
-
-
-def read_head(unreader: Any, sock: PacedSocket) -> bool:
-    """Read until the end of the request head (the blank line after the headers) and leave
-    everything read in the parser's ``unreader``, so that gunicorn parses the head from one
-    buffer. False when the client closed the connection before a byte of it.
-
-    gunicorn's parser copies and searches its whole buffer after every read, which is
-    quadratic in the number of reads; here each read's bytes are searched once.
-    Raises :class:`LimitRequestHeaders` past ``HEAD_BYTES_LIMIT`` and ``NoMoreData`` when the
-    client closes the connection mid-head.
-    """
-    head = bytearray(unreader.take_buffered())
-    searched = 0
-    while True:
-        # The end of a head; a bare-LF one is handed to the parser too, which refuses it.
-        end = head.find(b"\r\n\r\n", max(searched - 3, 0))
-        if end < 0:
-            end = head.find(b"\n\n", max(searched - 1, 0))
-        if 0 <= end <= HEAD_BYTES_LIMIT:
-            break
-        if len(head) > HEAD_BYTES_LIMIT:
-            raise LimitRequestHeaders(f"request line and headers exceed {HEAD_BYTES_LIMIT} bytes")
-        searched = len(head)
-        chunk = sock.recv(8192)
-        if not chunk:
-            if head:
-                raise NoMoreData(bytes(head))
-            return False
-        head += chunk
-    unreader.unread(bytes(head))
-    return True
 
 
 def body_size(req: Any) -> int | None:

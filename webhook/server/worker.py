@@ -64,7 +64,6 @@ from webhook.server.connection import (
     deadline,
     give_turn,
     give_turn_if_due,
-    read_head,
     write_json_error,
 )
 from webhook.server.logs import SERVER_LOGGER
@@ -207,13 +206,15 @@ class AdmissionWorker(GeventWorker):
             listener_name = self._listener_names[id(listener)]
             phase, wait = FIRST_REQUEST_PHASE, deadlines.headers
             writes = WatchedWrites(client, waiting, connection)
-            while self._wait_for_request(client, parser, phase, wait, writes.answered):
+            while self._wait_for_request(client, paced, phase, wait, writes.answered):
                 phase, wait = "idle", deadlines.idle
                 req = None
                 with deadline(HEADERS_PHASE, deadlines.headers):
-                    if not read_head(parser.unreader, paced):
+                    if not paced.read_head():
                         return
                     req = next(parser)
+                # The parser may read the body the request announces, and nothing past it.
+                paced.deliver(body_size(req) or 0)
                 waiting.leave(connection)
                 if not self._serve(listener_name, req, writes, addr, deadlines):
                     return
@@ -319,7 +320,7 @@ class AdmissionWorker(GeventWorker):
             pass  # a client that does not read does not get it
 
     def _wait_for_request(
-        self, client: Any, parser: Any, phase: str, seconds: float, answered: bool
+        self, client: Any, paced: PacedSocket, phase: str, seconds: float, answered: bool
     ) -> bool:
         """Wait until the next request starts, at most ``seconds``; False when the
         connection should close instead (idle too long, or the worker is stopping).
@@ -327,7 +328,7 @@ class AdmissionWorker(GeventWorker):
         connection is in the waiting room throughout; once the request starts, its wait
         starts afresh (a request's head is waited for from its start)."""
         connection = gevent.getcurrent()
-        if parser.unreader.buf.tell() or (isinstance(client, ssl.SSLSocket) and client.pending()):
+        if paced.pending() or (isinstance(client, ssl.SSLSocket) and client.pending()):
             # Pipelined bytes are here already: serve them after the other connections had a
             # turn, or a client pipelining hundreds of requests would keep the loop to itself.
             # Waiting for its turn is not waiting on the client: it is not closed meanwhile.
