@@ -127,13 +127,11 @@ class PacedSocket:
         searched = 0
         while True:
             # The end of a head; a bare-LF one is handed to the parser too, which refuses it.
-            end = head.find(b"\r\n\r\n", max(searched - 3, 0))
+            end, blank_line = head.find(b"\r\n\r\n", max(searched - 3, 0)), 4
+            if end < 0:
+                end, blank_line = head.find(b"\n\n", max(searched - 1, 0)), 2
             if 0 <= end <= HEAD_BYTES_LIMIT:
-                self._deliverable = end + 4
-                return True
-            end = head.find(b"\n\n", max(searched - 1, 0))
-            if 0 <= end <= HEAD_BYTES_LIMIT:
-                self._deliverable = end + 2
+                self._deliverable = end + blank_line
                 return True
             if len(head) > HEAD_BYTES_LIMIT:
                 raise LimitRequestHeaders(
