@@ -200,7 +200,6 @@ class Server:
         key: Path | None,
         ca: Path | None,
         log_path: Path,
-        workers: int = 2,
         drain_seconds: float = 0.5,
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
@@ -213,30 +212,25 @@ class Server:
         settings as GPU_ADMISSION_* variables instead of options. ``cpus`` pins the server
         and its workers to those CPUs (``taskset -c``), as a CPU limit would hold it.
         ``vanilla_gunicorn_app`` (``module:app``) serves that WSGI app with gunicorn as it
-        comes (gthread workers, 8 threads each; same workers, bind and TLS) instead."""
+        comes (one gthread worker, 8 threads, as the server has one worker; same bind and
+        TLS) instead."""
         self.port = free_port()
         self.ca = ca
         self.log_path = log_path
         self.drain_seconds = drain_seconds
-        self.workers = workers
         settings = {
             "policy": str(policy),
             "bind": f"127.0.0.1:{self.port}",
-            "workers": str(workers),
             "drain-seconds": str(drain_seconds),
         }
         if cert is not None and key is not None:
             settings.update(cert=str(cert), key=str(key))
-        # The server must make its own metrics directory and read no settings of ours.
-        self.env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("GPU_ADMISSION_") and k != "PROMETHEUS_MULTIPROC_DIR"
-        }
+        # The server must read no settings of ours.
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_ADMISSION_")}
         self.args = ["taskset", "-c", cpus] if cpus else []
         if vanilla_gunicorn_app is not None:
             self.args += [sys.executable, "-m", "gunicorn", "--worker-class", "gthread"]
-            self.args += ["--threads", "8", "--workers", str(workers)]
+            self.args += ["--threads", "8", "--workers", "1"]
             self.args += ["--bind", settings["bind"], "--log-level", "warning"]
             if cert is not None and key is not None:
                 self.args += ["--certfile", str(cert), "--keyfile", str(key)]
@@ -259,10 +253,8 @@ class Server:
 
     # life cycle -----------------------------------------------------------------------
 
-    def start(
-        self, *, timeout: float = 30.0, expect_ready: bool = True, all_workers: bool = True
-    ) -> Server:
-        """Start and wait for /readyz; ``all_workers``: until every worker has a policy."""
+    def start(self, *, timeout: float = 30.0, expect_ready: bool = True) -> Server:
+        """Start and wait for /readyz (answered by the worker once its policy is loaded)."""
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 self.args,
@@ -275,24 +267,16 @@ class Server:
                 start_new_session=True,
                 preexec_fn=_terminate_with_parent,
             )
-        deadline = time.monotonic() + timeout
         self.wait_listening(timeout=timeout, expect_ready=expect_ready)
-        if expect_ready and all_workers:
-            # /readyz answered from one worker; tests that change files need all of them
-            # booted, each with the policy loaded (one policy_info series per worker).
-            while len(self.worker_pids()) < self.workers:
-                self._check_running()
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"not all {self.workers} workers booted:\n{self.log()}")
-                time.sleep(0.1)
         return self
 
     def worker_pids(self) -> set[str]:
-        """The workers that report a policy in force."""
-        return metric_labels(self.metrics(), "gpu_admission_policy_info", "pid")
+        """The arbiter's worker (a set: empty while it is being replaced)."""
+        return set(self.child_pids())
 
     def child_pids(self) -> list[str]:
-        """The processes the arbiter forked (its workers, and any long decision's child)."""
+        """The processes the arbiter forked: its worker (a long decision's child is the
+        worker's)."""
         assert self.process is not None
         arbiter = self.process.pid
         return Path(f"/proc/{arbiter}/task/{arbiter}/children").read_text().split()
@@ -415,7 +399,7 @@ class Server:
         return reply.body.decode()
 
 
-def tls_server(directory: Path, env: Mapping[str, str], *, workers: int = 2) -> Server:
+def tls_server(directory: Path, env: Mapping[str, str]) -> Server:
     """The server (not started: use it in a ``with``) over TLS with new certificates and
     ``TEST_POLICY``, all in ``directory``, its log in ``directory/server.log``."""
     certificates = make_certificates(directory / "pki")
@@ -427,7 +411,6 @@ def tls_server(directory: Path, env: Mapping[str, str], *, workers: int = 2) -> 
         key=certificates.tls_key,
         ca=certificates.ca_cert,
         log_path=directory / "server.log",
-        workers=workers,
         env=env,
     )
 

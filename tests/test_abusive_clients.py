@@ -47,7 +47,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "GPU_ADMISSION_WRITE_TIMEOUT": str(WRITE_SECONDS),
     }
     # One worker: every attack and every probe on the same event loop.
-    with tls_server(tmp_path_factory.mktemp("abusive"), env, workers=1) as running:
+    with tls_server(tmp_path_factory.mktemp("abusive"), env) as running:
         yield running
 
 

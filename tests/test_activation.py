@@ -106,7 +106,7 @@ def webhooks(api: FakeKubeAPI, kind: str) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
-    with tls_server(tmp_path_factory.mktemp("activation"), {}, workers=1) as server:
+    with tls_server(tmp_path_factory.mktemp("activation"), {}) as server:
         yield server
 
 

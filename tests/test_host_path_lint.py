@@ -103,7 +103,6 @@ def test_a_server_with_yesterdays_strict_policy_serves_and_drops_the_entry(tmp_p
         key=certificates.tls_key,
         ca=certificates.ca_cert,
         log_path=tmp_path / "server.log",
-        workers=1,
     )
     with server.start():
         conn = server.connection()

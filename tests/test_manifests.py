@@ -23,6 +23,8 @@ from webhook.policy.workloads import (
     custom_resource_rules,
     read_rules,
 )
+from webhook.server.gunicorn import STOP_MARGIN_SECONDS
+from webhook.server.settings import GRACEFUL_TIMEOUT
 
 MANIFESTS = REPO / "manifests"
 K8S_VERSION = "1.32"
@@ -33,7 +35,6 @@ POLICY_CONFIGMAP = "gpu-admission-policy"
 TLS_SECRET = "gpu-admission-tls"
 POLICY_MOUNT = "/etc/gpu-admission/policy"
 TLS_MOUNT = "/etc/gpu-admission/tls"
-METRICS_DIR = "/var/run/gpu-admission/metrics"
 CERT_MANAGER_GROUP = "cert-manager.io"
 
 # Every install a user may make, by a short name: its two steps, the server and, once that is
@@ -408,10 +409,8 @@ def test_writable_dirs_are_memory_backed():
     ctr = container(objs)
     volumes = {v["name"]: v for v in pod_spec(objs)["volumes"]}
     mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
-    for path in ("/tmp", METRICS_DIR):
-        volume = volumes[mounts[path]["name"]]
-        assert volume["emptyDir"]["medium"] == "Memory", path
-    assert env_of(ctr)["PROMETHEUS_MULTIPROC_DIR"] == METRICS_DIR
+    assert volumes[mounts["/tmp"]["name"]]["emptyDir"]["medium"] == "Memory"
+    assert "PROMETHEUS_MULTIPROC_DIR" not in env_of(ctr)  # one worker: no metrics files
 
 
 def test_drain_fits_in_the_termination_grace_period():
@@ -420,10 +419,12 @@ def test_drain_fits_in_the_termination_grace_period():
     grace = pod_spec(objs)["terminationGracePeriodSeconds"]
     assert drain == 15
     assert grace == 40
-    # Room after the drain for gunicorn to finish in-flight requests (each bounded by the
-    # validating webhook's timeout).
+    # Room after the drain for the worker to finish in-flight requests (each bounded by the
+    # validating webhook's timeout), and for the arbiter to wait for it before the kubelet's
+    # SIGKILL.
     timeout = webhook(objs, "ValidatingWebhookConfiguration")["timeoutSeconds"]
-    assert drain + timeout < grace
+    assert timeout <= GRACEFUL_TIMEOUT
+    assert drain + GRACEFUL_TIMEOUT + STOP_MARGIN_SECONDS <= grace
 
 
 def test_policy_configmap_is_mounted_as_a_directory():

@@ -1,17 +1,10 @@
 """``webhook.server.metrics``: each answer counted as it is given, through prometheus-client's
-documented calls, in one process and across worker processes (multiprocess mode, which must be
-chosen before prometheus-client is imported)."""
+documented calls, in a registry of its own."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.paths import REPO
 from webhook.server.metrics import DECISION_BUCKETS, Metrics
 
 Sample = tuple[str, tuple[tuple[str, str], ...], float]
@@ -68,49 +61,12 @@ def test_two_metrics_in_one_process_share_nothing() -> None:
     assert samples(second.render()[0].decode())[key] == 0
 
 
-def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=REPO,
-        env={"PATH": "/usr/bin:/bin", **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def test_workers_processes_are_summed_in_multiprocess_mode(tmp_path: Path) -> None:
-    directory = str(tmp_path)
-    answer = f"""
-        from webhook.server.metrics import Metrics
-        Metrics(multiprocess_dir={directory!r}).answered("validate", "denied", 0.001)
-    """
-    for _ in range(2):  # two worker processes, one after the other
-        result = run_python(answer, {"PROMETHEUS_MULTIPROC_DIR": directory})
-        assert result.returncode == 0, result.stderr
-    scrape = f"""
-        from webhook.server.metrics import Metrics
-        print(Metrics(multiprocess_dir={directory!r}).render()[0].decode())
-    """
-    result = run_python(scrape, {"PROMETHEUS_MULTIPROC_DIR": directory})
-    assert result.returncode == 0, result.stderr
-    found = samples(result.stdout)
-    key = ("gpu_admission_requests_total", (("endpoint", "validate"), ("verdict", "denied")))
-    assert found[key] == 2
-
-
-def test_a_directory_set_after_prometheus_client_was_imported_is_refused(
-    tmp_path: Path,
-) -> None:
-    code = """
-        import os, prometheus_client
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = {directory!r}
-        from webhook.server.metrics import Metrics
-        try:
-            Metrics(multiprocess_dir={directory!r})
-        except RuntimeError as exc:
-            print(exc)
-    """.format(directory=str(tmp_path))
-    result = run_python(code, {})
-    assert result.returncode == 0, result.stderr
-    assert "must be set before prometheus_client is imported" in result.stdout
+def test_a_replaced_policy_reads_zero_and_the_one_in_force_one() -> None:
+    metrics = Metrics()
+    metrics.set_policy("a" * 64)
+    metrics.set_policy("b" * 64)
+    metrics.set_policy("b" * 64)
+    found = samples(metrics.render()[0].decode())
+    info = "gpu_admission_policy_info"
+    assert found[(info, (("sha256", "a" * 64),))] == 0
+    assert found[(info, (("sha256", "b" * 64),))] == 1

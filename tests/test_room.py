@@ -184,7 +184,7 @@ def small_server(tmp_path) -> Iterator[Server]:
         "GPU_ADMISSION_IDLE_TIMEOUT": str(LONG_DEADLINE),
         "GPU_ADMISSION_BODY_TIMEOUT": str(LONG_DEADLINE),
     }
-    with tls_server(tmp_path, env, workers=1) as running:
+    with tls_server(tmp_path, env) as running:
         yield running
 
 

@@ -42,6 +42,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "GPU_ADMISSION_HEADERS_TIMEOUT": str(DEADLINES["headers"]),
         "GPU_ADMISSION_BODY_TIMEOUT": str(DEADLINES["body"]),
         "GPU_ADMISSION_IDLE_TIMEOUT": str(DEADLINES["idle"]),
+        # Room for all of them: closing one to make room is tested in test_room.py; here
+        # each must last until its own deadline.
+        "GPU_ADMISSION_MAX_CONNECTIONS": str(2 * PER_KIND * len(KINDS)),
     }
     with tls_server(tmp_path_factory.mktemp("stalled"), env) as running:
         yield running

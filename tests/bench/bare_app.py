@@ -3,11 +3,11 @@ orjson and answers "allowed" with the review's uid, under exactly the webhook's 
 
 Run as ``python -m tests.bench.bare_app`` with the options of ``gpu-admission serve``. It is
 the webhook's own :class:`~webhook.server.gunicorn.AdmissionServer` (worker class, threads,
-keep-alive, TLS context, hooks) with only the WSGI app replaced, so the difference between the
+keep-alive, TLS context, drain) with only the WSGI app replaced, so the difference between the
 two is the cost of the admission path itself.
 
 ``reference_app`` is the same app for vanilla gunicorn (``tests.bench.bare_app:reference_app``,
-gthread workers): the reference the served webhook is measured against.
+one gthread worker): the reference the served webhook is measured against.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 
 import orjson
@@ -60,8 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_subcommands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
     settings = resolve_settings(vars(args), os.environ)
-    metrics_dir = tempfile.mkdtemp(prefix="bare-app-metrics-")
-    BareServer(settings, metrics_dir=metrics_dir, owns_metrics_dir=True).run()
+    BareServer(settings).run()
     return 0
 
 

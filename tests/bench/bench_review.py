@@ -6,7 +6,7 @@
     controller makes it, and the fixture with 1,000 containers.
 (b) The served webhook (``gpu-admission serve``) against two baselines: the reference, a
     bare Flask route (reads the body, decodes it with orjson, answers "allowed" with its
-    uid) on vanilla gunicorn (gthread workers, as many, same TLS); and the bare stack, the
+    uid) on vanilla gunicorn (one gthread worker, 8 threads, same TLS); and the bare stack, the
     same route under the webhook's own gunicorn worker and TLS (``bare_app``). The load is
     wrk (Debian's ``wrk``) with 8 keep-alive connections when it is installed; otherwise
     client processes on 127.0.0.1, each keeping one connection alive and posting in a loop
@@ -46,7 +46,6 @@ import orjson
 import webhook
 from tests.bench.bench_stalled import bench_stalled, percentile, report
 from tests.serving import Server, client_context, fixture_bytes, make_certificates, post_json
-from webhook.server.settings import DEFAULT_WORKERS
 
 FIXTURE = "admission-review-gpu-pod.json"
 ROUNDS = 5
@@ -352,7 +351,6 @@ def bench_served(args: argparse.Namespace) -> None:
             "cert": pki.tls_cert,
             "key": pki.tls_key,
             "ca": pki.ca_cert,
-            "workers": args.workers,
             "drain_seconds": 0,
             "cpus": args.server_cpus,
         }
@@ -373,8 +371,8 @@ def bench_served(args: argparse.Namespace) -> None:
             label: {name: [] for name in targets} for label in bodies
         }
         use_wrk = args.load == "wrk" or (args.load == "auto" and shutil.which("wrk"))
-        reference.start(all_workers=False)
-        bare.start(all_workers=False)
+        reference.start()
+        bare.start()
         served.start()
         try:
             with ProcessPoolExecutor(max_workers=args.clients) as pool:
@@ -415,7 +413,7 @@ def bench_served(args: argparse.Namespace) -> None:
     )
     for label, body in bodies.items():
         print(
-            f"\nserved over TLS, {label} ({len(body)} B): gevent worker, {args.workers} workers"
+            f"\nserved over TLS, {label} ({len(body)} B): one gevent worker"
             + (f" on CPUs {args.server_cpus}" if args.server_cpus else "")
             + f", {clients} x {args.seconds:g} s, {ROUNDS} alternating rounds"
         )
@@ -466,9 +464,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_review", description=__doc__.split("\n")[0])
     parser.add_argument("--number", type=int, default=2000, help="review() calls per repeat")
     parser.add_argument("--repeat", type=int, default=5, help="repeats (the best is reported)")
-    parser.add_argument(
-        "--workers", type=int, default=DEFAULT_WORKERS, help="gunicorn workers (the server's)"
-    )
     parser.add_argument(
         "--server-cpus",
         metavar="LIST",

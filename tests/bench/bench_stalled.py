@@ -152,7 +152,7 @@ def bench_stalled(server: Server, count: int, rate: float, requests: int) -> dic
     return {
         "pressure": pressure,
         "overload": overload,
-        "cap": deadlines.max_connections * server.workers,
+        "cap": deadlines.max_connections,
         "lifetimes": lifetimes,
     }
 
@@ -178,7 +178,7 @@ def report(figures: dict, count: int) -> None:
     print(
         f"all {len(KINDS)} kinds at once: {count * len(KINDS)} held, over the server's cap of"
         f" {figures['cap']} connections (a fresh connection waits behind the holder's in the"
-        " kernel's accept queue while the workers make room):"
+        " kernel's accept queue while the worker makes room):"
     )
     _latencies("all kinds", figures["overload"])
     print(f"lifetimes of {count} connections of one kind at a time, not replaced:")

@@ -404,7 +404,6 @@ def test_the_real_server_agrees(tmp_path: Path):
             key=certificates.tls_key,
             ca=certificates.ca_cert,
             log_path=tmp_path / f"{name}.log",
-            workers=1,
         )
         with server.start():
             conn = server.connection()

@@ -11,7 +11,6 @@ from webhook.server.gunicorn import serve
 from webhook.server.settings import (
     DEFAULT_BIND,
     DEFAULT_DRAIN_SECONDS,
-    DEFAULT_WORKERS,
     MUTATION_MODES,
     resolve_settings,
 )
@@ -64,7 +63,8 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--workers",
         metavar="N",
-        help=f"worker processes (env GPU_ADMISSION_WORKERS; default {DEFAULT_WORKERS})",
+        help="ignored, with a warning: one worker per Pod, scaled by replicas "
+        "(env GPU_ADMISSION_WORKERS)",
     )
     parser.add_argument(
         "--drain-seconds",

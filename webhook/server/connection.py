@@ -285,13 +285,9 @@ class ByteBudget:
 
 
 def write_json_error(sock: Any, status: int, reason: str, message: str) -> None:
-    """gunicorn's ``util.write_error`` with a JSON body: every refusal of this server is
-    ``application/json``, the ones gunicorn's HTTP parser makes too (request-smuggling shapes,
-    oversized headers, bad request lines). gunicorn answers a transfer coding it does not know
-    with 501; that is the client's doing, and a 5xx would count against this server, so it
-    is a 400 here."""
-    if status == 501:
-        status, reason = 400, "Bad Request"
+    """An error answer with a JSON body, which closes the connection: every refusal of this
+    server is ``application/json``, the ones gunicorn's HTTP parser makes too
+    (request-smuggling shapes, oversized headers, bad request lines)."""
     body = orjson.dumps({"error": f"{status} {reason}: {message}"})
     head = (
         f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\n"

@@ -1,5 +1,5 @@
-"""Room for a new connection when a worker holds all it may: a connection that waits on its
-client is closed.
+"""Room for a new connection when the worker holds all it may: a connection that waits on its
+client is closed (:class:`WaitingRoom`), by the server that accepts (:class:`RoomMakingServer`).
 
 Each worker holds at most ``max_connections`` connections. Without this, a client that
 opens connections faster than their deadlines close them keeps the worker full, and every
@@ -27,14 +27,26 @@ idle pooled ones (the API server opens new ones).
 
 from __future__ import annotations
 
+import errno
+import logging
+import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from gevent import Greenlet, GreenletExit
+from gevent.pool import Pool
+from gevent.server import StreamServer
+
+from webhook.server.logs import SERVER_LOGGER
+
+log = logging.getLogger(SERVER_LOGGER)
 
 FRESH_GRACE_SECONDS = 0.5
+# A full worker with no connection waiting on its client (all being decided or answered)
+# looks again this often: decisions take milliseconds.
+ROOM_RETRY_SECONDS = 0.02
 
 
 class Evicted(GreenletExit):
@@ -150,3 +162,95 @@ class WatchedWrites:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
+
+
+class RoomMakingServer(StreamServer):
+    """gevent's stream server with a cap on its connections: when it holds ``connections``'
+    size, a connection waiting to be accepted gets the room of one that waits on its client
+    (see the module's docstring).
+
+    The connections' pool is the server's own, not gevent's (gevent is given a plain spawn):
+    the server says when it is full (:meth:`full`, which gevent asks before each accept) and
+    accepts again once a connection has ended."""
+
+    # gevent asks full() before each accept of a batch, and full() makes room: asked again
+    # after the last waiting connection was taken, it would close one more for nobody. One
+    # accept each time the listener is readable asks it only while a connection waits.
+    max_accept = 1
+
+    def __init__(
+        self, listener: Any, *, connections: Pool, waiting: WaitingRoom, **kwargs: Any
+    ) -> None:
+        self.connections = connections
+        self._waiting = waiting
+        self._waiting_for_a_slot = False
+        super().__init__(listener, spawn=self._start_connection, **kwargs)
+        # Repeating, and stopped when it fires: a one-shot libev timer started again after it
+        # fired fires at once, which would make the pause a busy loop.
+        self._room_retry = self.loop.timer(ROOM_RETRY_SECONDS, ROOM_RETRY_SECONDS)
+        waiting.on_spared = self.look_again
+
+    def _start_connection(self, handler: Callable[..., Any], *args: Any) -> Any:
+        connection = self.connections.spawn(handler, *args)
+        connection.rawlink(self._connection_ended)
+        return connection
+
+    def _connection_ended(self, _connection: Any) -> None:
+        if self._waiting_for_a_slot:
+            # After every link of the ended greenlet ran: its slot in the pool is free then.
+            self.loop.run_callback(self._accept_again)
+
+    def full(self) -> bool:
+        """Whether the pool is full; if so, a connection that waits on its client is closed
+        and the one waiting to be accepted takes its slot once it is free; when none waits on
+        its client (all are being decided or answered), the server looks again in
+        ``ROOM_RETRY_SECONDS``."""
+        if not self.connections.full():
+            return False
+        if not self._waiting.make_room():
+            self.look_again()
+        self._waiting_for_a_slot = True
+        return True
+
+    def look_again(self) -> None:
+        """Look for room again in ``ROOM_RETRY_SECONDS`` (none could be made just now)."""
+        if self.started:
+            self._room_retry.start(self._accept_again)
+
+    def _accept_again(self) -> None:
+        self._room_retry.stop()
+        if self.started:
+            self._waiting_for_a_slot = False
+            self.start_accepting()
+
+    def wrap_socket_and_handle(self, client_socket: Any, address: Any) -> Any:
+        # gevent's own lets an error of the TLS wrapper (a client that reset the connection
+        # before its handshake) escape the greenlet, which prints a traceback of thirty lines
+        # to stderr: any client could fill the log with them, a connection each.
+        try:
+            tls_socket = self.wrap_socket(client_socket, **self.ssl_args)
+        except OSError as exc:
+            if isinstance(exc, (ConnectionError, ssl.SSLError)) or exc.errno == errno.ENOTCONN:
+                log.debug("connection ended before its TLS handshake: %s", exc)
+            else:  # not the client's doing (a bad descriptor, a certificate that fails)
+                log.exception("could not set up TLS on a new connection")
+            return None
+        try:
+            return self.handle(tls_socket, address)
+        finally:
+            tls_socket.close()
+
+    def close(self) -> None:
+        self._room_retry.stop()
+        super().close()
+
+    def serving(self) -> bool:
+        """Whether a connection accepted by this server is still open."""
+        return bool(self.connections.free_count() < self.connections.size)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Close, then give the connections ``timeout`` to end and kill the rest (what gevent
+        does for a pool it was given)."""
+        super().stop(timeout)
+        self.connections.join(timeout=timeout)
+        self.connections.kill(block=True, timeout=1)

@@ -1,7 +1,7 @@
 """What ``serve`` runs with: the command line's options over the environment over the defaults.
 
-Each option but ``--insecure`` has an environment variable (``--workers`` and
-``GPU_ADMISSION_WORKERS``), so the manifests can configure the server without a command line;
+Each option but ``--insecure`` has an environment variable (``--drain-seconds`` and
+``GPU_ADMISSION_DRAIN_SECONDS``), so the manifests can configure the server without a command line;
 an option given wins. Turning TLS off must be visible in the command, so it has none. The
 connection deadlines are tuning knobs with an environment variable only
 (``DEADLINE_VARIABLES``).
@@ -16,13 +16,21 @@ from typing import Any
 from webhook.policy.load import default_policy_path
 
 DEFAULT_BIND = "0.0.0.0:8443"
-# One worker per container, scaled by replicas. Under the manifests' one-CPU limit (the server
-# pinned to one CPU, make bench --server-cpus 0, 3 runs each), one worker served the typical
-# review at 1,934-1,952 req/s with p99 3.3-3.7 ms, two at 1,715-1,855 req/s with p99
-# 6.1-6.7 ms: a second worker adds no CPU, only switching between processes. A crashed worker
-# is replaced by the arbiter in about 0.2 s; meanwhile the other replicas answer.
-DEFAULT_WORKERS = 1
+# One worker per container, scaled by replicas (webhook.server.gunicorn). Under the manifests'
+# one-CPU limit (the server pinned to one CPU, make bench --server-cpus 0, 3 runs each), one
+# worker served the typical review at 1,934-1,952 req/s with p99 3.3-3.7 ms, two at
+# 1,715-1,855 req/s with p99 6.1-6.7 ms: a second worker adds no CPU, only switching between
+# processes. --workers, which chose their number before, is accepted and ignored, with a
+# warning, so that a Deployment that sets it keeps starting.
+WORKERS_IGNORED = (
+    "--workers (GPU_ADMISSION_WORKERS) is ignored: the server runs one worker per Pod; "
+    "scale with replicas"
+)
 DEFAULT_DRAIN_SECONDS = 15.0
+# After the drain, how long requests already written have to be answered. The API server
+# waits for a webhook 30 s at most (10 s by default): a request still running this long after
+# the drain has been given up by its caller.
+GRACEFUL_TIMEOUT = 20
 MUTATION_MODES = ("apply", "record")
 # The API server sends at most 3 MiB objects (etcd's limit is 1.5 MiB by default), an
 # AdmissionReview of an UPDATE carries two of them: 7 MiB leaves room and bounds memory.
@@ -92,17 +100,18 @@ class ServeSettings:
     cert: str | None
     key: str | None
     bind: str
-    workers: int
     insecure: bool
     drain_seconds: float
     mutation: str
     deadlines: Deadlines = field(default_factory=Deadlines)
+    # Said in the log at start-up: settings accepted but no longer used.
+    warnings: tuple[str, ...] = ()
 
 
 def resolve_settings(options: Mapping[str, Any], environ: Mapping[str, str]) -> ServeSettings:
     """Merge the command line's ``options`` (``policy``, ``cert``, ``key``, ``bind``,
-    ``workers``, ``drain_seconds``, ``mutation``: None when not given; ``insecure``) over the
-    environment over the defaults, and check the result."""
+    ``drain_seconds``, ``mutation``, ``workers`` (ignored): None when not given;
+    ``insecure``) over the environment over the defaults, and check the result."""
 
     def pick(value: Any, variable: str) -> Any:
         if value is not None:
@@ -121,11 +130,9 @@ def resolve_settings(options: Mapping[str, Any], environ: Mapping[str, str]) -> 
         except ValueError:
             raise SettingsError(f"{option} ({variable}): expected a number, got {raw!r}") from None
 
-    workers = number(
-        options.get("workers"), "--workers", "GPU_ADMISSION_WORKERS", int, DEFAULT_WORKERS
-    )
-    if workers < 1:
-        raise SettingsError(f"--workers (GPU_ADMISSION_WORKERS) must be at least 1, got {workers}")
+    warnings: tuple[str, ...] = ()
+    if pick(options.get("workers"), "GPU_ADMISSION_WORKERS") is not None:
+        warnings = (WORKERS_IGNORED,)
     drain = number(
         options.get("drain_seconds"),
         "--drain-seconds",
@@ -163,9 +170,9 @@ def resolve_settings(options: Mapping[str, Any], environ: Mapping[str, str]) -> 
         cert=None if insecure else cert,
         key=None if insecure else key,
         bind=pick(options.get("bind"), "GPU_ADMISSION_BIND") or DEFAULT_BIND,
-        workers=workers,
         insecure=insecure,
         drain_seconds=drain,
         mutation=mutation,
         deadlines=Deadlines(**deadlines),
+        warnings=warnings,
     )

@@ -30,9 +30,10 @@ Why this design
     Content-Length.
 
 What it overrides of gunicorn's ``GeventWorker``
-    ``init_process`` (JSON error pages, the body budgets), ``handle`` (one connection, phase
-    by phase), ``run`` (the accept loop, with the balancing server) and ``handle_exit``
-    (SIGTERM: stop accepting at once).
+    ``init_process`` (the body budgets), ``handle`` (one connection, phase by phase, every
+    refusal as JSON), ``run`` (the accept loop, with a server that makes room:
+    :mod:`webhook.server.room`) and ``handle_exit`` (SIGTERM: the drain, then no new
+    connection; see :mod:`webhook.server.gunicorn`).
 """
 
 from __future__ import annotations
@@ -51,10 +52,18 @@ from gevent.pool import Pool
 from gevent.select import select
 from gevent.socket import wait_read
 from gunicorn import http, util
+from gunicorn.http.errors import (
+    ExpectationFailed,
+    ForbiddenProxyRequest,
+    InvalidResponseHeader,
+    InvalidResponseHeaderName,
+    LimitRequestHeaders,
+    LimitRequestLine,
+    ParseException,
+)
 from gunicorn.sock import ssl_context
 from gunicorn.workers.ggevent import GeventWorker
 
-from webhook.server.balance import BalancedServer
 from webhook.server.connection import (
     ByteBudget,
     DeadlineBody,
@@ -67,8 +76,13 @@ from webhook.server.connection import (
     write_json_error,
 )
 from webhook.server.logs import SERVER_LOGGER
-from webhook.server.room import Evicted, WaitingRoom, WatchedWrites
-from webhook.server.settings import LONG_BODY_BYTES, MAX_BODY_BYTES, Deadlines
+from webhook.server.room import Evicted, RoomMakingServer, WaitingRoom, WatchedWrites
+from webhook.server.settings import (
+    GRACEFUL_TIMEOUT,
+    LONG_BODY_BYTES,
+    MAX_BODY_BYTES,
+    Deadlines,
+)
 
 log = logging.getLogger(SERVER_LOGGER)
 
@@ -79,75 +93,85 @@ SMALL_BODY_BUDGET = 32 * 1024 * 1024
 # A connection accepted just before the worker was told to stop has this long to send its
 # first request, which is then answered (with Connection: close) rather than dropped.
 STOPPING_FIRST_REQUEST_SECONDS = 1.0
+# The refusals of gunicorn's HTTP parser that are not a plain 400 (the statuses gunicorn
+# itself gives them). Its refusal of a transfer coding it does not know is a 501 there: that
+# is the client's doing, and a 5xx would count against this server, so it is a 400 here.
+PARSER_REFUSALS: dict[type[Exception], tuple[int, str]] = {
+    LimitRequestLine: (414, "URI Too Long"),
+    LimitRequestHeaders: (431, "Request Header Fields Too Large"),
+    ExpectationFailed: (417, "Expectation Failed"),
+    ForbiddenProxyRequest: (403, "Forbidden"),
+}
 
 
 class AdmissionWorker(GeventWorker):
     """gunicorn's gevent worker with per-phase deadlines (see the module's docstring)."""
 
-    # Set by the arbiter before fork (AdmissionServer's pre_fork hook).
-    connection_slot: int | None = None
+    # gunicorn's: False once the worker is told to stop (here also once the drain is over).
+    alive: bool
 
     def init_process(self) -> None:
-        # gunicorn's Worker.handle_error writes the HTTP errors its parser detects through
-        # util.write_error, as HTML; in this worker process they are written as JSON.
-        util.write_error = write_json_error
         self._large_bodies = BoundedSemaphore(LARGE_BODIES_AT_ONCE)
         self._small_bodies = ByteBudget(SMALL_BODY_BUDGET)
         self._waiting = WaitingRoom()
-        self._stopping = Event()
+        # When the drain that SIGTERM began ends (time.monotonic()); None before SIGTERM.
+        self._drain_ends: float | None = None
+        self._signalled = Event()
         super().init_process()
 
     def handle_exit(self, sig: Any, frame: Any) -> None:
-        """SIGTERM, the graceful stop: the loop in :meth:`run` stops accepting at once."""
-        super().handle_exit(sig, frame)
-        self._stopping.set()
+        """SIGTERM: answer not ready and close every connection after its answer for the
+        drain; then :meth:`run` stops accepting. A second SIGTERM changes nothing."""
+        if self._drain_ends is None:
+            self._drain_ends = time.monotonic() + self.app.drain_seconds
+            self.app.draining = True
+            self._signalled.set()
 
     def run(self) -> None:
-        """Accept and serve until told to stop, then let open connections finish within the
-        graceful timeout. gunicorn's loop, with servers that leave new connections to a less
-        loaded worker (:mod:`webhook.server.balance`)."""
-        shares, slot = self.app.connection_shares, self.connection_slot
+        """Accept and serve until the drain ends, then let open connections finish within
+        the graceful timeout. gunicorn's loop, with servers that make room for a new
+        connection when the worker is full (:mod:`webhook.server.room`)."""
         ssl_args = {"ssl_context": ssl_context(self.cfg)} if self.cfg.is_ssl else {}
         servers = []
         # The address each listener is bound to, for the requests' environ: read now, since a
         # connection accepted just before the stop is served after its listener is closed.
         self._listener_names = {id(listener): listener.getsockname() for listener in self.sockets}
+        # One listener in practice (--bind takes one address); the cap is the worker's.
         for listener in self.sockets:
             listener.setblocking(1)
-            server = BalancedServer(
+            server = RoomMakingServer(
                 listener,
-                shares=shares,
-                slot=slot,
                 handle=partial(self.handle, listener),
                 connections=Pool(self.worker_connections),
-                make_room=self._waiting.make_room,
+                waiting=self._waiting,
                 **ssl_args,
             )
             servers.append(server)
-
-        def look_again() -> None:
-            for server in servers:
-                server.look_again()
-
-        self._waiting.on_spared = look_again
-        # Counted as accepting only now: the other workers leave nothing to a booting one.
-        shares.join(slot)
         for server in servers:
             server.start()
-        log.info("accepting connections", extra={"fields": {"pid": self.pid, "slot": slot}})
+        log.info("accepting connections", extra={"fields": {"pid": self.pid}})
         reported = 0
-        while self.alive:
+        draining = False
+        while self.alive and not self._drain_over():
             self.notify()
-            self._stopping.wait(1.0)
+            self._signalled.wait(1.0 if self._drain_ends is None else self._drain_left(1.0))
+            self._signalled.clear()
+            if self._drain_ends is not None and not draining:
+                draining = True
+                log.info(
+                    "SIGTERM received: not ready, draining",
+                    extra={"fields": {"drain_seconds": self.app.drain_seconds}},
+                )
             # One line a second at most, however fast a flood makes room be made.
             reported = self._report_room_made(reported)
-        # No longer accepting: the other workers stop leaving connections to this one.
-        shares.release(slot)
+        if draining:
+            log.info("drain over: stopping gracefully")
+        self.alive = False
         for server in servers:
             server.close()
         # What the last second made room for, now that no more can be made.
         self._report_room_made(reported)
-        stop_at = time.monotonic() + self.cfg.graceful_timeout
+        stop_at = time.monotonic() + GRACEFUL_TIMEOUT
         while time.monotonic() < stop_at:
             if not any(server.serving() for server in servers):
                 return
@@ -156,6 +180,13 @@ class AdmissionWorker(GeventWorker):
         log.warning("graceful timeout: closing the connections still open")
         for server in servers:
             server.stop(timeout=1)
+
+    def _drain_left(self, at_most: float) -> float:
+        assert self._drain_ends is not None
+        return max(min(self._drain_ends - time.monotonic(), at_most), 0.0)
+
+    def _drain_over(self) -> bool:
+        return self._drain_ends is not None and self._drain_left(1.0) == 0.0
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
         """Serve one connection: handshake, then requests until the client or a deadline
@@ -240,10 +271,7 @@ class AdmissionWorker(GeventWorker):
         except http.errors.NoMoreData:
             pass  # the client closed the connection between or inside requests
         except ssl.SSLError as exc:
-            if exc.args[0] != ssl.SSL_ERROR_EOF and req is not None:
-                self.handle_error(req, client, addr, exc)
-            else:
-                log.debug("TLS connection ended: %s", exc)
+            log.debug("TLS connection ended: %s", exc)
         except TimeoutError:
             # A send past the write deadline (gevent raises socket.timeout, a TimeoutError).
             log.info(
@@ -253,8 +281,8 @@ class AdmissionWorker(GeventWorker):
         except OSError as exc:
             if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, None):
                 log.exception("socket error while serving a connection")
-        except Exception as exc:  # the parser's refusals: answered as JSON by handle_error
-            self.handle_error(req, client, addr, exc)
+        except Exception as exc:  # the parser's refusals, and errors of this server
+            self._answer_error(client, exc)
 
     def _serve(
         self, listener_name: Any, req: Any, client: WatchedWrites, addr: Any, deadlines: Deadlines
@@ -286,8 +314,10 @@ class AdmissionWorker(GeventWorker):
         # What the app reads has the body's deadline (counted from the end of the headers,
         # the wait for room included); the parser, which discards an unread rest before the
         # next request, reads the body itself.
-        if not self.alive:
-            req.must_close = True  # answered with Connection: close, then the connection ends
+        if self.app.draining or not self.alive:
+            # gunicorn's request attribute for "Connection: close": the answer says so and
+            # the connection ends after it, so the client sends its next request elsewhere.
+            req.must_close = True
         body = req.body
         charged = DeadlineBody(
             req,
@@ -311,6 +341,22 @@ class AdmissionWorker(GeventWorker):
                 self._large_bodies.release()
             self._small_bodies.release(charged.charged)
         return True
+
+    def _answer_error(self, client: Any, exc: Exception) -> None:
+        """A request the parser refused gets its 4xx; any other error is this server's, a
+        logged 500. As JSON, like every refusal here."""
+        if isinstance(exc, ParseException) and not isinstance(
+            exc, (InvalidResponseHeader, InvalidResponseHeaderName)
+        ):
+            status, reason = PARSER_REFUSALS.get(type(exc), (400, "Bad Request"))
+            log.info(
+                "refused a malformed request",
+                extra={"fields": {"status": status, "error": str(exc)[:200]}},
+            )
+            self._refuse(client, status, reason, str(exc))
+        else:
+            log.exception("error while serving a request")
+            self._refuse(client, 500, "Internal Server Error", "")
 
     @staticmethod
     def _refuse(client: Any, status: int, reason: str, message: str) -> None:
