@@ -41,7 +41,12 @@ from flask import Flask
 from gunicorn.app.base import BaseApplication
 
 from webhook.server.child import run_in_child
-from webhook.server.logs import SERVER_LOGGER, configure_logging, gunicorn_logconfig
+from webhook.server.logs import (
+    SERVER_LOGGER,
+    NoAccessLogger,
+    configure_logging,
+    gunicorn_logconfig,
+)
 from webhook.server.metrics import Metrics
 from webhook.server.settings import GRACEFUL_TIMEOUT, Deadlines, ServeSettings, SettingsError
 from webhook.server.tls import CertificateReloader, build_server_context
@@ -95,6 +100,7 @@ class AdmissionServer(BaseApplication):
             "logconfig_dict": gunicorn_logconfig(),
             # One line per decision comes from the app; an access log would double it.
             "accesslog": None,
+            "logger_class": NoAccessLogger,
             "control_socket_disable": True,
         }
         if self._tls is not None:
@@ -118,6 +124,10 @@ class AdmissionServer(BaseApplication):
         from webhook.server.store import PolicyStore
 
         configure_logging()
+        # The JSON lines carry no thread or process: each record stops looking them up.
+        logging.logThreads = False
+        logging.logProcesses = False
+        logging.logMultiprocessing = False
         metrics = self._metrics = Metrics()
         store = PolicyStore(self._settings.policy, metrics=metrics)
         store.watch()

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 import orjson
 from gevent import monkey
+from gunicorn.glogging import Logger as GunicornLogger
 
 DECISION_LOGGER = "webhook.decisions"
 
@@ -138,6 +139,16 @@ def configure_logging(level: int | str = logging.INFO, stream: TextIO | None = N
     logger.setLevel(level)
     # The root logger may have its own handler (pytest's, a user's basicConfig).
     logger.propagate = False
+
+
+class NoAccessLogger(GunicornLogger):
+    """gunicorn's logger (``logger_class``) without its access log: one line per decision
+    comes from the app. gunicorn counts a ``logconfig_dict`` as asking for an access log, and
+    would build each request's access-log fields and record for a logger that writes nothing
+    (measured: about 7% of a served request's CPU)."""
+
+    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
+        return None
 
 
 def gunicorn_logconfig() -> dict[str, Any]:
