@@ -314,7 +314,7 @@ def test_a_killed_worker_is_replaced_and_serves_at_once(
         finally:
             conn.close()
         assert metric_value(server.metrics(), "gpu_admission_requests_total") == 1
-        assert replaced_in < 10, replaced_in
+        assert replaced_in < 5, replaced_in
 
 
 # --------------------------------------------------------------------------- policy
@@ -450,7 +450,7 @@ def test_certificate_rotation_while_serving(tmp_path: Path, pki: GeneratedCertif
                 return seen == {_serial(renewed.tls_cert)}
 
             wait_until(serials_in_a_row, timeout=20, what="the renewed certificate")
-            # Every worker moves to it, whether or not it accepted a connection meanwhile.
+            # The worker moves to it, whether or not it accepted a connection meanwhile.
             wait_until(
                 lambda: (
                     metric_value(
@@ -549,6 +549,7 @@ def test_sigterm_drains_then_finishes_in_flight_requests(
 
         wait_until(lambda: server.get("/readyz").status == 503, timeout=4, what="not ready")
         assert "draining" in server.get("/readyz").json()["reason"]
+        server.terminate()  # a second SIGTERM changes nothing: the drain goes on
 
         # Still answering during the drain, and asking clients to reconnect elsewhere.
         conn = server.connection()
@@ -577,6 +578,8 @@ def test_sigterm_drains_then_finishes_in_flight_requests(
         slow.send(GPU_POD[half:])
         reply = slow.getresponse()
         assert reply.status == 200
+        # Begun before SIGTERM, answered after: its client is told to reconnect elsewhere too.
+        assert reply.headers["Connection"] == "close"
         assert json.loads(reply.read())["response"]["allowed"] is True
         slow.close()
 
@@ -697,8 +700,13 @@ def test_settings_from_the_environment_and_record_mode(
         tmp_path,
         pki,
         settings_in_env=True,
-        # Set by Deployments of earlier releases: ignored, with a warning, not refused.
-        env={"GPU_ADMISSION_MUTATION": "record", "GPU_ADMISSION_WORKERS": "2"},
+        # Set by Deployments of earlier releases: ignored (with a warning), not refused, and
+        # a metrics directory that is not there any more does not stop the worker.
+        env={
+            "GPU_ADMISSION_MUTATION": "record",
+            "GPU_ADMISSION_WORKERS": "2",
+            "PROMETHEUS_MULTIPROC_DIR": "/nonexistent/gpu-admission-metrics",
+        },
     ) as server:
         assert server.worker_pids() and len(server.worker_pids()) == 1
         warnings = [r["message"] for r in server.log_records() if r.get("level") == "warning"]

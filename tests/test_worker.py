@@ -237,7 +237,13 @@ def test_the_worker_overrides_what_it_says_and_calls_what_exists() -> None:
         "addr",
     ]
     assert ggevent.ssl_context is sock.ssl_context
-    for name in ("do_read", "do_close", "start_accepting", "stop_accepting", "started"):
+    for name in (
+        "full",
+        "wrap_socket_and_handle",
+        "start_accepting",
+        "stop_accepting",
+        "started",
+    ):
         assert hasattr(server.StreamServer, name), name
     assert list(inspect.signature(Parser.finish_body).parameters) == [
         "self",

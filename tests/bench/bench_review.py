@@ -17,7 +17,7 @@
     round to the baseline's round run just before it.
 (c) The largest review the API server sends: an UPDATE of a 3 MiB Pod (two 3 MiB objects),
     over the wire.
-(d) Memory (RSS) of each worker after all of the above.
+(d) Memory (RSS) of the worker after all of the above.
 (e) Stalled clients (``bench_stalled``).
 
 The clients are Python too and share the machine's cores with the servers, so (b) is a
@@ -306,7 +306,7 @@ def load_wrk(port: int, path: str, body_file: Path, connections: int, seconds: f
 
 
 def worker_rss_mib(server: Server) -> list[float]:
-    """Resident memory of each worker process of ``server``."""
+    """Resident memory of the worker process of ``server``."""
     sizes = []
     for child in server.child_pids():
         for line in Path(f"/proc/{child}/status").read_text().splitlines():

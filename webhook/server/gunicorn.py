@@ -55,9 +55,9 @@ from webhook.server.worker import AdmissionWorker
 log = logging.getLogger(SERVER_LOGGER)
 
 # Beyond the worker's own drain and graceful timeout, the time it may take to close what is
-# left before the arbiter kills it. 15 s of drain, 20 s of graceful timeout and this fit the
-# manifests' terminationGracePeriodSeconds of 40.
-STOP_MARGIN_SECONDS = 3
+# left (about 2 s: its servers' stop) before the arbiter kills it. 15 s of drain, 20 s of
+# graceful timeout and this fit the manifests' terminationGracePeriodSeconds of 40.
+STOP_MARGIN_SECONDS = 4
 
 
 class AdmissionServer(BaseApplication):

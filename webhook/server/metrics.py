@@ -9,9 +9,15 @@ Prometheus' ``rate`` and ``increase`` take such resets in their stride.
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 
-from prometheus_client import (
+# prometheus-client keeps its samples in files when this is set as it is imported: the
+# manifests of releases that ran several workers set it. One process keeps them in memory,
+# and a directory that is gone (their emptyDir removed) would stop the worker from booting.
+os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+
+from prometheus_client import (  # noqa: E402 (after the line above, by design)
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,

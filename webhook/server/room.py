@@ -1,7 +1,7 @@
 """Room for a new connection when the worker holds all it may: a connection that waits on its
 client is closed (:class:`WaitingRoom`), by the server that accepts (:class:`RoomMakingServer`).
 
-Each worker holds at most ``max_connections`` connections. Without this, a client that
+The worker holds at most ``max_connections`` connections. Without this, a client that
 opens connections faster than their deadlines close them keeps the worker full, and every
 new connection, the API server's included, waits in the kernel's accept queue until
 deadlines free a slot: seconds, and two minutes for connections that went idle after one

@@ -11,10 +11,9 @@ refusal is logged once and counted. With no good policy at all (a bad file at st
 store has no policy and the webhook is not ready.
 
 Checks are rate-limited (one ``stat`` per ``check_interval`` at most), so the request path
-can call :meth:`PolicyStore.reload_if_changed` on every request. A server with several
-worker processes also runs :meth:`PolicyStore.watch` in each: a worker that gets no
-traffic still moves to the new policy, so all workers agree within about a second and
-their metrics and readiness say so.
+can call :meth:`PolicyStore.reload_if_changed` on every request. The worker also runs
+:meth:`PolicyStore.watch`: one that gets no traffic still moves to the new policy within
+about a second, and its metrics and readiness say so.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ is an AEAD already); ALPN offers http/1.1 only. Each new connection is wrapped w
 current context (:meth:`CertificateReloader.wrap_socket`), a cached context that, at
 most every ``CERT_CHECK_INTERVAL`` seconds, stats the certificate and key: when they changed (a
 Secret update swaps the mounted files), a fresh context is loaded and used for the handshakes
-that follow (and each worker checks on its own every few seconds, so that one that gets no
-connection still moves). Open connections keep the context they were made with and go on
+that follow (and the worker checks on its own every few seconds, so that it moves even
+when no connection comes). Open connections keep the context they were made with and go on
 working. A pair that does not load (a certificate written before its key) is logged and the
 previous context stays in use. gunicorn's own default would re-read the files for every
 connection, which costs a key parse per handshake and fails handshakes while a rotation is half

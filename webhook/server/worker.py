@@ -53,6 +53,7 @@ from gevent.select import select
 from gevent.socket import wait_read
 from gunicorn import http, util
 from gunicorn.http.errors import (
+    ConfigurationProblem,
     ExpectationFailed,
     ForbiddenProxyRequest,
     InvalidResponseHeader,
@@ -117,6 +118,9 @@ class AdmissionWorker(GeventWorker):
         # When the drain that SIGTERM began ends (time.monotonic()); None before SIGTERM.
         self._drain_ends: float | None = None
         self._signalled = Event()
+        # Requests being served (read, decided or answered): when the drain begins, those
+        # that began before it are answered with Connection: close too.
+        self._in_flight: set[Any] = set()
         super().init_process()
 
     def handle_exit(self, sig: Any, frame: Any) -> None:
@@ -158,6 +162,8 @@ class AdmissionWorker(GeventWorker):
             self._signalled.clear()
             if self._drain_ends is not None and not draining:
                 draining = True
+                for req in self._in_flight:
+                    req.must_close = True
                 log.info(
                     "SIGTERM received: not ready, draining",
                     extra={"fields": {"drain_seconds": self.app.drain_seconds}},
@@ -172,11 +178,11 @@ class AdmissionWorker(GeventWorker):
         # What the last second made room for, now that no more can be made.
         self._report_room_made(reported)
         stop_at = time.monotonic() + GRACEFUL_TIMEOUT
-        while time.monotonic() < stop_at:
+        while (left := stop_at - time.monotonic()) > 0:
             if not any(server.serving() for server in servers):
                 return
             self.notify()
-            gevent.sleep(1.0)
+            gevent.sleep(min(left, 1.0))
         log.warning("graceful timeout: closing the connections still open")
         for server in servers:
             server.stop(timeout=1)
@@ -282,7 +288,7 @@ class AdmissionWorker(GeventWorker):
             if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, None):
                 log.exception("socket error while serving a connection")
         except Exception as exc:  # the parser's refusals, and errors of this server
-            self._answer_error(client, exc)
+            self._answer_error(client, addr, exc)
 
     def _serve(
         self, listener_name: Any, req: Any, client: WatchedWrites, addr: Any, deadlines: Deadlines
@@ -315,9 +321,12 @@ class AdmissionWorker(GeventWorker):
         # the wait for room included); the parser, which discards an unread rest before the
         # next request, reads the body itself.
         if self.app.draining or not self.alive:
-            # gunicorn's request attribute for "Connection: close": the answer says so and
-            # the connection ends after it, so the client sends its next request elsewhere.
+            # gunicorn's request attribute for "Connection: close" (set by its parser for a
+            # client that asks for it): the answer says so and the connection ends after it,
+            # so the client sends its next request elsewhere. Read when the answer's headers
+            # are written: a request in flight when the drain begins gets it then (run).
             req.must_close = True
+        self._in_flight.add(req)
         body = req.body
         charged = DeadlineBody(
             req,
@@ -336,22 +345,27 @@ class AdmissionWorker(GeventWorker):
                 # read); gunicorn's gevent worker ended the request quietly.
                 raise Evicted()
         finally:
+            self._in_flight.discard(req)
             req.body = body
             if large:
                 self._large_bodies.release()
             self._small_bodies.release(charged.charged)
         return True
 
-    def _answer_error(self, client: Any, exc: Exception) -> None:
+    def _answer_error(self, client: Any, addr: Any, exc: Exception) -> None:
         """A request the parser refused gets its 4xx; any other error is this server's, a
         logged 500. As JSON, like every refusal here."""
         if isinstance(exc, ParseException) and not isinstance(
-            exc, (InvalidResponseHeader, InvalidResponseHeaderName)
+            exc, (InvalidResponseHeader, InvalidResponseHeaderName, ConfigurationProblem)
         ):
-            status, reason = PARSER_REFUSALS.get(type(exc), (400, "Bad Request"))
+            status, reason = next(
+                (PARSER_REFUSALS[kind] for kind in type(exc).__mro__ if kind in PARSER_REFUSALS),
+                (400, "Bad Request"),
+            )
+            peer = addr[0] if isinstance(addr, tuple) and addr else None
             log.info(
                 "refused a malformed request",
-                extra={"fields": {"status": status, "error": str(exc)[:200]}},
+                extra={"fields": {"status": status, "error": str(exc)[:200], "peer": peer}},
             )
             self._refuse(client, status, reason, str(exc))
         else:
