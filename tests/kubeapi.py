@@ -23,6 +23,8 @@ What it serves, for any resource type (built-in ones are known; others are regis
 
 - ``GET`` a list, cluster-wide or per namespace, with ``limit``/``continue`` pagination,
   ``labelSelector`` and ``fieldSelector`` (equality and set-based forms);
+- ``GET`` a list with ``watch=true``: a chunked stream of JSON events, one per line, as
+  kube-apiserver sends them (below: Watches);
 - ``GET``/``POST``/``PUT``/``PATCH``/``DELETE`` of one object; PATCH understands JSON patch
   (``application/json-patch+json``), JSON merge patch, and strategic merge patch (applied
   as a merge patch, which is exact for the objects the tests use), and server-side apply;
@@ -32,6 +34,20 @@ What it serves, for any resource type (built-in ones are known; others are regis
 - injected failures: ``forbid(path)`` answers 403, ``fail(path, status)`` answers any status
   (``expire_continue()`` gives the 410 ``Expired`` of a stale continue token);
 - ``requests``: every request received, in order, with its parsed body.
+
+Watches. Every change to an object (the verbs above, and ``add``, ``replace``, ``remove``)
+is an event with the object's new resourceVersion (a deletion gets one too, as in etcd). A
+watch from ``resourceVersion`` R sends the resource type's events after R, in order, then
+waits for more; from ``0`` or none it first sends every object as ``ADDED``. Objects in
+events carry ``apiVersion`` and ``kind``. With ``allowWatchBookmarks=true`` it sends a
+``BOOKMARK`` (an object with only ``kind``, ``apiVersion`` and
+``metadata.resourceVersion``: the latest) every ``bookmark_seconds``. It ends after
+``timeoutSeconds`` (the chunked stream's end, as a server-side timeout does), when
+``close_watches()`` is called (an API server restart), or at once with an ``ERROR`` event
+holding a 410 ``Expired`` Status when R is older than what ``compact()`` kept (etcd's
+compaction: the client must list again). Label and field selectors filter the events'
+objects (simplification: the real server turns an object that stops matching into
+``DELETED``).
 
 Server-side apply (``PATCH`` with ``Content-Type: application/apply-patch+yaml``, a YAML or
 JSON body; ``fieldManager`` is required, ``force`` optional). With the ``kubernetes`` client
@@ -97,6 +113,7 @@ import secrets
 import ssl
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -240,6 +257,18 @@ class _Resource:
     namespaced: bool
     builtin: bool
     objects: dict[tuple[str, str], dict] = field(default_factory=dict)  # (ns, name) -> obj
+    # (resourceVersion, type, object) of every change since the last compact(), in order.
+    events: list[tuple[int, str, dict]] = field(default_factory=list)
+    compacted: int = 0  # events at or before this resourceVersion are gone
+
+
+@dataclass(frozen=True)
+class _Watch:
+    """A watch request, answered by streaming (``_Handler``)."""
+
+    target: _Target
+    resource: _Resource
+    query: dict
 
 
 @dataclass(frozen=True)
@@ -271,6 +300,11 @@ class FakeKubeAPI:
         }
         self._rules: list[_Rule] = []
         self._resource_version = 1000
+        # Wakes watches when an event is recorded, the watches are closed or the server stops.
+        self._changed = threading.Condition(self._lock)
+        self._watch_generation = 0
+        self._stopping = False
+        self.bookmark_seconds = 1.0
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._cert_dir = Path(cert_dir) if cert_dir is not None else None
         self._server: _Server | None = None
@@ -303,6 +337,9 @@ class FakeKubeAPI:
         return self
 
     def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+            self._changed.notify_all()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -412,7 +449,7 @@ class FakeKubeAPI:
                 raise ValueError(f"{kind} {obj['metadata']['name']} needs a namespace")
             stored = self._prepare_new(copy.deepcopy(obj), resource, namespace)
             key = (stored["metadata"].get("namespace", ""), stored["metadata"]["name"])
-            resource.objects[key] = stored
+            self._put(resource, key, stored, "ADDED")
             return copy.deepcopy(stored)
 
     def add_all(self, objects: Iterable[dict]) -> None:
@@ -454,7 +491,7 @@ class FakeKubeAPI:
             stored = copy.deepcopy(obj)
             stored["metadata"] = {**existing["metadata"], **stored["metadata"]}
             stored["metadata"]["resourceVersion"] = self._next_resource_version()
-            resource.objects[key] = stored
+            self._put(resource, key, stored, "MODIFIED")
             return copy.deepcopy(stored)
 
     def remove(self, path: str) -> None:
@@ -464,7 +501,7 @@ class FakeKubeAPI:
             raise ValueError(f"{path} is not the path of one object")
         with self._lock:
             resource = self._resources[(target.group, target.version, target.plural)]
-            del resource.objects[(target.namespace or "", target.name)]
+            self._delete(resource, (target.namespace or "", target.name))
 
     def serve_discovery(self, groups: dict[str, list[str]]) -> None:
         """Answer ``GET /apis`` (API group discovery, not served by default) with these
@@ -511,6 +548,11 @@ class FakeKubeAPI:
     ) -> None:
         """Answer the next ``times`` matching requests (None: all) with a Status of ``code``."""
         self._add_rule(_Rule(path, method, code, reason, message, times, only_with_continue))
+
+    def clear_failures(self) -> None:
+        """Forget every injected failure (``forbid``, ``fail``, ``expire_continue``)."""
+        with self._lock:
+            self._rules.clear()
 
     def expire_continue(self, path: str = "*", *, times: int | None = 1) -> None:
         """Make list requests that carry a continue token answer 410 Expired."""
@@ -583,6 +625,96 @@ class FakeKubeAPI:
                 return exc.code, exc.body
             return answer if isinstance(answer, tuple) else (200, answer)
 
+    # ------------------------------------------------------------------ watches
+
+    def compact(self) -> None:
+        """Forget the events recorded so far, as etcd's compaction does: a watch from an
+        older resourceVersion then gets 410 Expired."""
+        with self._lock:
+            for resource in self._resources.values():
+                resource.events.clear()
+                resource.compacted = self._resource_version
+
+    def close_watches(self) -> None:
+        """End every open watch, as an API server that restarts does."""
+        with self._lock:
+            self._watch_generation += 1
+            self._changed.notify_all()
+
+    def _put(self, resource: _Resource, key: tuple[str, str], obj: dict, kind: str) -> None:
+        resource.objects[key] = obj
+        resource.events.append((int(obj["metadata"]["resourceVersion"]), kind, copy.deepcopy(obj)))
+        self._changed.notify_all()
+
+    def _delete(self, resource: _Resource, key: tuple[str, str]) -> None:
+        gone = copy.deepcopy(resource.objects.pop(key))
+        gone["metadata"]["resourceVersion"] = self._next_resource_version()
+        resource.events.append((int(gone["metadata"]["resourceVersion"]), "DELETED", gone))
+        self._changed.notify_all()
+
+    def _watch_events(self, watch: _Watch) -> Iterator[dict]:
+        """The events of one watch request as they come (see Watches in the docstring)."""
+        query = watch.query
+        since_raw = query.get("resourceVersion", ["0"])[0] or "0"
+        timeout = float(query.get("timeoutSeconds", ["1800"])[0])
+        bookmarks = query.get("allowWatchBookmarks", [""])[0] in ("true", "1")
+        matches = _event_filter(watch.target, query)
+        resource = watch.resource
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            generation = self._watch_generation
+            since = int(since_raw)
+            if since == 0:
+                initial = [o for _, o in sorted(resource.objects.items()) if matches(o)]
+                since = self._resource_version
+                pending = [{"type": "ADDED", "object": copy.deepcopy(o)} for o in initial]
+            elif since < resource.compacted:
+                message = f"too old resource version: {since} ({resource.compacted + 1})"
+                yield {"type": "ERROR", "object": status(410, message, reason="Expired")}
+                return
+            else:
+                pending = []
+            next_bookmark = time.monotonic() + self.bookmark_seconds
+        for event in pending:
+            yield _with_type(event, watch)
+        while True:
+            with self._lock:
+                events = [
+                    {"type": kind, "object": copy.deepcopy(obj)}
+                    for rv, kind, obj in resource.events
+                    if rv > since and matches(obj)
+                ]
+                since = max([since, *(rv for rv, _, _ in resource.events if rv > since)])
+                now = time.monotonic()
+                bookmark = None
+                if not events and bookmarks and now >= next_bookmark:
+                    next_bookmark = now + self.bookmark_seconds
+                    bookmark = {"resourceVersion": str(self._resource_version)}
+                    since = max(since, self._resource_version)
+                if (
+                    not events
+                    and bookmark is None
+                    and not self._stopping
+                    and generation == self._watch_generation
+                    and now < deadline
+                ):
+                    self._changed.wait(min(deadline, next_bookmark) - now)
+                    continue
+                ended = self._stopping or generation != self._watch_generation
+            for event in events:
+                yield _with_type(event, watch)
+            if bookmark is not None:
+                yield {
+                    "type": "BOOKMARK",
+                    "object": {
+                        "kind": watch.resource.kind,
+                        "apiVersion": watch.target.api_version,
+                        "metadata": bookmark,
+                    },
+                }
+            if ended or time.monotonic() >= deadline:
+                return
+
     def _dispatch(
         self, method: str, path: str, query: dict, headers: dict, body: Any, raw: bytes
     ) -> dict | tuple[int, dict]:
@@ -602,7 +734,7 @@ class FakeKubeAPI:
         if target.name is None:
             if method == "GET":
                 if query.get("watch", [""])[0] in ("true", "1"):
-                    raise ApiError(400, "watch is not supported by the fake API server")
+                    return _Watch(target, resource, query)
                 return self._list(target, resource, query)
             if method == "POST":
                 if resource.namespaced and target.namespace is None:
@@ -633,7 +765,7 @@ class FakeKubeAPI:
         if method == "PATCH":
             return self._patch(target, resource, existing, content_type, body, raw)
         if method == "DELETE":
-            del resource.objects[key]
+            self._delete(resource, key)
             if resource.builtin:
                 return status(200, "", details={"name": target.name, "kind": target.plural})
             # Custom resources: the generic registry's answer (finalizeDelete), no code/message.
@@ -741,7 +873,7 @@ class FakeKubeAPI:
         for drop in ("uid", "resourceVersion", "creationTimestamp", "generation"):
             obj.get("metadata", {}).pop(drop, None)
         stored = self._prepare_new(obj, resource, target.namespace)
-        resource.objects[(target.namespace or "", stored["metadata"]["name"])] = stored
+        self._put(resource, (target.namespace or "", stored["metadata"]["name"]), stored, "ADDED")
         return copy.deepcopy(stored)
 
     def _replace(self, target: _Target, resource: _Resource, existing: dict, body: Any) -> dict:
@@ -877,7 +1009,7 @@ class FakeKubeAPI:
             del obj["metadata"]["managedFields"]
         if existing is None:
             stored = self._prepare_new(obj, resource, target.namespace)
-            resource.objects[(target.namespace or "", target.name or "")] = stored
+            self._put(resource, (target.namespace or "", target.name or ""), stored, "ADDED")
             return 201, copy.deepcopy(stored)
         if obj == existing:
             return copy.deepcopy(existing)
@@ -916,7 +1048,7 @@ class FakeKubeAPI:
         }:
             metadata["generation"] = int(existing["metadata"].get("generation", 1)) + 1
         metadata["resourceVersion"] = self._next_resource_version()
-        resource.objects[(target.namespace or "", target.name or "")] = obj
+        self._put(resource, (target.namespace or "", target.name or ""), obj, "MODIFIED")
         return copy.deepcopy(obj)
 
 
@@ -967,6 +1099,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         headers = {k.lower(): v for k, v in self.headers.items()}
         code, payload = self.server.api._handle(self.command, self.path, headers, body)
+        if isinstance(payload, _Watch):
+            self._stream(payload)
+            return
         text = isinstance(payload, str)  # Go's http.Error: a plain-text 404
         data = payload.encode("utf-8") if text else json.dumps(payload).encode("utf-8")
         self.send_response(code)
@@ -978,6 +1113,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _stream(self, watch: _Watch) -> None:
+        """A watch: a chunked stream of JSON events, a line each, ended by the last chunk."""
+        self.send_response(200)
+        self.send_header("Content-Type", JSON_TYPE)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        for event in self.server.api._watch_events(watch):
+            line = json.dumps(event).encode("utf-8") + b"\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
 
@@ -986,6 +1134,30 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 _PATH = re.compile(
     r"^/(?:api/(?P<core_version>[^/]+)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))(?P<rest>/.*)?$"
 )
+
+
+def _with_type(event: dict, watch: _Watch) -> dict:
+    """An event's object as a watch sends it: with apiVersion and kind, built-ins too."""
+    event["object"].setdefault("apiVersion", watch.target.api_version)
+    event["object"].setdefault("kind", watch.resource.kind)
+    return event
+
+
+def _event_filter(target: _Target, query: dict) -> Any:
+    label_selector = query.get("labelSelector", [""])[0]
+    field_selector = query.get("fieldSelector", [""])[0]
+    labels = _label_matcher(label_selector) if label_selector else None
+    fields = _field_matcher(field_selector) if field_selector else None
+
+    def matches(obj: dict) -> bool:
+        metadata = obj.get("metadata") or {}
+        if target.namespace is not None and metadata.get("namespace") != target.namespace:
+            return False
+        if labels is not None and not labels(metadata.get("labels") or {}):
+            return False
+        return fields is None or fields(obj)
+
+    return matches
 
 
 def _parse_path(path: str) -> _Target | None:

@@ -1,10 +1,12 @@
 """The fake API server (tests/kubeapi.py) through the real ``kubernetes`` client: server-side
-apply, custom resources (list by label across namespaces, pagination, delete), and the 404 of
-a resource type no CRD serves."""
+apply, custom resources (list by label across namespaces, pagination, delete), the 404 of
+a resource type no CRD serves, and watches (chunked events, bookmarks, 410 Expired)."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -343,3 +345,98 @@ def test_an_unknown_resource_of_a_built_in_group_is_a_status_with_empty_details(
         "details": {},
         "code": 404,
     }
+
+
+# ------------------------------------------------------------------ watches
+
+
+def watch_events(kube_api_client: Any, **query: Any) -> list[dict[str, Any]]:
+    """Every event of one watch of Nodes, read as the client reads a chunked stream, until
+    the stream ends (``timeout_seconds`` keeps that short)."""
+    response = k8s.CoreV1Api(kube_api_client).list_node(watch=True, _preload_content=False, **query)
+    try:
+        assert response.status == 200
+        assert response.headers["Transfer-Encoding"] == "chunked"
+        data = b"".join(response.stream(decode_content=False))
+    finally:
+        response.release_conn()
+    return [json.loads(line) for line in data.splitlines() if line.strip()]
+
+
+def a_node(name: str, **labels: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+
+
+def test_a_watch_streams_each_change_after_its_resource_version_in_order(
+    kube_api: FakeKubeAPI, kube_api_client: Any
+) -> None:
+    first = kube_api.add(a_node("a", pool="h100"))
+    since = first["metadata"]["resourceVersion"]
+    kube_api.add(a_node("b"))
+    kube_api.replace({**a_node("a", pool="l4")})
+    kube_api.remove("/api/v1/nodes/b")
+    events = watch_events(kube_api_client, resource_version=since, timeout_seconds=1)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("ADDED", "b"),
+        ("MODIFIED", "a"),
+        ("DELETED", "b"),
+    ]
+    versions = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
+    assert versions == sorted(versions) and versions[0] > int(since)
+    # Objects in events carry apiVersion and kind, built-in ones too (unlike list items).
+    assert {(e["object"]["apiVersion"], e["object"]["kind"]) for e in events} == {("v1", "Node")}
+    # From 0: every object, as ADDED, then the changes that follow.
+    assert [
+        (e["type"], e["object"]["metadata"]["name"])
+        for e in watch_events(kube_api_client, resource_version="0", timeout_seconds=1)
+    ] == [("ADDED", "a")]
+
+
+def test_a_watch_sends_bookmarks_and_filters_by_label(
+    kube_api: FakeKubeAPI, kube_api_client: Any
+) -> None:
+    kube_api.bookmark_seconds = 0.2
+    since = kube_api.add(a_node("a", pool="h100"))["metadata"]["resourceVersion"]
+    kube_api.add(a_node("b", pool="l4"))
+    events = watch_events(
+        kube_api_client,
+        resource_version=since,
+        allow_watch_bookmarks=True,
+        label_selector="pool=l4",
+        timeout_seconds=1,
+    )
+    assert (events[0]["type"], events[0]["object"]["metadata"]["name"]) == ("ADDED", "b")
+    bookmarks = events[1:]
+    assert bookmarks and {e["type"] for e in bookmarks} == {"BOOKMARK"}
+    assert bookmarks[0]["object"] == {
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": events[0]["object"]["metadata"]["resourceVersion"]},
+    }
+    # Without asking for them, none.
+    assert [
+        e["type"] for e in watch_events(kube_api_client, resource_version=since, timeout_seconds=1)
+    ] == ["ADDED"]
+
+
+def test_a_watch_from_a_compacted_resource_version_is_one_410_expired_event(
+    kube_api: FakeKubeAPI, kube_api_client: Any
+) -> None:
+    since = kube_api.add(a_node("a"))["metadata"]["resourceVersion"]
+    kube_api.add(a_node("b"))
+    kube_api.compact()
+    [event] = watch_events(kube_api_client, resource_version=since, timeout_seconds=5)
+    assert event["type"] == "ERROR"
+    assert event["object"]["kind"] == "Status"
+    assert (event["object"]["code"], event["object"]["reason"]) == (410, "Expired")
+    assert event["object"]["message"].startswith(f"too old resource version: {since} (")
+
+
+def test_closing_the_watches_ends_the_stream_at_once(
+    kube_api: FakeKubeAPI, kube_api_client: Any
+) -> None:
+    since = kube_api.add(a_node("a"))["metadata"]["resourceVersion"]
+    threading.Timer(0.3, kube_api.close_watches).start()
+    started = time.monotonic()
+    assert watch_events(kube_api_client, resource_version=since, timeout_seconds=30) == []
+    assert time.monotonic() - started < 5

@@ -374,7 +374,7 @@ def _existing(
     found: dict[tuple[str, str], str] = {}
     for index, list_page in enumerate(pages):
         try:
-            items, _ = lister.paginate(list_page)
+            items = lister.paginate(list_page).items
         except ApiException as exc:
             if exc.status == 404:
                 if index == 0:

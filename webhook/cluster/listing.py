@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from webhook.cluster.connection import Cluster, ClusterError, one_line
 from webhook.policy.model import WorkloadKind
@@ -46,6 +46,15 @@ class Problem:
     stage: Literal["read", "judge"] = "read"
 
 
+class Listing(NamedTuple):
+    """Every item of a paged list, with the list's apiVersion and the resourceVersion of the
+    snapshot its pages were read from (where a watch of it starts)."""
+
+    items: list[dict[str, Any]]
+    api_version: str
+    resource_version: str
+
+
 class Lister:
     """Paginated lists of one namespace (or all, with None). Failures to list one resource
     are collected in ``problems`` and the caller goes on; an unreachable server or refused
@@ -68,7 +77,7 @@ class Lister:
         builtin = (workload.group, workload.kind) in BUILTIN_LISTS
         for list_page in self._list_functions(workload):
             try:
-                items, api_version = self.paginate(list_page)
+                items, api_version, _ = self.paginate(list_page)
             except ApiException as exc:
                 if exc.status == 404 and not builtin:
                     continue  # this version does not serve the kind; try the group's next
@@ -136,7 +145,8 @@ class Lister:
                 self._groups[entry["name"]] = sorted(versions, key=lambda v: v != preferred)
         return self._groups.get(group, [])
 
-    def paginate(self, list_page: Callable[..., Any]) -> tuple[list[dict[str, Any]], str]:
+    def paginate(self, list_page: Callable[..., Any]) -> Listing:
+        """Every page of a list, ``PAGE_SIZE`` items at a time, from one snapshot."""
         from kubernetes.client.exceptions import ApiException
 
         items: list[dict[str, Any]] = []
@@ -153,9 +163,12 @@ class Lister:
                     continue
                 raise
             items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue")
             if not token:
-                return items, page.get("apiVersion", "")
+                return Listing(
+                    items, page.get("apiVersion", ""), str(metadata.get("resourceVersion") or "")
+                )
 
     def call(self, function: Callable[..., Any], **kwargs: Any) -> dict[str, Any]:
         """One request, its JSON body as sent (no model round trip that drops fields)."""

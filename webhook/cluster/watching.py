@@ -1,0 +1,201 @@
+"""A watch cache: what its readers need of every object of one resource type, kept current by
+a paged list and then a watch from the list's resourceVersion.
+
+It keeps current as client-go's reflector does:
+
+- it lists ``PAGE_SIZE`` objects at a time, all pages from one snapshot, whose
+  resourceVersion is where the watch starts;
+- it watches with bookmarks (the API server sends its latest resourceVersion now and then,
+  so a watch started again resumes from a recent one), a server-side timeout per watch
+  (``WatchTimings.watch_seconds``) and a read timeout a little longer on the client's side.
+  A watch that ends (its timeout, an API server that restarts, a connection dropped) is
+  started again from the last resourceVersion seen;
+- 410 Gone (that resourceVersion was compacted away) lists again, at once;
+- any other failure waits, doubling from ``backoff_first`` to ``backoff_max``, then watches
+  again from the last resourceVersion (or lists, if no list succeeded yet).
+
+Readers get :class:`CacheState`, an immutable snapshot published after every change; they
+never wait on the API server. What is kept of an object is what ``keep`` returns (a few
+fields, not the client's model objects), so a cache of 5,000 Nodes costs what their kept
+fields cost. The cache runs in the thread that calls :meth:`WatchCache.run`, until the event
+it is given is set.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from threading import Event
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
+
+from webhook.cluster.connection import Cluster, ClusterError, one_line
+from webhook.cluster.listing import Lister, status_message
+
+T = TypeVar("T")
+# An object's key: its namespace ("" for a cluster-scoped one) and its name.
+Key = tuple[str, str]
+NO_ITEMS: Mapping[Key, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class WatchTimings:
+    """How long a watch lasts, how long a read may wait, and the backoff after a failure."""
+
+    # The API server ends a watch after this (its timeoutSeconds); it is started again from
+    # the last resourceVersion. kube-apiserver's own default is 30 to 60 minutes.
+    watch_seconds: int = 300
+    # A read with nothing to read for this long beyond the watch's timeout means a lost
+    # connection: the API server sends a bookmark about once a minute.
+    read_margin_seconds: float = 90.0
+    backoff_first: float = 0.5
+    backoff_max: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class CacheState(Generic[T]):
+    """What the cache knows, as of one moment: never changed, replaced as a whole."""
+
+    items: Mapping[Key, T]
+    resource_version: str  # where the next watch starts; "" before the first list
+    listed: bool  # a list succeeded once: ``items`` are the cluster's, not just empty
+    # When the API server was last heard from (``clock()``): a list, an event, a bookmark or
+    # a watch that ended on time. None before the first list.
+    heard_at: float | None
+    restarts: int  # lists after the first, and watches started again after a failure
+    last_error: str | None  # the last failure, until the next list or event
+
+
+class WatchCache(Generic[T]):
+    """One resource type, listed then watched (see the module's docstring).
+
+    ``list_function`` is the kubernetes client's list method of the resource (for example
+    ``CoreV1Api(api_client).list_node``, or a ``functools.partial`` of
+    ``CustomObjectsApi.list_cluster_custom_object`` with its group, version and plural).
+    ``keep`` turns an object, as the API server sent it, into what readers need; it must not
+    raise."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        list_function: Callable[..., Any],
+        keep: Callable[[dict[str, Any]], T],
+        *,
+        timings: WatchTimings | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._cluster = cluster
+        self._lister = Lister(cluster, None)
+        self._list_function = list_function
+        self._keep = keep
+        self._timings = timings or WatchTimings()
+        self._clock = clock
+        self._items: dict[Key, T] = {}
+        self._state: CacheState[T] = CacheState(NO_ITEMS, "", False, None, 0, None)
+
+    @property
+    def state(self) -> CacheState[T]:
+        """The latest snapshot; safe to read from any thread."""
+        return self._state
+
+    def run(self, stop: Event) -> None:
+        """List, then watch, until ``stop`` is set; failures are retried, never raised (the
+        last one is in ``state.last_error``)."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        backoff = self._timings.backoff_first
+        while not stop.is_set():
+            try:
+                if not self._state.listed or not self._state.resource_version:
+                    self._list()
+                self._watch(stop)
+                backoff = self._timings.backoff_first
+                continue
+            except ApiException as exc:
+                if exc.status == 410:
+                    # Compacted away: only a new list knows what changed meanwhile.
+                    self._publish(
+                        resource_version="",
+                        restarts=self._state.restarts + 1,
+                        last_error=f"watch expired (HTTP 410): {status_message(exc)}",
+                    )
+                    continue
+                error = f"HTTP {exc.status}: {status_message(exc)}"
+            except ClusterError as exc:
+                error = str(exc)
+            except (HTTPError, OSError, ValueError) as exc:  # dropped, timed out, garbled
+                error = f"{type(exc).__name__}: {one_line(str(exc))}"
+            self._publish(heard=False, restarts=self._state.restarts + 1, last_error=error)
+            stop.wait(backoff)
+            backoff = min(backoff * 2, self._timings.backoff_max)
+
+    def _list(self) -> None:
+        listing = self._lister.paginate(self._list_function)
+        self._items = {}
+        for obj in listing.items:
+            self._items[_key(obj)] = self._keep(obj)
+        restarts = self._state.restarts + (1 if self._state.listed else 0)
+        self._publish(
+            resource_version=listing.resource_version,
+            listed=True,
+            restarts=restarts,
+            last_error=None,
+            items_changed=True,
+        )
+
+    def _watch(self, stop: Event) -> None:
+        """One watch, from the last resourceVersion, until it ends or ``stop`` is set."""
+        from kubernetes.watch import Watch
+
+        timings = self._timings
+        # return_type "object": events keep their objects as the dicts the API server sent
+        # (no model round trip), and the client still follows their resourceVersions.
+        watch = Watch(return_type="object")
+        events = watch.stream(
+            self._list_function,
+            resource_version=self._state.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timings.watch_seconds,
+            _request_timeout=(
+                self._cluster.timeout,
+                timings.watch_seconds + timings.read_margin_seconds,
+            ),
+        )
+        for event in events:
+            self._apply(event)
+            if stop.is_set():
+                watch.stop()
+                return
+        self._publish()  # ended on time: the API server was heard from
+
+    def _apply(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        obj = event.get("raw_object")
+        if not isinstance(obj, dict):
+            return
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        if kind in ("ADDED", "MODIFIED"):
+            self._items[_key(obj)] = self._keep(obj)
+        elif kind == "DELETED":
+            self._items.pop(_key(obj), None)
+        elif kind != "BOOKMARK":
+            return
+        self._publish(
+            resource_version=version or self._state.resource_version,
+            last_error=None,
+            items_changed=kind != "BOOKMARK",
+        )
+
+    def _publish(self, *, heard: bool = True, items_changed: bool = False, **changes: Any) -> None:
+        if items_changed:
+            changes["items"] = MappingProxyType(dict(self._items))
+        if heard:
+            changes["heard_at"] = self._clock()
+        self._state = replace(self._state, **changes)
+
+
+def _key(obj: Mapping[str, Any]) -> Key:
+    metadata = obj.get("metadata") or {}
+    return (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
