@@ -1,0 +1,148 @@
+"""What the webhook knows of the cluster's nodes: per Node, only what decisions and ``cluster
+check`` read, in an immutable record.
+
+Kept of a Node: its name; the labels that the policy's pools select on, and the GPU
+feature-discovery labels (GPU feature discovery's ``nvidia.com/gpu.*`` and
+``nvidia.com/mig.*``, node feature discovery's NVIDIA PCI labels); its taints; the capacity
+and allocatable of the resources under the policy's vendor domains. A Node object is 5 to
+20 KB (images, conditions, addresses); what is kept is a few hundred bytes.
+
+Inventory findings are never a reason to deny: nodes appear with nothing advertised until
+their device plugin is up, MIG reconfiguration empties allocatable, autoscaled groups scale
+from zero, and GPUs allocated through DRA never appear in allocatable.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from webhook.policy.model import Policy, Pool
+from webhook.policy.quantity import parse_quantity
+
+# Written by GPU feature discovery (the GPU Operator) on every node with an NVIDIA GPU.
+GPU_PRESENT = "nvidia.com/gpu.present"
+GPU_PRODUCT = "nvidia.com/gpu.product"
+GPU_REPLICAS = "nvidia.com/gpu.replicas"
+# GPU feature discovery's product suffix on a node whose GPUs are shared (time-slicing, MPS).
+SHARED_PRODUCT_SUFFIX = "-SHARED"
+FEATURE_DISCOVERY_PREFIXES = ("nvidia.com/gpu.", "nvidia.com/mig.")
+# Node feature discovery's PCI labels for NVIDIA's vendor id (10de), whatever the device class:
+# stock NFD writes feature.node.kubernetes.io/pci-0302_10de.present for a 3D controller.
+NVIDIA_PCI_LABEL = re.compile(r"feature\.node\.kubernetes\.io/pci-[0-9a-f]{4}_10de\.present\Z")
+EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What is kept of one Node (see the module's docstring)."""
+
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    capacity: Mapping[str, str]  # vendor-domain resources only
+    allocatable: Mapping[str, str]  # vendor-domain resources only
+
+    def advertises(self, resource: str) -> bool:
+        """Whether the node's capacity lists ``resource`` with a quantity above zero."""
+        return _positive(self.capacity.get(resource))
+
+    def vendor_resources(self) -> tuple[str, ...]:
+        """The vendor-domain resources its capacity lists above zero, sorted."""
+        return tuple(sorted(name for name, value in self.capacity.items() if _positive(value)))
+
+    def has_taint(self, declared: Mapping[str, Any]) -> bool:
+        """Whether the node carries a taint as declared (key and effect; value when declared)."""
+        value = declared.get("value")
+        return any(
+            taint.key == declared.get("key")
+            and taint.effect == declared.get("effect")
+            and (value is None or taint.value == str(value))
+            for taint in self.taints
+        )
+
+
+def keeps_label(key: str, policy: Policy) -> bool:
+    """Whether a node label is kept: a pool's selector key or a GPU feature-discovery label."""
+    return (
+        key in policy.gpu_label_keys
+        or key.startswith(FEATURE_DISCOVERY_PREFIXES)
+        or NVIDIA_PCI_LABEL.match(key) is not None
+    )
+
+
+def node_info(node: Mapping[str, Any], policy: Policy) -> NodeInfo:
+    """What is kept of a Node object as the API server sent it (malformed parts are left out)."""
+    metadata = _mapping(node.get("metadata"))
+    spec = _mapping(node.get("spec"))
+    status = _mapping(node.get("status"))
+    labels = {
+        str(key): str(value)
+        for key, value in _mapping(metadata.get("labels")).items()
+        if keeps_label(str(key), policy)
+    }
+    taints = tuple(
+        Taint(str(taint.get("key") or ""), str(taint.get("value") or ""), str(taint.get("effect")))
+        for taint in spec.get("taints") or ()
+        if isinstance(taint, Mapping)
+    )
+    return NodeInfo(
+        name=str(metadata.get("name") or ""),
+        labels=MappingProxyType(labels) if labels else EMPTY,
+        taints=taints,
+        capacity=_vendor(status.get("capacity"), policy.vendor_domains),
+        allocatable=_vendor(status.get("allocatable"), policy.vendor_domains),
+    )
+
+
+def pools_of(node: NodeInfo, policy: Policy) -> tuple[Pool, ...]:
+    """The declared pools whose node selector the node's labels match."""
+    return tuple(
+        pool
+        for pool in policy.pools
+        if pool.node_selector
+        and all(node.labels.get(key) == value for key, value in pool.node_selector.items())
+    )
+
+
+def is_gpu_node(node: NodeInfo) -> bool:
+    """A node that has GPUs by its own account: a vendor resource in its capacity, or GPU
+    feature discovery's ``nvidia.com/gpu.present=true``."""
+    return bool(node.vendor_resources()) or node.labels.get(GPU_PRESENT) == "true"
+
+
+def time_sliced(node: NodeInfo) -> bool:
+    """Whether GPU feature discovery says the node's GPUs are shared: more than one replica,
+    or the ``-SHARED`` product suffix."""
+    replicas = node.labels.get(GPU_REPLICAS, "")
+    return (replicas.isdigit() and int(replicas) > 1) or node.labels.get(GPU_PRODUCT, "").endswith(
+        SHARED_PRODUCT_SUFFIX
+    )
+
+
+def _vendor(resources: Any, domains: tuple[str, ...]) -> Mapping[str, str]:
+    kept = {
+        str(name): str(value)
+        for name, value in _mapping(resources).items()
+        if str(name).partition("/")[0] in domains
+    }
+    return MappingProxyType(kept) if kept else EMPTY
+
+
+def _positive(value: str | None) -> bool:
+    quantity = parse_quantity(value) if value is not None else None
+    return quantity is not None and quantity > 0
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else EMPTY
