@@ -15,10 +15,10 @@ from tests.kubeapi import FakeKubeAPI
 from tests.serving import wait_until
 from webhook.cluster.connection import Cluster
 from webhook.cluster.listing import PAGE_SIZE
-from webhook.cluster.watching import CacheState, WatchCache, WatchTimings
+from webhook.cluster.watching import CacheState, WatchCache, WatchOptions
 
 # Short enough for tests: watches end every 2 s, failures retried within a fraction of one.
-TIMINGS = WatchTimings(watch_seconds=2, read_margin_seconds=5, backoff_first=0.05, backoff_max=0.2)
+OPTIONS = WatchOptions(watch_seconds=2, read_margin_seconds=5, backoff_first=0.05, backoff_max=0.2)
 SEEN_WITHIN = 2.0  # seconds: a change is in the cache within this
 
 
@@ -46,12 +46,12 @@ def node_lists(api: FakeKubeAPI, *, watch: bool = False) -> list[Any]:
 class Running:
     """A cache running in a thread of its own, stopped at the end of the test."""
 
-    def __init__(self, api: FakeKubeAPI, timings: WatchTimings = TIMINGS) -> None:
+    def __init__(self, api: FakeKubeAPI, options: WatchOptions = OPTIONS) -> None:
         self.client = api.api_client()
         cluster = Cluster(api_client=self.client, namespace="default", timeout=5)
         core = kubernetes.client.CoreV1Api(self.client)
         self.cache: WatchCache[tuple[str, str]] = WatchCache(
-            cluster, core.list_node, kept, timings=timings
+            cluster, core.list_node, kept, options=options
         )
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.cache.run, args=(self.stop,), daemon=True)
@@ -105,7 +105,7 @@ def test_the_first_list_is_paged_and_the_watch_starts_from_its_resource_version(
         assert last is not None  # the latest change: the resourceVersion of the list
         assert watch.query["resourceVersion"] == [last["metadata"]["resourceVersion"]]
         assert watch.query["allowWatchBookmarks"] == ["true"]
-        assert watch.query["timeoutSeconds"] == [str(TIMINGS.watch_seconds)]
+        assert watch.query["timeoutSeconds"] == [str(OPTIONS.watch_seconds)]
     finally:
         running.close()
 
@@ -200,7 +200,7 @@ def test_while_the_api_server_fails_the_cache_keeps_its_items_and_its_age_grows(
 
 
 def test_the_cache_stops_when_told_even_while_watching(api: FakeKubeAPI) -> None:
-    running = Running(api, WatchTimings(watch_seconds=30, read_margin_seconds=5))
+    running = Running(api, WatchOptions(watch_seconds=30, read_margin_seconds=5))
     api.add(node("gpu-1"))
     running.converged({("", "gpu-1"): ("", "4")})
     running.stop.set()

@@ -3,11 +3,13 @@ a paged list and then a watch from the list's resourceVersion.
 
 It keeps current as client-go's reflector does:
 
-- it lists ``PAGE_SIZE`` objects at a time, all pages from one snapshot, whose
-  resourceVersion is where the watch starts;
+- it lists ``WatchOptions.page_size`` objects at a time, all pages from one snapshot, whose
+  resourceVersion is where the watch starts; each page is kept (``keep``) as it arrives, and
+  other threads (other greenlets, in a gevent server) get a turn between pages, so neither
+  memory nor the time a list holds the interpreter grows with the cluster;
 - it watches with bookmarks (the API server sends its latest resourceVersion now and then,
   so a watch started again resumes from a recent one), a server-side timeout per watch
-  (``WatchTimings.watch_seconds``) and a read timeout a little longer on the client's side.
+  (``WatchOptions.watch_seconds``) and a read timeout a little longer on the client's side.
   A watch that ends (its timeout, an API server that restarts, a connection dropped) is
   started again from the last resourceVersion seen;
 - 410 Gone (that resourceVersion was compacted away) lists again, at once;
@@ -31,7 +33,7 @@ from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from webhook.cluster.connection import Cluster, ClusterError, one_line
-from webhook.cluster.listing import Lister, status_message
+from webhook.cluster.listing import PAGE_SIZE, Lister, status_message
 
 T = TypeVar("T")
 # An object's key: its namespace ("" for a cluster-scoped one) and its name.
@@ -40,9 +42,11 @@ NO_ITEMS: Mapping[Key, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
-class WatchTimings:
-    """How long a watch lasts, how long a read may wait, and the backoff after a failure."""
+class WatchOptions:
+    """The size of a list's pages, how long a watch lasts, how long a read may wait, and the
+    backoff after a failure."""
 
+    page_size: int = PAGE_SIZE
     # The API server ends a watch after this (its timeoutSeconds); it is started again from
     # the last resourceVersion. kube-apiserver's own default is 30 to 60 minutes.
     watch_seconds: int = 300
@@ -82,14 +86,14 @@ class WatchCache(Generic[T]):
         list_function: Callable[..., Any],
         keep: Callable[[dict[str, Any]], T],
         *,
-        timings: WatchTimings | None = None,
+        options: WatchOptions | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._cluster = cluster
         self._lister = Lister(cluster, None)
         self._list_function = list_function
         self._keep = keep
-        self._timings = timings or WatchTimings()
+        self._options = options or WatchOptions()
         self._clock = clock
         self._items: dict[Key, T] = {}
         self._state: CacheState[T] = CacheState(NO_ITEMS, "", False, None, 0, None)
@@ -105,13 +109,13 @@ class WatchCache(Generic[T]):
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        backoff = self._timings.backoff_first
+        backoff = self._options.backoff_first
         while not stop.is_set():
             try:
                 if not self._state.listed or not self._state.resource_version:
                     self._list()
                 self._watch(stop)
-                backoff = self._timings.backoff_first
+                backoff = self._options.backoff_first
                 continue
             except ApiException as exc:
                 if exc.status == 410:
@@ -129,16 +133,21 @@ class WatchCache(Generic[T]):
                 error = f"{type(exc).__name__}: {one_line(str(exc))}"
             self._publish(heard=False, restarts=self._state.restarts + 1, last_error=error)
             stop.wait(backoff)
-            backoff = min(backoff * 2, self._timings.backoff_max)
+            backoff = min(backoff * 2, self._options.backoff_max)
 
     def _list(self) -> None:
-        listing = self._lister.paginate(self._list_function)
-        self._items = {}
-        for obj in listing.items:
-            self._items[_key(obj)] = self._keep(obj)
+        items: dict[Key, T] = {}
+        version = ""
+        for page in self._lister.pages(self._list_function, self._options.page_size):
+            for obj in page.get("items") or ():
+                if isinstance(obj, dict):
+                    items[_key(obj)] = self._keep(obj)
+            version = str((page.get("metadata") or {}).get("resourceVersion") or "")
+            time.sleep(0)  # a turn for other threads (greenlets) between pages
+        self._items = items
         restarts = self._state.restarts + (1 if self._state.listed else 0)
         self._publish(
-            resource_version=listing.resource_version,
+            resource_version=version,
             listed=True,
             restarts=restarts,
             last_error=None,
@@ -149,7 +158,7 @@ class WatchCache(Generic[T]):
         """One watch, from the last resourceVersion, until it ends or ``stop`` is set."""
         from kubernetes.watch import Watch
 
-        timings = self._timings
+        options = self._options
         # return_type "object": events keep their objects as the dicts the API server sent
         # (no model round trip), and the client still follows their resourceVersions.
         watch = Watch(return_type="object")
@@ -157,10 +166,10 @@ class WatchCache(Generic[T]):
             self._list_function,
             resource_version=self._state.resource_version,
             allow_watch_bookmarks=True,
-            timeout_seconds=timings.watch_seconds,
+            timeout_seconds=options.watch_seconds,
             _request_timeout=(
                 self._cluster.timeout,
-                timings.watch_seconds + timings.read_margin_seconds,
+                options.watch_seconds + options.read_margin_seconds,
             ),
         )
         for event in events:
