@@ -24,10 +24,10 @@ RANKS = {
     "core": 1,  # pod views, findings, scheduling semantics, pool selection
     "checks": 2,  # one module per rule and the registry
     "admission": 3,  # the decision: request, engine, mutation plan, JSON Patch, response
-    "cluster": 4,  # the Kubernetes configuration, paged lists, ownership
-    "server": 4,  # app, gunicorn, TLS, drain, policy store, metrics, logs
-    "certs": 4,  # pki, install, gitops
-    "audit": 5,  # audits of files and clusters, reports, the pre-flight, the suites
+    "cluster": 4,  # the Kubernetes configuration, paged lists, ownership, the watch cache
+    "server": 5,  # app, gunicorn, TLS, drain, policy store, metrics, logs, node inventory
+    "certs": 5,  # pki, install, gitops
+    "audit": 5,  # audits of files and clusters, reports, the pre-flight, the suites, drift
     "cli": 6,  # main, common, one module per command, output formats
 }
 # The layers a decision runs through: no web framework, server, YAML, schema or cluster client.
@@ -430,7 +430,7 @@ def test_layers_of_one_rank_and_the_root_are_out_of_bounds(tmp_path: Path) -> No
     )
     assert sorted(upward_imports(modules)) == [
         "webhook.checks.a:1 imports the package root webhook",
-        "webhook.server.app:1 (server, rank 4) imports webhook.certs.pki (certs, rank 4)",
+        "webhook.server.app:1 (server, rank 5) imports webhook.certs.pki (certs, rank 5)",
     ]
     assert import_cycles(modules) == [
         "webhook.cli.common -> webhook.cli.main -> webhook.cli.common"

@@ -138,11 +138,12 @@ def normalised_chart(objs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[s
     return result
 
 
-def normalised_kustomize() -> dict[tuple[str, str], dict[str, Any]]:
-    """The kustomize install (both steps). The Namespace is left out: Helm keeps its release in
-    the namespace, so the README's Helm commands create it (with its labels) before the chart."""
+def normalised_kustomize(server: str = "manifests") -> dict[tuple[str, str], dict[str, Any]]:
+    """The kustomize install (both steps; ``server``: the first step's directory). The
+    Namespace is left out: Helm keeps its release in the namespace, so the README's Helm
+    commands create it (with its labels) before the chart."""
     result = {}
-    for obj in kustomize("manifests") + kustomize("manifests/webhooks"):
+    for obj in kustomize(server) + kustomize("manifests/webhooks"):
         if obj["kind"] == "Namespace":
             continue
         if obj["kind"] == "ConfigMap":
@@ -155,6 +156,18 @@ def test_the_default_render_is_the_kustomize_install() -> None:
     chart, kustomized = normalised_chart(render()), normalised_kustomize()
     assert sorted(chart) == sorted(kustomized)
     for key, obj in kustomized.items():
+        assert chart[key] == obj, key
+
+
+def test_the_inventory_value_renders_the_inventory_overlay() -> None:
+    chart = normalised_chart(render({"inventory": {"enabled": True}}))
+    kustomized = normalised_kustomize("manifests/overlays/inventory")
+    assert sorted(chart) == sorted(kustomized)
+    for key, obj in kustomized.items():
+        if obj["kind"] == "Deployment":  # the same variables, in another order
+            for ctr in (obj, chart[key]):
+                env = ctr["spec"]["template"]["spec"]["containers"][0]["env"]
+                env.sort(key=lambda variable: variable["name"])
         assert chart[key] == obj, key
 
 
@@ -188,8 +201,9 @@ CRD_SCHEMAS = REPO / "tests" / "schemas"
         {},
         {"certificates": {"source": "certManager"}, "serviceMonitor": {"enabled": True}},
         {"backgroundAudit": {"enabled": True, "installCRDs": True}},
+        {"inventory": {"enabled": True}},
     ],
-    ids=["defaults", "cert-manager-and-servicemonitor", "background-audit"],
+    ids=["defaults", "cert-manager-and-servicemonitor", "background-audit", "inventory"],
 )
 def test_every_object_is_valid_against_its_schema(values: dict[str, Any]) -> None:
     import json

@@ -47,6 +47,7 @@ INSTALLS = {
         MANIFESTS / "overlays" / "cert-manager",
         MANIFESTS / "overlays" / "cert-manager" / "webhooks",
     ),
+    "inventory": (MANIFESTS / "overlays" / "inventory", MANIFESTS / "webhooks"),
 }
 WEBHOOK_KINDS = {"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
 # The validating webhook fails closed everywhere except in the audit overlay.
@@ -55,6 +56,7 @@ VALIDATING_FAILURE_POLICY = {
     "base": "Fail",
     "audit": "Ignore",
     "cert-manager": "Fail",
+    "inventory": "Fail",
 }
 
 BUILT_IN_VALIDATING_RESOURCES = {
@@ -232,11 +234,15 @@ def test_the_server_step_has_no_webhook_and_the_webhook_step_nothing_else(name):
 
 @all_renders
 def test_no_secret_and_no_rbac_binding(name):
-    kinds = {o["kind"] for o in render(name)}
+    objs = render(name)
+    kinds = {o["kind"] for o in objs}
     # The TLS Secret comes from `gpu-admission certs install` or cert-manager.
     assert "Secret" not in kinds
-    # The server makes no API calls; the auditor ClusterRole is deliberately unbound.
-    assert not kinds & {"RoleBinding", "ClusterRoleBinding", "Role"}
+    # The server makes no API calls (the auditor ClusterRole is deliberately unbound), but
+    # for the inventory overlay's, which reads Nodes (tested below).
+    bindings = [o["metadata"]["name"] for o in objs if o["kind"] == "ClusterRoleBinding"]
+    assert bindings == (["gpu-admission-inventory"] if name == "inventory" else [])
+    assert not kinds & {"RoleBinding", "Role"}
 
 
 @all_renders
@@ -244,6 +250,7 @@ def test_everything_namespaced_lives_in_the_webhook_namespace(name):
     cluster_scoped = {
         "Namespace",
         "ClusterRole",
+        "ClusterRoleBinding",
         "ValidatingWebhookConfiguration",
         "MutatingWebhookConfiguration",
     }
@@ -980,3 +987,26 @@ def test_a_network_policy_keeps_the_webhook_reachable_from_anywhere(name):
     service = one(objs, "Service", "gpu-admission")["spec"]["ports"][0]
     assert ports == {service["targetPort"]} == {p["port"] for p in rule["ports"]}
     assert {p["protocol"] for p in rule["ports"]} == {"TCP"}
+
+
+def test_the_inventory_overlay_reads_nodes_and_nothing_else():
+    objs = render("inventory")
+    role = one(objs, "ClusterRole", "gpu-admission-inventory")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    ]
+    binding = one(objs, "ClusterRoleBinding", "gpu-admission-inventory")
+    assert binding["roleRef"]["name"] == "gpu-admission-inventory"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpu-admission", "namespace": "gpu-admission"}
+    ]
+    spec = pod_spec(objs)
+    assert spec["automountServiceAccountToken"] is True
+    assert env_of(container(objs))["GPU_ADMISSION_INVENTORY"] == "true"
+    # Everything else is the base install's.
+    base = {(o["kind"], o["metadata"]["name"]) for o in render("base")}
+    added = {(o["kind"], o["metadata"]["name"]) for o in objs} - base
+    assert added == {
+        ("ClusterRole", "gpu-admission-inventory"),
+        ("ClusterRoleBinding", "gpu-admission-inventory"),
+    }

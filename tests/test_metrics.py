@@ -70,3 +70,16 @@ def test_a_replaced_policy_reads_zero_and_the_one_in_force_one() -> None:
     info = "gpu_admission_policy_info"
     assert found[(info, (("sha256", "a" * 64),))] == 0
     assert found[(info, (("sha256", "b" * 64),))] == 1
+
+
+def test_the_node_inventory_figures_are_read_at_each_scrape() -> None:
+    metrics = Metrics()
+    figures = [(3, 0.5, 0)]
+    metrics.watch_inventory(lambda: figures[-1])
+    first = samples(metrics.render()[0].decode())
+    figures.append((5000, 42.0, 2))
+    second = samples(metrics.render()[0].decode())
+    assert first[("gpu_admission_inventory_nodes", ())] == 3
+    assert second[("gpu_admission_inventory_nodes", ())] == 5000
+    assert second[("gpu_admission_inventory_age_seconds", ())] == 42.0
+    assert second[("gpu_admission_inventory_watch_restarts_total", ())] == 2

@@ -78,6 +78,14 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="apply patches on /mutate, or only record them in audit annotations "
         "(env GPU_ADMISSION_MUTATION; default apply)",
     )
+    parser.add_argument(
+        "--inventory",
+        action="store_true",
+        default=None,
+        help="keep an inventory of the cluster's Nodes, for the drift metrics and the checks "
+        "that use it (needs get, list and watch on nodes; env GPU_ADMISSION_INVENTORY=true; "
+        "default off)",
+    )
     # Deliberately no environment variable: turning TLS off must be visible in the command.
     parser.add_argument(
         "--insecure",

@@ -40,7 +40,9 @@ from typing import Any
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
+from webhook.cluster.connection import connect
 from webhook.server.child import run_in_child
+from webhook.server.inventory import NodeInventory
 from webhook.server.logs import (
     SERVER_LOGGER,
     NoAccessLogger,
@@ -71,6 +73,7 @@ class AdmissionServer(BaseApplication):
         self.deadlines: Deadlines = settings.deadlines
         self.drain_seconds = settings.drain_seconds
         self.draining = False
+        self.inventory: NodeInventory | None = None
         self._metrics: Metrics | None = None
         self._tls = (
             CertificateReloader(settings.cert, settings.key, on_load=self._certificate_loaded)
@@ -131,6 +134,11 @@ class AdmissionServer(BaseApplication):
         metrics = self._metrics = Metrics()
         store = PolicyStore(self._settings.policy, metrics=metrics)
         store.watch()
+        if self._settings.inventory:
+            # The worker owns the cluster's watches: one per replica, off the request path.
+            self.inventory = NodeInventory(connect=connect, policy=lambda: store.policy)
+            metrics.watch_inventory(self.inventory.figures)
+            self.inventory.start()
         checks = [self._draining]
         if self._tls is not None:
             self._tls.context()  # the first handshake should not pay for loading the key

@@ -10,6 +10,7 @@ Prometheus' ``rate`` and ``increase`` take such resets in their stride.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from datetime import datetime
 
 # prometheus-client keeps its samples in files when this is set as it is imported: the
@@ -25,6 +26,8 @@ from prometheus_client import (  # noqa: E402 (after the line above, by design)
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 # A decision takes tens of microseconds; the buckets resolve that range, and reach the
 # webhook's 5 s timeout for the largest reviews (decided in a child) and stalled workers.
@@ -145,6 +148,36 @@ class Metrics:
         """Record the expiry of the certificate chain now being served."""
         self.certificate_expiry.set(not_after.timestamp())
 
+    def watch_inventory(self, figures: Callable[[], tuple[int, float, int]]) -> None:
+        """Expose the node inventory's figures (``NodeInventory.figures``), read at scrape."""
+        self._registry.register(_InventoryCollector(figures))
+
     def render(self) -> tuple[bytes, str]:
         """The Prometheus text exposition of the metrics, and its content type."""
         return generate_latest(self._registry), CONTENT_TYPE_LATEST
+
+
+class _InventoryCollector(Collector):
+    """The node inventory's figures, read as a scrape asks for them (prometheus-client's
+    custom collector): nodes known, age, watch restarts."""
+
+    def __init__(self, figures: Callable[[], tuple[int, float, int]]) -> None:
+        self._figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        nodes, age, restarts = self._figures()
+        yield GaugeMetricFamily(
+            "gpu_admission_inventory_nodes", "Nodes in the node inventory.", value=nodes
+        )
+        yield GaugeMetricFamily(
+            "gpu_admission_inventory_age_seconds",
+            "Seconds since the node inventory last heard from the API server (a list, an "
+            "event or a bookmark; since start before its first list).",
+            value=age,
+        )
+        yield CounterMetricFamily(
+            "gpu_admission_inventory_watch_restarts",
+            "Lists and watches of Nodes started again after a failure, an expired "
+            "resourceVersion or a policy that changed what is kept.",
+            value=restarts,
+        )

@@ -104,14 +104,16 @@ class ServeSettings:
     drain_seconds: float
     mutation: str
     deadlines: Deadlines = field(default_factory=Deadlines)
+    # Keep an inventory of the cluster's Nodes (webhook.server.inventory): opt-in.
+    inventory: bool = False
     # Said in the log at start-up: settings accepted but no longer used.
     warnings: tuple[str, ...] = ()
 
 
 def resolve_settings(options: Mapping[str, Any], environ: Mapping[str, str]) -> ServeSettings:
     """Merge the command line's ``options`` (``policy``, ``cert``, ``key``, ``bind``,
-    ``drain_seconds``, ``mutation``, ``workers`` (ignored): None when not given;
-    ``insecure``) over the environment over the defaults, and check the result."""
+    ``drain_seconds``, ``mutation``, ``inventory``, ``workers`` (ignored): None when not
+    given; ``insecure``) over the environment over the defaults, and check the result."""
 
     def pick(value: Any, variable: str) -> Any:
         if value is not None:
@@ -159,6 +161,18 @@ def resolve_settings(options: Mapping[str, Any], environ: Mapping[str, str]) -> 
             raise SettingsError(f"{variable} must be more than 0, got {value}")
         deadlines[name] = value
 
+    inventory_raw = pick(options.get("inventory"), "GPU_ADMISSION_INVENTORY")
+    if inventory_raw is None or isinstance(inventory_raw, bool):
+        inventory = bool(inventory_raw)
+    elif str(inventory_raw).lower() in ("true", "1", "yes"):
+        inventory = True
+    elif str(inventory_raw).lower() in ("false", "0", "no"):
+        inventory = False
+    else:
+        raise SettingsError(
+            f"--inventory (GPU_ADMISSION_INVENTORY) must be true or false, got {inventory_raw!r}"
+        )
+
     insecure = bool(options.get("insecure"))
     cert = pick(options.get("cert"), "GPU_ADMISSION_CERT")
     key = pick(options.get("key"), "GPU_ADMISSION_KEY")
@@ -174,5 +188,6 @@ def resolve_settings(options: Mapping[str, Any], environ: Mapping[str, str]) -> 
         drain_seconds=drain,
         mutation=mutation,
         deadlines=Deadlines(**deadlines),
+        inventory=inventory,
         warnings=warnings,
     )
