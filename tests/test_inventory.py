@@ -132,3 +132,54 @@ def test_without_the_option_nothing_is_asked_of_the_api_server(
             conn.close()
         assert "gpu_admission_inventory" not in server.metrics()
     assert api.requests == []
+
+
+def test_a_policy_that_changes_what_is_kept_lists_again_and_keeps_serving_meanwhile(
+    api: FakeKubeAPI,
+) -> None:
+    """In one process: the inventory with a policy provider that switches policies."""
+    from webhook import parse_policy
+    from webhook.cluster.connection import Cluster
+    from webhook.server.inventory import NodeInventory
+
+    pooled = gpu_node("gpu-0")
+    pooled["metadata"]["labels"]["example.com/pool"] = "training"
+    api.add(pooled)
+    plain = parse_policy(
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
+        "metadata: {name: plain}\nspec:\n  vendorDomains: [nvidia.com]\n"
+    )
+    pools = parse_policy(
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
+        "metadata: {name: pools}\nspec:\n  vendorDomains: [nvidia.com]\n  pools:\n"
+        "    - name: training\n      nodeSelector: {example.com/pool: training}\n"
+        "      resources: [{name: nvidia.com/gpu, sharing: Exclusive}]\n"
+    )
+    policies = [plain]
+    client = api.api_client()
+    inventory = NodeInventory(
+        lambda: Cluster(api_client=client, namespace="default", timeout=5),
+        lambda: policies[-1],
+    )
+    inventory.start()
+    try:
+
+        def labels() -> dict[str, str]:
+            return dict(inventory.nodes()[("", "gpu-0")].labels)
+
+        wait_until(lambda: inventory.nodes(), timeout=10, what="the first list")
+        assert "example.com/pool" not in labels()
+        restarts = [inventory.figures()[2]]
+        policies.append(pools)
+        wait_until(
+            lambda: labels().get("example.com/pool") == "training",
+            timeout=10,
+            what="the Nodes listed again for the pool's label",
+        )
+        restarts.append(inventory.figures()[2])
+        assert restarts[1] >= restarts[0] + 1  # the replaced cache counts, never goes down
+        assert (
+            len([r for r in api.requests_to("GET", "/api/v1/nodes") if "watch" not in r.query]) == 2
+        )
+    finally:
+        client.close()

@@ -993,7 +993,7 @@ def test_the_inventory_overlay_reads_nodes_and_nothing_else():
     objs = render("inventory")
     role = one(objs, "ClusterRole", "gpu-admission-inventory")
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}
     ]
     binding = one(objs, "ClusterRoleBinding", "gpu-admission-inventory")
     assert binding["roleRef"]["name"] == "gpu-admission-inventory"

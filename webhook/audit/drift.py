@@ -30,7 +30,14 @@ from typing import Any
 
 from webhook.cluster.connection import Cluster
 from webhook.cluster.listing import Lister
-from webhook.core.inventory import NodeInfo, is_gpu_node, node_info, pools_of, time_sliced
+from webhook.core.inventory import (
+    NodeInfo,
+    SharedParts,
+    is_gpu_node,
+    node_info,
+    pools_of,
+    time_sliced,
+)
 from webhook.policy.model import Policy
 
 DRIFT_KINDS = (
@@ -61,8 +68,13 @@ def check_cluster(cluster: Cluster, policy: Policy) -> tuple[list[Drift], int]:
     ``ApiException``."""
     from kubernetes import client as k8s
 
-    listing = Lister(cluster, None).paginate(k8s.CoreV1Api(cluster.api_client).list_node)
-    nodes = [node_info(obj, policy) for obj in listing.items]
+    shared = SharedParts()
+    nodes = [
+        node_info(obj, policy, shared)  # each page as it arrives: no Node kept whole
+        for page in Lister(cluster, None).pages(k8s.CoreV1Api(cluster.api_client).list_node)
+        for obj in page.get("items") or ()
+        if isinstance(obj, dict)
+    ]
     return find_drift(policy, nodes), len(nodes)
 
 

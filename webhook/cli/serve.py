@@ -82,9 +82,8 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--inventory",
         action="store_true",
         default=None,
-        help="keep an inventory of the cluster's Nodes, for the drift metrics and the checks "
-        "that use it (needs get, list and watch on nodes; env GPU_ADMISSION_INVENTORY=true; "
-        "default off)",
+        help="keep an inventory of the cluster's Nodes, with its metrics (needs list and watch "
+        "on nodes; env GPU_ADMISSION_INVENTORY=true; default off)",
     )
     # Deliberately no environment variable: turning TLS off must be visible in the command.
     parser.add_argument(

@@ -50,11 +50,16 @@ class WatchOptions:
     # The API server ends a watch after this (its timeoutSeconds); it is started again from
     # the last resourceVersion. kube-apiserver's own default is 30 to 60 minutes.
     watch_seconds: int = 300
-    # A read with nothing to read for this long beyond the watch's timeout means a lost
-    # connection: the API server sends a bookmark about once a minute.
-    read_margin_seconds: float = 90.0
+    # A watch that sends nothing for this long (no event, no bookmark: the API server sends
+    # one about once a minute) has lost its connection.
+    read_idle_seconds: float = 120.0
     backoff_first: float = 0.5
     backoff_max: float = 30.0
+    # A watch that ends sooner than this without an event is a failure (backed off), not a
+    # timeout: a proxy that closes watches at once would otherwise be called in a loop.
+    watch_floor_seconds: float = 1.0
+    # Events handled before other threads (greenlets) get a turn.
+    events_per_turn: int = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +118,14 @@ class WatchCache(Generic[T]):
         while not stop.is_set():
             try:
                 if not self._state.listed or not self._state.resource_version:
-                    self._list()
-                self._watch(stop)
-                backoff = self._options.backoff_first
-                continue
+                    if not self._list(stop):
+                        return
+                if stop.is_set():
+                    return
+                if self._watch(stop):
+                    backoff = self._options.backoff_first
+                    continue
+                error = "the watch ended at once, with no event"
             except ApiException as exc:
                 if exc.status == 410:
                     # Compacted away: only a new list knows what changed meanwhile.
@@ -131,11 +140,14 @@ class WatchCache(Generic[T]):
                 error = str(exc)
             except (HTTPError, OSError, ValueError) as exc:  # dropped, timed out, garbled
                 error = f"{type(exc).__name__}: {one_line(str(exc))}"
+            except Exception as exc:  # anything else: retried too, never a dead cache
+                error = f"unexpected {type(exc).__name__}: {one_line(str(exc))}"
             self._publish(heard=False, restarts=self._state.restarts + 1, last_error=error)
             stop.wait(backoff)
             backoff = min(backoff * 2, self._options.backoff_max)
 
-    def _list(self) -> None:
+    def _list(self, stop: Event) -> bool:
+        """List every object; False when ``stop`` was set meanwhile (nothing published)."""
         items: dict[Key, T] = {}
         version = ""
         for page in self._lister.pages(self._list_function, self._options.page_size):
@@ -143,19 +155,16 @@ class WatchCache(Generic[T]):
                 if isinstance(obj, dict):
                     items[_key(obj)] = self._keep(obj)
             version = str((page.get("metadata") or {}).get("resourceVersion") or "")
+            if stop.is_set():
+                return False
             time.sleep(0)  # a turn for other threads (greenlets) between pages
         self._items = items
-        restarts = self._state.restarts + (1 if self._state.listed else 0)
-        self._publish(
-            resource_version=version,
-            listed=True,
-            restarts=restarts,
-            last_error=None,
-            items_changed=True,
-        )
+        self._publish(resource_version=version, listed=True, last_error=None, items_changed=True)
+        return True
 
-    def _watch(self, stop: Event) -> None:
-        """One watch, from the last resourceVersion, until it ends or ``stop`` is set."""
+    def _watch(self, stop: Event) -> bool:
+        """One watch, from the last resourceVersion, until it ends or ``stop`` is set; False
+        when it ended at once without an event (see ``watch_floor_seconds``)."""
         from kubernetes.watch import Watch
 
         options = self._options
@@ -167,17 +176,22 @@ class WatchCache(Generic[T]):
             resource_version=self._state.resource_version,
             allow_watch_bookmarks=True,
             timeout_seconds=options.watch_seconds,
-            _request_timeout=(
-                self._cluster.timeout,
-                options.watch_seconds + options.read_margin_seconds,
-            ),
+            # (connect, read): the read timeout bounds each wait for the next bytes.
+            _request_timeout=(self._cluster.timeout, options.read_idle_seconds),
         )
+        started = self._clock()
+        handled = 0
         for event in events:
-            self._apply(event)
+            if isinstance(event, Mapping):  # the client yields None for a blank line
+                self._apply(event)
+            handled += 1
             if stop.is_set():
                 watch.stop()
-                return
+                return True
+            if handled % options.events_per_turn == 0:
+                time.sleep(0)  # a burst of events gives other threads (greenlets) turns
         self._publish()  # ended on time: the API server was heard from
+        return handled > 0 or self._clock() - started >= options.watch_floor_seconds
 
     def _apply(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")

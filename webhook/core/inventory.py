@@ -1,11 +1,12 @@
 """What the webhook knows of the cluster's nodes: per Node, only what decisions and ``cluster
 check`` read, in an immutable record.
 
-Kept of a Node: its name; the labels that the policy's pools select on, and the GPU
-feature-discovery labels (GPU feature discovery's ``nvidia.com/gpu.*`` and
-``nvidia.com/mig.*``, node feature discovery's NVIDIA PCI labels); its taints; the capacity
-and allocatable of the resources under the policy's vendor domains. A Node object is 5 to
-20 KB (images, conditions, addresses); what is kept is a few hundred bytes.
+Kept of a Node: its name; the labels that the policy's pools select on and the GPU
+feature-discovery labels the checks read (``FEATURE_DISCOVERY_LABELS``, a fixed list: whoever
+can label a node cannot make the inventory keep more); whether node feature discovery found an
+NVIDIA PCI device; its taints; the capacity and allocatable of the resources under the
+policy's vendor domains. A Node object is 5 to 20 KB (images, conditions, addresses); what is
+kept is a few hundred bytes.
 
 Inventory findings are never a reason to deny: nodes appear with nothing advertised until
 their device plugin is up, MIG reconfiguration empties allocatable, autoscaled groups scale
@@ -30,7 +31,21 @@ GPU_PRODUCT = "nvidia.com/gpu.product"
 GPU_REPLICAS = "nvidia.com/gpu.replicas"
 # GPU feature discovery's product suffix on a node whose GPUs are shared (time-slicing, MPS).
 SHARED_PRODUCT_SUFFIX = "-SHARED"
-FEATURE_DISCOVERY_PREFIXES = ("nvidia.com/gpu.", "nvidia.com/mig.")
+# GPU feature discovery's labels that say what a node's GPUs are and how they are shared.
+FEATURE_DISCOVERY_LABELS = frozenset(
+    {
+        GPU_PRESENT,
+        GPU_PRODUCT,
+        GPU_REPLICAS,
+        "nvidia.com/gpu.count",
+        "nvidia.com/gpu.memory",
+        "nvidia.com/gpu.family",
+        "nvidia.com/gpu.sharing-strategy",
+        "nvidia.com/mig.capable",
+        "nvidia.com/mig.strategy",
+        "nvidia.com/mig.config",
+    }
+)
 # Node feature discovery's PCI labels for NVIDIA's vendor id (10de), whatever the device class:
 # stock NFD writes feature.node.kubernetes.io/pci-0302_10de.present for a 3D controller.
 NVIDIA_PCI_LABEL = re.compile(r"feature\.node\.kubernetes\.io/pci-[0-9a-f]{4}_10de\.present\Z")
@@ -50,6 +65,7 @@ class NodeInfo:
 
     name: str
     labels: Mapping[str, str]
+    nvidia_pci: bool  # node feature discovery labelled an NVIDIA PCI device on it
     taints: tuple[Taint, ...]
     capacity: Mapping[str, str]  # vendor-domain resources only
     allocatable: Mapping[str, str]  # vendor-domain resources only
@@ -75,20 +91,17 @@ class NodeInfo:
 
 def keeps_label(key: str, policy: Policy) -> bool:
     """Whether a node label is kept: a pool's selector key or a GPU feature-discovery label."""
-    return (
-        key in policy.gpu_label_keys
-        or key.startswith(FEATURE_DISCOVERY_PREFIXES)
-        or NVIDIA_PCI_LABEL.match(key) is not None
-    )
+    return key in policy.gpu_label_keys or key in FEATURE_DISCOVERY_LABELS
 
 
 class SharedParts:
     """One copy of each set of labels, resources and taints that several Nodes share (a pool's
     nodes carry the same ones), and of each string in them. Measured on 5,000 Nodes as a
-    managed cluster writes them: 9.8 MiB kept without sharing, 2.4 MiB with it. At most
-    ``limit`` distinct parts are remembered; past that, parts are kept unshared."""
+    managed cluster writes them (Python's allocations, tracemalloc): 9.8 MiB kept without
+    sharing, 2.4 MiB with it. At most ``limit`` distinct parts are remembered: past that it
+    starts over, so nodes relabelled again and again cannot make it grow."""
 
-    def __init__(self, limit: int = 20_000) -> None:
+    def __init__(self, limit: int = 4096) -> None:
         self._parts: dict[Any, Any] = {}
         self._limit = limit
 
@@ -110,8 +123,9 @@ class SharedParts:
         return shared
 
     def _remember(self, key: Any, part: Any) -> None:
-        if len(self._parts) < self._limit:
-            self._parts[key] = part
+        if len(self._parts) >= self._limit:
+            self._parts.clear()
+        self._parts[key] = part
 
 
 def node_info(
@@ -122,11 +136,11 @@ def node_info(
     metadata = _mapping(node.get("metadata"))
     spec = _mapping(node.get("spec"))
     status = _mapping(node.get("status"))
+    all_labels = _mapping(metadata.get("labels"))
     labels = {
-        str(key): str(value)
-        for key, value in _mapping(metadata.get("labels")).items()
-        if keeps_label(str(key), policy)
+        str(key): str(value) for key, value in all_labels.items() if keeps_label(str(key), policy)
     }
+    nvidia_pci = any(NVIDIA_PCI_LABEL.match(str(key)) for key in all_labels)
     taints = tuple(
         Taint(str(taint.get("key") or ""), str(taint.get("value") or ""), str(taint.get("effect")))
         for taint in spec.get("taints") or ()
@@ -138,6 +152,7 @@ def node_info(
         return NodeInfo(
             str(metadata.get("name") or ""),
             MappingProxyType(labels) if labels else EMPTY,
+            nvidia_pci,
             taints,
             MappingProxyType(capacity) if capacity else EMPTY,
             MappingProxyType(allocatable) if allocatable else EMPTY,
@@ -145,6 +160,7 @@ def node_info(
     return NodeInfo(
         str(metadata.get("name") or ""),
         shared.mapping(labels),
+        nvidia_pci,
         shared.taints(taints),
         shared.mapping(capacity),
         shared.mapping(allocatable),

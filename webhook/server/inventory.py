@@ -1,7 +1,7 @@
 """The opt-in node inventory of a replica: what the worker knows of the cluster's Nodes.
 
 Off unless ``--inventory`` (``GPU_ADMISSION_INVENTORY=true``) is given, and then the
-webhook's ServiceAccount needs get, list and watch on nodes (the chart's ``inventory.enabled``,
+webhook's ServiceAccount needs list and watch on nodes (the chart's ``inventory.enabled``,
 the kustomize overlay ``manifests/overlays/inventory``). The worker process owns it: one list
 and one watch of Nodes per replica (``webhook.cluster.watching``), run in a thread of the
 worker (a greenlet: the worker is a gevent process), never on the request path. A list comes
@@ -61,8 +61,9 @@ class NodeInventory:
         self._options = options
         self._clock = clock
         self._started_at = clock()
-        self._cache: WatchCache[NodeInfo] | None = None
-        self._restarts_before = 0  # of caches replaced after a policy change
+        # The cache readers see, with the restarts of the caches it replaced: one attribute,
+        # replaced whole, so a reader never sees one without the other.
+        self._serving: tuple[WatchCache[NodeInfo] | None, int] = (None, 0)
 
     def start(self) -> threading.Thread:
         """Run the inventory in a daemon thread, until the process exits."""
@@ -73,7 +74,7 @@ class NodeInventory:
     @property
     def state(self) -> CacheState[NodeInfo] | None:
         """The latest snapshot, or None before the inventory has a cache."""
-        cache = self._cache
+        cache = self._serving[0]
         return cache.state if cache is not None else None
 
     def nodes(self) -> Mapping[Key, NodeInfo]:
@@ -84,38 +85,51 @@ class NodeInventory:
     def figures(self) -> tuple[int, float, int]:
         """Nodes known, seconds since the API server was last heard from (since start before
         that), and how many times a list or watch was started again."""
-        state = self.state
+        cache, restarts_before = self._serving
+        state = cache.state if cache is not None else None
         heard = state.heard_at if state is not None else None
         age = self._clock() - (heard if heard is not None else self._started_at)
-        restarts = self._restarts_before + (state.restarts if state is not None else 0)
+        restarts = restarts_before + (state.restarts if state is not None else 0)
         return (len(state.items) if state is not None else 0), age, restarts
 
     def _run(self) -> None:
         cluster = self._connected()
         kept_for: tuple[Any, ...] | None = None
-        stop = threading.Event()
+        # A cache started for a new policy, serving once it has listed (until then readers
+        # keep the Nodes they had), and what stops each.
+        pending: tuple[WatchCache[NodeInfo], threading.Event] | None = None
+        serving_stop = threading.Event()
         reported: tuple[bool, str | None] = (False, None)
         while True:
             policy = self._policy()
             if policy is not None and _what_is_kept(policy) != kept_for:
-                if self._cache is not None:
-                    stop.set()  # the old cache ends at its watch's next event
-                    self._restarts_before += self._cache.state.restarts + 1
+                if pending is not None:
+                    pending[1].set()  # a newer policy: what that list would keep is stale
+                if kept_for is not None:
                     log.info("the policy changed what is kept of a Node: listing Nodes again")
-                kept_for, stop = _what_is_kept(policy), threading.Event()
-                cache = WatchCache(
-                    cluster,
-                    _list_nodes(cluster),
-                    partial(node_info, policy=policy, shared=SharedParts()),
-                    options=self._options,
-                    clock=self._clock,
-                )
-                self._cache = cache
+                kept_for = _what_is_kept(policy)
+                pending = (self._started_cache(cluster, policy), threading.Event())
                 threading.Thread(
-                    target=cache.run, args=(stop,), name="node-watch", daemon=True
+                    target=pending[0].run, args=(pending[1],), name="node-watch", daemon=True
                 ).start()
+            serving, restarts_before = self._serving
+            if pending is not None and (serving is None or pending[0].state.listed):
+                if serving is not None:
+                    serving_stop.set()
+                    restarts_before += serving.state.restarts + 1
+                self._serving = (pending[0], restarts_before)
+                serving_stop, pending = pending[1], None
             reported = self._report(reported)
             time.sleep(LOOK_SECONDS)
+
+    def _started_cache(self, cluster: Cluster, policy: Policy) -> WatchCache[NodeInfo]:
+        return WatchCache(
+            cluster,
+            _list_nodes(cluster),
+            partial(node_info, policy=policy, shared=SharedParts()),
+            options=self._options,
+            clock=self._clock,
+        )
 
     def _connected(self) -> Cluster:
         while True:
