@@ -18,6 +18,7 @@ from tests.support.kube import kustomize
 from tests.support.paths import REPO
 from webhook.policy.load import default_policy_path, load_policy
 from webhook.policy.workloads import (
+    NODES_READ_RULE,
     SPEC_CHANGED,
     WORKLOADS_WEBHOOK,
     custom_resource_rules,
@@ -593,12 +594,16 @@ def test_custom_kind_rules_are_generated_from_the_policy(name):
 def test_the_chart_reads_the_generated_rules():
     files = yaml.safe_load((REPO / "manifests/chart/files/webhooks.yaml").read_text("utf-8"))
     assert files["workloads"]["rules"] == custom_resource_rules(DEFAULT_POLICY.workloads.values())
-    assert files["auditorRules"] == read_rules(DEFAULT_POLICY.workloads.values())
+    assert files["auditorRules"] == [
+        *read_rules(DEFAULT_POLICY.workloads.values()),
+        NODES_READ_RULE,
+    ]
+    assert files["backgroundAuditRules"] == read_rules(DEFAULT_POLICY.workloads.values())
 
 
 def test_the_auditor_role_reads_exactly_the_judged_kinds():
     role = one(render("base"), "ClusterRole", "gpu-admission-auditor")
-    assert role["rules"] == read_rules(DEFAULT_POLICY.workloads.values())
+    assert role["rules"] == [*read_rules(DEFAULT_POLICY.workloads.values()), NODES_READ_RULE]
 
 
 def test_validating_rule_resources_helper():

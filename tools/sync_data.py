@@ -251,6 +251,8 @@ def chart_webhooks(manifests: dict[Path, str]) -> str:
     ):
         parts[name] = {key: hook[key] for key in ("rules", "matchConditions") if key in hook}
     parts["auditorRules"] = auditor["rules"]
+    # The background audit reads the workloads only, not the Nodes cluster check lists.
+    parts["backgroundAuditRules"] = [r for r in auditor["rules"] if r["resources"] != ["nodes"]]
     note = generated_note(", ".join(CHART_WEBHOOK_SOURCES))
     return note + yaml.safe_dump(parts, sort_keys=False, width=1 << 16)
 

@@ -35,8 +35,8 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         summary="list where the policy and the cluster's nodes disagree",
         description="Read every Node and compare them with the policy: "
         + "; ".join(DRIFT_KINDS)
-        + ". Each disagreement once, with the nodes concerned. Needs get and list on nodes "
-        f"({AUDITOR_ROLE} has them).",
+        + ". Each disagreement once, with the nodes concerned. Needs list on nodes "
+        f"({AUDITOR_ROLE} has it).",
         epilog=_EPILOG,
     )
     add_policy_argument(check)

@@ -229,11 +229,14 @@ def custom_resource_rules(workloads: Iterable[WorkloadKind]) -> list[dict[str, A
     ]
 
 
+# What ``cluster check`` needs besides: the auditor role has it, the background audit not.
+NODES_READ_RULE: dict[str, Any] = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}
+
+
 def read_rules(workloads: Iterable[WorkloadKind]) -> list[dict[str, Any]]:
-    """RBAC rules to get and list every kind the policy judges (``audit --cluster``) and the
-    Nodes (``cluster check``), one per API group in first-seen order; the legacy group is
-    never served."""
-    by_group: dict[str, set[str]] = {"": {"nodes"}}
+    """RBAC rules to get and list every kind the policy judges (``audit --cluster``), one per
+    API group in first-seen order; the legacy group is never served."""
+    by_group: dict[str, set[str]] = {}
     for workload in workloads:
         if workload.group not in LEGACY_GROUPS:
             by_group.setdefault(workload.group, set()).add(workload.resource)
