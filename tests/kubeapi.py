@@ -263,6 +263,13 @@ class _Resource:
 
 
 @dataclass(frozen=True)
+class _Serialized:
+    """An answer already written as JSON (a list page served again: ``_list``)."""
+
+    body: bytes
+
+
+@dataclass(frozen=True)
 class _Watch:
     """A watch request, answered by streaming (``_Handler``)."""
 
@@ -305,6 +312,10 @@ class FakeKubeAPI:
         self._watch_generation = 0
         self._stopping = False
         self.bookmark_seconds = 1.0
+        # List pages as written, by request and by the resourceVersion they were read at: a
+        # client that lists thousands of objects again (a relist) costs the fake server what
+        # it costs kube-apiserver, which answers from its watch cache, not a re-serialisation.
+        self._pages: dict[tuple[Any, ...], _Serialized] = {}
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._cert_dir = Path(cert_dir) if cert_dir is not None else None
         self._server: _Server | None = None
@@ -717,7 +728,7 @@ class FakeKubeAPI:
 
     def _dispatch(
         self, method: str, path: str, query: dict, headers: dict, body: Any, raw: bytes
-    ) -> dict | tuple[int, dict]:
+    ) -> dict | tuple[int, dict] | _Serialized | _Watch:
         target = _parse_path(path)
         for rule in self._rules:
             if rule.matches(method, path, query) and rule.remaining != 0:
@@ -809,7 +820,22 @@ class FakeKubeAPI:
         message = rule.message or f"injected failure ({rule.code})"
         return ApiError(rule.code, message, reason=rule.reason)
 
-    def _list(self, target: _Target, resource: _Resource, query: dict) -> dict:
+    def _list(self, target: _Target, resource: _Resource, query: dict) -> _Serialized:
+        key = (
+            target,
+            tuple(sorted((k, tuple(v)) for k, v in query.items())),
+            self._resource_version,
+        )
+        page = self._pages.get(key)
+        if page is None:
+            if len(self._pages) > 512:
+                self._pages.clear()
+            page = self._pages[key] = _Serialized(
+                json.dumps(self._list_page(target, resource, query)).encode("utf-8")
+            )
+        return page
+
+    def _list_page(self, target: _Target, resource: _Resource, query: dict) -> dict:
         items = sorted(
             (key, obj)
             for key, obj in resource.objects.items()
@@ -1103,7 +1129,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._stream(payload)
             return
         text = isinstance(payload, str)  # Go's http.Error: a plain-text 404
-        data = payload.encode("utf-8") if text else json.dumps(payload).encode("utf-8")
+        if isinstance(payload, _Serialized):
+            data = payload.body
+        else:
+            data = payload.encode("utf-8") if text else json.dumps(payload).encode("utf-8")
         self.send_response(code)
         self.send_header("Content-Type", "text/plain; charset=utf-8" if text else JSON_TYPE)
         if text:

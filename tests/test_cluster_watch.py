@@ -157,6 +157,9 @@ def test_a_watch_from_a_compacted_resource_version_lists_again(
     api.bookmark_seconds = 60  # no bookmark brings the watch's resourceVersion forward
     api.fail("/api/v1/nodes", 503, times=None)
     api.close_watches()
+    wait_until(
+        lambda: "503" in (running.state.last_error or ""), timeout=5, what="the watch refused"
+    )
     api.add(node("gpu-2", pool="l4"))
     api.remove("/api/v1/nodes/gpu-1")
     api.compact()
