@@ -19,7 +19,7 @@ from tests.serving import (
     post_json,
     wait_until,
 )
-from tests.test_server import write_policy
+from tests.test_server import tls_server
 
 GPU_POD = fixture_bytes("admission-review-gpu-pod.json")
 SEEN_WITHIN = 2.0
@@ -35,17 +35,10 @@ def gpu_node(name: str) -> dict[str, Any]:
 
 
 def serve(tmp_path: Path, kube_api: FakeKubeAPI, *extra: str) -> Server:
-    pki = make_certificates(tmp_path / "pki")
+    """The server over TLS (``tls_server``), its cluster the fake API server."""
     kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
-    return Server(
-        policy=write_policy(tmp_path),
-        cert=pki.tls_cert,
-        key=pki.tls_key,
-        ca=pki.ca_cert,
-        log_path=tmp_path / "server.log",
-        extra_args=extra,
-        env={"KUBECONFIG": str(kubeconfig)},
-    )
+    pki = make_certificates(tmp_path / "pki")
+    return tls_server(tmp_path, pki, extra_args=extra, env={"KUBECONFIG": str(kubeconfig)})
 
 
 @pytest.fixture

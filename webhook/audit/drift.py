@@ -111,10 +111,12 @@ def find_drift(policy: Policy, nodes: Iterable[NodeInfo]) -> list[Drift]:
                 )
             )
 
-    for pool in policy.pools:
-        members = [node for node in nodes if pool in pools[node.name]]
+    # Each pool's nodes, in the order of policy.pools.
+    members = [[node for node in nodes if pool in pools[node.name]] for pool in policy.pools]
+
+    for pool, pool_nodes in zip(policy.pools, members, strict=True):
         for taint in pool.taints:
-            lacking = tuple(node.name for node in members if not node.has_taint(taint))
+            lacking = _lacking(pool_nodes, taint)
             if lacking:
                 found.append(
                     Drift(
@@ -128,13 +130,12 @@ def find_drift(policy: Policy, nodes: Iterable[NodeInfo]) -> list[Drift]:
                     )
                 )
 
-    for pool in policy.pools:
+    for pool, pool_nodes in zip(policy.pools, members, strict=True):
         advertised: dict[str, list[str]] = {}
-        for node in nodes:
-            if pool in pools[node.name]:
-                for resource in node.vendor_resources():
-                    if resource not in pool.resources and resource not in policy.companion_names:
-                        advertised.setdefault(resource, []).append(node.name)
+        for node in pool_nodes:
+            for resource in node.vendor_resources():
+                if resource not in pool.resources and resource not in policy.companion_names:
+                    advertised.setdefault(resource, []).append(node.name)
         for resource, names in sorted(advertised.items()):
             found.append(
                 Drift(
@@ -148,12 +149,11 @@ def find_drift(policy: Policy, nodes: Iterable[NodeInfo]) -> list[Drift]:
                 )
             )
 
-    for pool in policy.pools:
+    for pool, pool_nodes in zip(policy.pools, members, strict=True):
         spec = pool.resources.get(SHARED_BY_TIME_SLICING)
         if spec is None or spec.sharing != "Exclusive":
             continue
-        members = [node for node in nodes if pool in pools[node.name]]
-        shared = tuple(node.name for node in members if time_sliced(node))
+        shared = tuple(node.name for node in pool_nodes if time_sliced(node))
         if shared:
             found.append(
                 Drift(
@@ -171,7 +171,7 @@ def find_drift(policy: Policy, nodes: Iterable[NodeInfo]) -> list[Drift]:
     if policy.gpu_nodes_tainted:
         outside = [node for node in nodes if is_gpu_node(node) and not pools[node.name]]
         for taint in policy.gpu_node_taints:
-            lacking = tuple(node.name for node in outside if not node.has_taint(taint))
+            lacking = _lacking(outside, taint)
             if lacking:
                 found.append(
                     Drift(
@@ -186,6 +186,11 @@ def find_drift(policy: Policy, nodes: Iterable[NodeInfo]) -> list[Drift]:
                     )
                 )
     return found
+
+
+def _lacking(nodes: Iterable[NodeInfo], taint: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of the nodes without ``taint``."""
+    return tuple(node.name for node in nodes if not node.has_taint(taint))
 
 
 def _taint(taint: Mapping[str, Any]) -> str:
