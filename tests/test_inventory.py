@@ -4,12 +4,15 @@ and readiness kept while the API server fails, and nothing asked of it without t
 
 from __future__ import annotations
 
+import json
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.checks import test_inventory_decisions as decisions
 from tests.kubeapi import FakeKubeAPI
 from tests.serving import (
     Server,
@@ -19,10 +22,21 @@ from tests.serving import (
     post_json,
     wait_until,
 )
+from tests.support.admission import admission, container, pod
 from tests.test_server import tls_server
 
 GPU_POD = fixture_bytes("admission-review-gpu-pod.json")
 SEEN_WITHIN = 2.0
+
+
+class _AnyUid(str):
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str)
+
+    __hash__ = str.__hash__
+
+
+ANY_UID = _AnyUid()
 
 
 def gpu_node(name: str) -> dict[str, Any]:
@@ -176,3 +190,125 @@ def test_a_policy_that_changes_what_is_kept_lists_again_and_keeps_serving_meanwh
         )
     finally:
         client.close()
+
+
+# ------------------------------------------------------------------ decisions with it
+
+
+def decisions_server(tmp_path: Path, api: FakeKubeAPI) -> Server:
+    """The real server, its policy ``test_inventory_decisions``' (pools reserved and not), its
+    cluster the fake API server, with the inventory on."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
+        "metadata: {name: inventory}\nspec:\n" + textwrap.indent(decisions.SPEC, "  ")
+    )
+    pki = make_certificates(tmp_path / "pki")
+    return Server(
+        policy=policy,
+        cert=pki.tls_cert,
+        key=pki.tls_key,
+        ca=pki.ca_cert,
+        log_path=tmp_path / "server.log",
+        extra_args=["--inventory"],
+        env={"KUBECONFIG": str(api.write_kubeconfig(tmp_path / "kubeconfig"))},
+    )
+
+
+def answer(server: Server, obj: dict[str, Any], namespace: str = "ml") -> dict[str, Any]:
+    body = json.dumps(admission(obj, namespace=namespace)).encode()
+    conn = server.connection()
+    try:
+        reply = post_json(conn, "/validate", body)
+        assert reply.status == 200
+        return json.loads(reply.body)["response"]
+    finally:
+        conn.close()
+
+
+def test_decisions_read_the_inventory_through_the_real_server(
+    tmp_path: Path, api: FakeKubeAPI
+) -> None:
+    api.add_all(decisions.CLUSTER)
+    privileged_on = decisions.on(decisions.PRIVILEGED, "cpu-1")
+    with decisions_server(tmp_path, api) as server:
+        wait_until(lambda: nodes_known(server) == len(decisions.CLUSTER), timeout=10, what="list")
+        # A MIG name no node advertises and the policy does not declare: warned, with the
+        # names nodes advertise.
+        mig = answer(server, pod(container(gpu=1, resource="nvidia.com/mig-1g.11gb")))
+        assert mig["allowed"] is True
+        [warning] = mig["warnings"]
+        assert "no node advertises it" in warning and "nvidia.com/mig-1g.10gb" in warning
+        # A name a pool declares, with no nodes: admitted without a warning.
+        declared = pod(
+            container(gpu=1, resource="nvidia.com/mig-3g.20gb"),
+            tolerations=[{"key": decisions.POOL, "operator": "Equal", "value": "inference"}],
+            node_selector={decisions.POOL: "inference"},
+        )
+        assert answer(server, declared) == {"uid": ANY_UID, "allowed": True}
+        # nodeName on a CPU node: a privileged Pod asking for no GPU is out of GPU scope.
+        assert answer(server, privileged_on)["allowed"] is True
+        # nodeName on a node with nvidia.com/gpu.present and nothing advertised yet: in reach.
+        starting = answer(server, decisions.on(decisions.PRIVILEGED, "starting-1"))
+        assert starting["allowed"] is False and "privileged" in starting["status"]["message"]
+        # nodeName on a reserved pool's node, from a namespace the pool is closed to.
+        reserved = answer(server, decisions.on(pod(container(gpu=1)), "reserved-1"))
+        assert reserved["allowed"] is False
+        assert 'node "reserved-1" is in pool "reserved"' in reserved["status"]["message"]
+        assert answer(server, decisions.on(pod(container(gpu=1)), "reserved-1"), "research")[
+            "allowed"
+        ]
+
+        # Changes to the nodes are seen by decisions within 2 s: re-tainted ...
+        tainted = decisions.node("cpu-1", taints=[decisions.GPU_TAINT])
+        api.replace(tainted)
+        wait_until(
+            lambda: not answer(server, privileged_on)["allowed"],
+            timeout=SEEN_WITHIN,
+            what="the taint seen",
+        )
+        # ... relabelled into the reserved pool ...
+        pooled = decisions.node("cpu-1", labels={decisions.POOL: "reserved"})
+        api.replace(pooled)
+        on_cpu_1 = decisions.on(pod(container()), "cpu-1")
+        wait_until(
+            lambda: "is in pool" in answer(server, on_cpu_1).get("status", {}).get("message", ""),
+            timeout=SEEN_WITHIN,
+            what="the label seen",
+        )
+        # ... deleted (unknown: judged as without an inventory) ...
+        api.remove("/api/v1/nodes/cpu-1")
+        wait_until(
+            lambda: "cannot tell" in answer(server, on_cpu_1).get("status", {}).get("message", ""),
+            timeout=SEEN_WITHIN,
+            what="the deletion seen",
+        )
+        # ... and added again as a CPU node.
+        api.add(decisions.node("cpu-1"))
+        wait_until(
+            lambda: answer(server, privileged_on)["allowed"],
+            timeout=SEEN_WITHIN,
+            what="the node added",
+        )
+
+
+def test_before_the_first_list_decisions_are_todays(tmp_path: Path, api: FakeKubeAPI) -> None:
+    api.add_all(decisions.CLUSTER)
+    api.fail("/api/v1/nodes", 503, times=None)
+    with decisions_server(tmp_path, api) as server:
+        wait_until(
+            lambda: (
+                metric_value(server.metrics(), "gpu_admission_inventory_watch_restarts_total") >= 1
+            ),
+            timeout=10,
+            what="a failed list",
+        )
+        refused = answer(server, decisions.on(decisions.PRIVILEGED, "cpu-1"))
+        assert refused["allowed"] is False
+        assert answer(server, pod(container(gpu=1, resource="nvidia.com/fpga"))).get(
+            "warnings"
+        ) == [
+            'spec.containers[0].resources.limits[nvidia.com/fpga]: "nvidia.com/fpga" is not a '
+            "GPU resource this policy declares; check the spelling against the node's capacity, "
+            "or declare the resource in the policy"
+        ]

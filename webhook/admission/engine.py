@@ -21,7 +21,8 @@ from webhook.admission.request import RequestError, parse_request, workload_kind
 from webhook.admission.wire import AdmissionReviewResponse
 from webhook.checks.registry import CHECKS
 from webhook.core.findings import Finding
-from webhook.core.pods import PodView
+from webhook.core.inventory import NodeSnapshot
+from webhook.core.pods import PodView, attach_nodes
 from webhook.core.pools import select_pool
 from webhook.core.scope import reach
 from webhook.core.targets import walk_views
@@ -89,10 +90,13 @@ def decide(
     mutate: bool,
     encode_json: response.JsonEncoder = response.compact_json,
     limits: WorkLimits | None = None,
+    nodes: NodeSnapshot | None = None,
 ) -> Decision:
     """The decision on a request: its response, and the findings and patch behind it.
     ``encode_json`` writes the patch into the response (see ``response.JsonEncoder``).
-    With ``limits``, an object (or old object) past them raises :class:`TooMuchWork`."""
+    With ``limits``, an object (or old object) past them raises :class:`TooMuchWork`.
+    ``nodes``: the node inventory's snapshot (``webhook.core.inventory``), where the cluster
+    is watched; it can add warnings and tell where ``nodeName`` puts a Pod."""
     request = parse_request(admission_review)
     uid = request["uid"]
     operation = request.get("operation")
@@ -110,7 +114,7 @@ def decide(
     metadata = metadata if isinstance(metadata, dict) else {}
     namespace = request.get("namespace") or metadata.get("namespace") or "default"
     namespace = namespace if isinstance(namespace, str) else "default"
-    views = _views(obj, workload, namespace, policy, limits)
+    views = _views(obj, workload, namespace, policy, limits, nodes)
     if mutate:
         return _mutate(uid, request, obj, workload, views, policy, encode_json)
 
@@ -131,7 +135,7 @@ def decide(
         def old_findings(rules: frozenset[str]) -> list[Finding]:
             nonlocal old_views
             if old_views is None:
-                old_views = _views(old, workload, namespace, policy, limits)
+                old_views = _views(old, workload, namespace, policy, limits, nodes)
             return run_checks(old_views, policy, rules)
 
         forgive = updates.forgiver(old_findings, request, obj, old, workload)
@@ -165,10 +169,16 @@ def _views(
     namespace: str,
     policy: Policy,
     limits: WorkLimits | None,
+    nodes: NodeSnapshot | None,
 ) -> list[PodView]:
+    if nodes is not None:
+        views = _views(obj, workload, namespace, policy, limits, None)
+        for view in views:
+            attach_nodes(view, nodes, policy)
+        return views
     if limits is None:
         return list(walk_views(obj, workload, namespace, policy))
-    views: list[PodView] = []
+    views = []
     judged = 0
     for view in walk_views(obj, workload, namespace, policy):
         views.append(view)

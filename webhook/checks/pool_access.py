@@ -8,7 +8,8 @@ that could still land in a pool closed to its namespace, GPU or not: one that as
 the pool offers, or asks for none and tolerates the pool's NoSchedule and NoExecute taints by
 key (it would take the reserved nodes' CPU and memory), when its required node selection does
 not exclude the pool and it tolerates the pool's taints; and a Pod that sets ``nodeName``
-outside a binder namespace (the webhook cannot tell which pool a node is in). A Pod that
+outside a binder namespace to a node of a pool closed to it, or to a node the node inventory
+does not know (without one, the webhook cannot tell which pool a node is in). A Pod that
 reaches a closed pool only through a wildcard toleration (node agents' DaemonSets) is warned,
 never denied. Allowed: a Pod with exactly one possible sharing mode, kept to pools its
 namespace may use. This is the decision the mutating webhook takes when it injects
@@ -20,8 +21,10 @@ was told not to require affinity.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from webhook.core.findings import Violation, quote
+from webhook.core.inventory import named_node, pools_of
 from webhook.core.pods import PodView
 from webhook.core.pools import (
     Ambiguous,
@@ -46,20 +49,9 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             yield found
     if not policy.has_reserved_pools or view.kind != "Pod" or view.spec_path != "spec":
         return
-    node = view.spec.get("nodeName")
-    if node and not policy.is_binder(view.namespace):
-        yield Violation(
-            rule=RULE,
-            path=f"{view.spec_path}.nodeName",
-            value=node,
-            message=("a GPU Pod" if selection.requested else "a Pod")
-            + " that names its node skips the scheduler and every taint, and the webhook "
-            "cannot tell whether the node is in a pool reserved for other namespaces",
-            hint="remove nodeName and let the scheduler place the Pod, or declare the "
-            "namespace in the policy's binderNamespaces",
-            subject="spec",
-            field="nodeName",
-        )
+    node_name = view.spec.get("nodeName")
+    if node_name and not policy.is_binder(view.namespace):
+        yield from _named_node(view, policy, node_name, bool(selection.requested))
         return
     if not selection.requested:
         yield from _tolerated_pools(view, policy)
@@ -79,6 +71,47 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             error_type="Forbidden",
             subject=pool.name,
             field="pool-confinement",
+        )
+
+
+def _named_node(
+    view: PodView, policy: Policy, node_name: Any, asks_gpu: bool
+) -> Iterator[Violation]:
+    """A Pod that names its node skips the scheduler and every taint: refused when the node
+    is in a pool closed to its namespace, or when the node inventory does not know the node
+    (there is none, or it has not heard of it yet)."""
+    path = f"{view.spec_path}.nodeName"
+    node = named_node(view.nodes, node_name, policy)
+    if node is None:
+        yield Violation(
+            rule=RULE,
+            path=path,
+            value=node_name,
+            message=("a GPU Pod" if asks_gpu else "a Pod")
+            + " that names its node skips the scheduler and every taint, and the webhook "
+            "cannot tell whether the node is in a pool reserved for other namespaces",
+            hint="remove nodeName and let the scheduler place the Pod, or declare the "
+            "namespace in the policy's binderNamespaces",
+            subject="spec",
+            field="nodeName",
+        )
+        return
+    for pool in pools_of(node, policy):
+        if policy.may_use(pool, view.namespace):
+            continue
+        label, _ = _labels(pool)
+        yield Violation(
+            rule=RULE,
+            path=path,
+            value=node_name,
+            message=f"node {quote(node.name)} is in pool {quote(pool.name)} ({label}), which "
+            f"namespace {quote(view.namespace)} may not use: nodeName skips the scheduler and "
+            "the pool's taints",
+            hint="remove nodeName and let the scheduler place the Pod in a pool the namespace "
+            "may use, or ask the platform team for access to the pool",
+            error_type="Forbidden",
+            subject=pool.name,
+            field="nodeName",
         )
 
 

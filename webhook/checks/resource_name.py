@@ -9,12 +9,14 @@ catalogue); a retired name such as ``alpha.kubernetes.io/nvidia-gpu``. Allowed: 
 and catalogued MIG profiles; the policy's ``companionResources``. Other undeclared names
 under the domain (the network operator's ``nvidia.com/hostdev``) are warned, unless the policy
 says Allow or Deny. Past ``MAX_UNDECLARED_NAMES`` undeclared names in one template, judging
-stops with a denial.
+stops with a denial. With the node inventory, an undeclared name that no node advertises is
+warned (even where ``unknownResources`` is Allow), with the names nodes do advertise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from difflib import SequenceMatcher
 
 from webhook.core.findings import Violation, quote
 from webhook.core.pods import ContainerView, PodView
@@ -27,6 +29,8 @@ RULE = "resource-name"
 # template names a hundred vendor resources that no node advertises (a node with eight
 # RDMA rails advertises eight).
 MAX_UNDECLARED_NAMES = 100
+# The names nodes advertise that a warning suggests, closest first.
+MAX_SUGGESTIONS = 6
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
@@ -40,6 +44,8 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 yield _too_many(view, container, name, policy)
                 return
             found = _diagnose(name, policy)
+            if view.nodes is not None and policy.node_inventory.advertised_names:
+                found = _unadvertised(name, found, view.nodes.advertised())
             if found is not None:
                 message, hint, advisory = found
                 yield Violation(
@@ -80,6 +86,34 @@ def _too_many(view: PodView, container: ContainerView, name: str, policy: Policy
         subject=container.name,
         field=f"{container.list_name}.resources, not judged: {unjudged}",
     )
+
+
+def _unadvertised(
+    name: str, found: tuple[str, str, bool] | None, advertised: frozenset[str]
+) -> tuple[str, str, bool] | None:
+    """What the node inventory adds about an undeclared name: when no node advertises it, a
+    warning (of its own, or in the policy's warning) with the names nodes do advertise. A
+    denial stays the policy's, as it was: the inventory alone never denies."""
+    if name in advertised or (found is not None and not found[2]):
+        return found
+    domain = name.partition("/")[0]
+    same_domain = [n for n in advertised if n.partition("/")[0] == domain]
+    if same_domain:
+        closest = sorted(same_domain, key=lambda n: (-SequenceMatcher(None, name, n).ratio(), n))
+        shown = closest[:MAX_SUGGESTIONS]
+        more = len(closest) - len(shown)
+        suggestion = "nodes advertise " + ", ".join(shown) + (f" and {more} more" if more else "")
+    else:
+        suggestion = f"no node advertises any resource under {domain} now"
+    if found is None:
+        return (
+            f"no node advertises {quote(name)}, so the Pod would pend until one does",
+            f"{suggestion}; a node pool that scales from zero advertises it once it is up",
+            True,
+        )
+    message, hint, _ = found
+    # The nodes' names first: a warning is cut short past its length limit.
+    return f"{message}; no node advertises it", f"{suggestion}; {hint}", True
 
 
 def _diagnose(name: str, policy: Policy) -> tuple[str, str, bool] | None:

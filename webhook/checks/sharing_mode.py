@@ -118,6 +118,20 @@ def _pends_forever(view: PodView, problem: PendsForever) -> Violation:
 
 def _pool_lacks(view: PodView, policy: Policy, problem: PoolLacks) -> Violation:
     name = problem.pool.name
+    if problem.node:
+        # Known from the node inventory alone: a warning (its labels may be changing).
+        return Violation(
+            rule=RULE,
+            path=f"{view.spec_path}.nodeName",
+            value=problem.node,
+            message=f"node {quote(problem.node)} is in pool {quote(name)}, which does not "
+            f"offer {', '.join(problem.missing)} (it offers {', '.join(problem.pool.resources)})"
+            ": the kubelet would refuse the Pod",
+            hint="name a node that offers what the Pod requests, or remove nodeName and let "
+            "the scheduler place the Pod" + _offered_by(policy, problem.requested),
+            subject="nodeName",
+            advisory=True,
+        )
     reason = (
         f"pool {quote(name)} does not offer {', '.join(problem.missing)} "
         f"(it offers {', '.join(problem.pool.resources)})"

@@ -158,8 +158,12 @@ class WatchCache(Generic[T]):
             if stop.is_set():
                 return False
             time.sleep(0)  # a turn for other threads (greenlets) between pages
-        self._items = items
-        self._publish(resource_version=version, listed=True, last_error=None, items_changed=True)
+        # What was kept of each object is often what was kept before (a relist after 410 Gone):
+        # then readers keep their snapshot, and what they worked out from it.
+        changed = items != self._items or not self._state.listed
+        if changed:
+            self._items = items
+        self._publish(resource_version=version, listed=True, last_error=None, items_changed=changed)
         return True
 
     def _watch(self, stop: Event) -> bool:
@@ -199,16 +203,23 @@ class WatchCache(Generic[T]):
         if not isinstance(obj, dict):
             return
         version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        key = _key(obj)
+        changed = False
         if kind in ("ADDED", "MODIFIED"):
-            self._items[_key(obj)] = self._keep(obj)
+            # Most updates change nothing that is kept (a Node's status and heartbeats): the
+            # snapshot stays the same object.
+            kept = self._keep(obj)
+            changed = key not in self._items or self._items[key] != kept
+            if changed:
+                self._items[key] = kept
         elif kind == "DELETED":
-            self._items.pop(_key(obj), None)
+            changed = self._items.pop(key, None) is not None
         elif kind != "BOOKMARK":
             return
         self._publish(
             resource_version=version or self._state.resource_version,
             last_error=None,
-            items_changed=kind != "BOOKMARK",
+            items_changed=changed,
         )
 
     def _publish(self, *, heard: bool = True, items_changed: bool = False, **changes: Any) -> None:

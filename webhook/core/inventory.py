@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from webhook.policy.model import Policy, Pool
-from webhook.policy.quantity import parse_quantity
+from webhook.policy.quantity import Quantity, parse_quantity
 
 # Written by GPU feature discovery (the GPU Operator) on every node with an NVIDIA GPU.
 GPU_PRESENT = "nvidia.com/gpu.present"
@@ -190,6 +190,95 @@ def time_sliced(node: NodeInfo) -> bool:
     return (replicas.isdigit() and int(replicas) > 1) or node.labels.get(GPU_PRODUCT, "").endswith(
         SHARED_PRODUCT_SUFFIX
     )
+
+
+def is_cpu_node(node: NodeInfo, policy: Policy) -> bool:
+    """A node with no sign of a GPU: none of a declared GPU taint (by key), a pool's label
+    key, a GPU feature-discovery label, an NVIDIA PCI label, a vendor resource in its
+    capacity (even at zero). Any one of them and the node may be a GPU node, still starting."""
+    return not (
+        node.capacity
+        or node.nvidia_pci
+        or any(keeps_label(key, policy) for key in node.labels)
+        or any(taint.key in policy.gpu_taint_keys for taint in node.taints)
+    )
+
+
+# The largest node of a pool (None: of no pool), per resource: (capacity, the node's name).
+Sizes = Mapping[str | None, Mapping[str, tuple[Quantity, str]]]
+
+
+class NodeSnapshot:
+    """The Nodes as the inventory knew them at one moment, for decisions: never changed.
+    What decisions read of all of them (the names nodes advertise, the largest node of each
+    pool) is worked out on first use and kept with the snapshot, which is replaced as a whole
+    when a Node changes what is kept of it. ``label_keys``: the pool label keys its Nodes'
+    labels were kept for (a policy with others is judged without the snapshot's nodes until
+    the inventory has listed them again)."""
+
+    __slots__ = ("_nodes", "label_keys", "_advertised", "_sizes")
+
+    def __init__(self, nodes: Mapping[str, NodeInfo], label_keys: frozenset[str]) -> None:
+        self._nodes = nodes  # by name
+        self.label_keys = label_keys
+        self._advertised: frozenset[str] | None = None
+        self._sizes: tuple[Policy, Sizes] | None = None
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def node(self, name: str, policy: Policy) -> NodeInfo | None:
+        """The named node, if known and kept with every label key the policy's pools use."""
+        if not policy.gpu_label_keys <= self.label_keys:
+            return None
+        return self._nodes.get(name)
+
+    def advertised(self) -> frozenset[str]:
+        """The vendor resources some node's capacity lists above zero."""
+        found = self._advertised
+        if found is None:
+            names: set[str] = set()
+            for node in self._nodes.values():
+                names.update(node.vendor_resources())
+            found = self._advertised = frozenset(names)
+        return found
+
+    def largest(
+        self, policy: Policy, pool: Pool | None, resource: str
+    ) -> tuple[Quantity, str] | None:
+        """The largest capacity of ``resource`` on one node of ``pool`` (None: the nodes in no
+        pool) and that node's name; None when none of them lists it (unknown, not zero)."""
+        sizes = self._sizes
+        if sizes is None or sizes[0] is not policy:
+            sizes = self._sizes = (policy, self._sizes_for(policy))
+        by_resource = sizes[1].get(pool.name if pool is not None else None)
+        return by_resource.get(resource) if by_resource is not None else None
+
+    def _sizes_for(self, policy: Policy) -> Sizes:
+        sizes: dict[str | None, dict[str, tuple[Quantity, str]]] = {}
+        for node in self._nodes.values():
+            capacity = [
+                (name, quantity)
+                for name, value in node.capacity.items()
+                if (quantity := parse_quantity(value)) is not None and quantity > 0
+            ]
+            if not capacity:
+                continue
+            pool_names: list[str | None] = [p.name for p in pools_of(node, policy)]
+            for pool_name in pool_names or [None]:
+                largest = sizes.setdefault(pool_name, {})
+                for name, quantity in capacity:
+                    if name not in largest or quantity > largest[name][0]:
+                        largest[name] = (quantity, node.name)
+        return sizes
+
+
+def named_node(nodes: NodeSnapshot | None, name: Any, policy: Policy) -> NodeInfo | None:
+    """The node a Pod's ``spec.nodeName`` names, as the inventory knows it: None without an
+    inventory, with the policy's ``nodeInventory.nodeName`` off, or for a node not known."""
+    if nodes is None or not policy.node_inventory.node_name or not isinstance(name, str):
+        return None
+    return nodes.node(name, policy) if name else None
 
 
 def _vendor(resources: Any, domains: tuple[str, ...]) -> dict[str, str]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from webhook.core.inventory import NodeSnapshot, named_node, pools_of
 from webhook.policy.annotations import Injection
 from webhook.policy.model import Grants, Policy
 from webhook.policy.quantity import Quantity, parse_quantity
@@ -160,6 +161,9 @@ class PodView:
     asks_gpu: bool | None = field(default=None, repr=False)
     injections: tuple[Injection, ...] | None = field(default=None, repr=False)
     grants: Grants | None = field(default=None, repr=False)
+    # The node inventory's snapshot the template is judged with (``serve --inventory``);
+    # None without one.
+    nodes: NodeSnapshot | None = field(default=None, repr=False)
 
     def field_path(self, name: str) -> str:
         """The path of a pod-level field, in the object it was written in."""
@@ -190,6 +194,18 @@ class PodView:
         return (
             [t for t in tolerations if isinstance(t, dict)] if isinstance(tolerations, list) else []
         )
+
+
+def attach_nodes(view: PodView, nodes: NodeSnapshot, policy: Policy) -> None:
+    """Have the view judged with the node inventory's snapshot, before any check reads it:
+    the node its ``nodeName`` names can change whether it is GPU-relevant."""
+    view.nodes = nodes
+    if view.spec.get("nodeName") and not any(
+        quantity is None or quantity != 0
+        for container in view.gpu_containers
+        for quantity in container.gpu_quantity.values()
+    ):
+        view.gpu_relevant = _gpu_relevant(view, policy)
 
 
 def grants_of(view: PodView, policy: Policy) -> Grants:
@@ -403,7 +419,11 @@ def _gpu_relevant(view: PodView, policy: Policy) -> bool:
             ):
                 return True
     if policy.has_reserved_pools and view.spec.get("nodeName"):
-        return True  # it may be a reserved pool's node (the pool-access rule)
+        # It may be a reserved pool's node (the pool-access rule); a node the inventory knows
+        # is in no pool is not.
+        node = named_node(view.nodes, view.spec["nodeName"], policy)
+        if node is None or pools_of(node, policy):
+            return True
     return any(
         isinstance(t.get("key"), str) and t["key"] in policy.gpu_taint_keys
         for t in view.tolerations()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from webhook.core.inventory import NodeInfo, named_node, pools_of
 from webhook.core.pods import PodView
 from webhook.core.scheduling import expression_matches, term_allows_labels, tolerates
 from webhook.policy.model import POOL_ANNOTATION, Policy, Pool, ResourceSpec
@@ -53,11 +54,13 @@ class UnknownPool(NamedTuple):
 
 class PoolLacks(NamedTuple):
     """The pool the annotation names does not offer ``missing``, or (none missing) the Pod's
-    node selection excludes its nodes (``sharing-mode``)."""
+    node selection excludes its nodes (``sharing-mode``); with ``node``, the pool of the node
+    the Pod's ``nodeName`` names, as the node inventory knows it."""
 
     pool: Pool
     missing: tuple[str, ...]
     requested: tuple[str, ...]
+    node: str = ""
 
 
 class PoolClosed(NamedTuple):
@@ -103,6 +106,9 @@ def _select(view: PodView, policy: Policy) -> Selection:
     requested = tuple(filter(policy.declared_names.__contains__, view.requested_gpu_names))
     if not requested:
         return NO_GPU
+    node = named_node(view.nodes, view.spec.get("nodeName"), policy)
+    if node is not None:
+        return _on_node(policy, node, requested)
     annotation = view.annotations.get(POOL_ANNOTATION)
     if annotation is not None and policy.pools:
         return _explicit(view, policy, str(annotation), requested)
@@ -148,6 +154,24 @@ def _explicit(view: PodView, policy: Policy, name: str, requested: tuple[str, ..
     if policy.may_use(pool, view.namespace):
         return Selection((pool,), pool.taints, (), requested)
     return Selection((pool,), pool.taints, (PoolClosed(pool),), requested)
+
+
+def _on_node(policy: Policy, node: NodeInfo, requested: tuple[str, ...]) -> Selection:
+    """A Pod bound by ``nodeName`` to a node the inventory knows lands in that node's pools,
+    or in none. Whether its namespace may use them is the pool-access rule's ``nodeName``
+    finding, for GPU Pods and others alike."""
+    pools = pools_of(node, policy)
+    if not pools:
+        return Selection((), (), (), requested)
+    offering = tuple(p for p in pools if all(n in p.resources for n in requested))
+    if not offering:
+        missing = tuple(n for n in requested if n not in pools[0].resources)
+        problem = PoolLacks(pools[0], missing, requested, node.name)
+        return Selection((), (), (problem,), requested)
+    conflict = _mode_conflict(offering, requested)
+    return Selection(
+        offering, _union_taints(offering), (conflict,) if conflict is not None else (), requested
+    )
 
 
 def _compatible(view: PodView, pool: Pool) -> bool:

@@ -7,12 +7,14 @@ GPU-relevance read from what a Pod asks for is the tenant's to choose, so the se
   network device under the same vendor domain), sets a
   container-toolkit variable, mounts a GPU device node or the toolkit's device-list directory,
   carries a DRA claim or a CDI annotation; or it sets ``spec.nodeName`` (the scheduler, and
-  with it every NoSchedule taint, is skipped); or its keyed tolerations tolerate every
-  NoSchedule and NoExecute taint of one class of GPU node; or the policy says GPU nodes are
-  not tainted.
+  with it every NoSchedule taint, is skipped) to a node the node inventory does not know to
+  be a CPU node (``webhook.core.inventory.is_cpu_node``; never where GPU nodes are untainted);
+  or its keyed tolerations tolerate every NoSchedule and NoExecute taint of one class of GPU
+  node; or the policy says GPU nodes are not tainted.
 - ``reachablePods``: only a wildcard toleration (no key) gets it onto a GPU node, as node agents
   (CNI, CSI, node-exporter, logging) do on every node.
-- ``otherPods``: nothing gets it onto a GPU node.
+- ``otherPods``: nothing gets it onto a GPU node; a Pod bound by ``nodeName`` to a CPU node
+  with no signal of its own.
 
 Node selection by label, hostname or ``matchFields`` only narrows where a Pod may go, so it
 is no reachability signal (it stays a GPU-relevance signal for the scheduling rules).
@@ -28,6 +30,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from webhook.core.hostpaths import in_device_list_dir, is_gpu_device_path
+from webhook.core.inventory import is_cpu_node, named_node
 from webhook.core.pods import TOOLKIT_PREFIX, ContainerView, PodView, is_cdi_annotation
 from webhook.core.scheduling import tolerates
 from webhook.policy.model import Policy, Scope
@@ -127,7 +130,12 @@ def _reach(view: PodView, policy: Policy) -> Reach:
     if reason is not None:
         return Reach("gpuPods", reason)
     if isinstance(view.spec.get("nodeName"), str) and view.spec["nodeName"]:
-        return Reach("gpuPods", "spec.nodeName skips the scheduler's taint checks")
+        node = named_node(view.nodes, view.spec["nodeName"], policy)
+        if node is None or policy.every_pod_reaches_gpu_nodes or not is_cpu_node(node, policy):
+            return Reach("gpuPods", "spec.nodeName skips the scheduler's taint checks")
+        # Bound to a node with no sign of a GPU: its tolerations take it nowhere else. Where
+        # GPU nodes are not told apart by taints, no node is sure to be a CPU node.
+        return Reach("otherPods", "")
     tolerations = view.tolerations()
     if tolerations:
         by_key = _tolerated_class([t for t in tolerations if t.get("key")], policy)

@@ -17,6 +17,7 @@ from webhook.policy.model import (
     RULE_IDS,
     Exemption,
     Grants,
+    InventoryUse,
     NamespaceMatcher,
     NamespaceOverride,
     Policy,
@@ -200,6 +201,7 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
     # Sound by default: with no GPU node taint declared, nothing keeps any Pod off GPU nodes.
     every_pod_reaches = not spec.get("gpuNodesTainted", True) or not classes or not all(classes)
     host_devices = spec.get("hostDevices", {})
+    inventory_use = spec.get("nodeInventory", {})
     return Policy(
         name=doc["metadata"]["name"],
         source=source,
@@ -245,6 +247,11 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
         exempts_by_glob=any(e.namespaces.regex is not None for e in exemptions),
         tenants=_tenants(spec),
         new_checks=spec.get("newChecks", "Warn"),
+        node_inventory=InventoryUse(
+            advertised_names=inventory_use.get("advertisedNames", True),
+            observed_node_sizes=inventory_use.get("observedNodeSizes", True),
+            node_name=inventory_use.get("nodeName", True),
+        ),
         retired=MappingProxyType(
             {
                 r["name"]: (r["replacement"], r.get("reason", ""))

@@ -334,6 +334,16 @@ class PolicyWarning:
     level: Literal["warning", "info", "error"] = "warning"
 
 
+@dataclass(frozen=True, slots=True)
+class InventoryUse:
+    """What the node inventory (``serve --inventory``) may add to decisions: the policy's
+    ``nodeInventory`` switches, each on by default."""
+
+    advertised_names: bool = True
+    observed_node_sizes: bool = True
+    node_name: bool = True
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Policy:
     name: str
@@ -390,6 +400,7 @@ class Policy:
     # most, whatever their rule's mode (an upgrade warns before it denies); Enforce gives them
     # their rule's mode. Each such check marks its violations advisory by it.
     new_checks: Literal["Warn", "Enforce"] = "Warn"
+    node_inventory: InventoryUse = InventoryUse()
     warnings: tuple[PolicyWarning, ...] = ()  # whole-policy lints, in line order
 
     def rule_modes(self, namespace: str) -> RuleSet:

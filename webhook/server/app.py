@@ -31,6 +31,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from webhook.admission.engine import TooMuchWork, WorkLimits, decide
 from webhook.admission.request import RequestError
 from webhook.admission.response import compact_json
+from webhook.core.inventory import NodeSnapshot
 from webhook.policy.model import Policy
 from webhook.server.child import ChildDecisionLost
 from webhook.server.logs import APP_LOGGER, DECISION_LOGGER, log_decision
@@ -211,6 +212,7 @@ def _decide_body(
     problem: str | None,
     mutate: bool,
     limits: WorkLimits | None = None,
+    nodes: NodeSnapshot | None = None,
 ) -> _Outcome:
     """Decode and decide a request body: an :class:`_Outcome`, or :class:`_Refused`,
     :class:`RequestError`, :class:`_DecisionFailed` or (with ``limits``) :class:`TooMuchWork`."""
@@ -229,6 +231,7 @@ def _decide_body(
             mutate=mutate,
             encode_json=_encode_json,
             limits=limits,
+            nodes=nodes,
         )
     except (RequestError, TooMuchWork):
         raise
@@ -264,6 +267,7 @@ def create_app(
     metrics: Metrics | None = None,
     readiness_checks: Iterable[ReadinessCheck] = (),
     run_long: Callable[[Callable[[], Any]], Any] | None = None,
+    node_snapshot: Callable[[], NodeSnapshot | None] | None = None,
 ) -> Flask:
     """Build the app around a policy store; all configuration is passed in.
 
@@ -275,7 +279,8 @@ def create_app(
     past ``INLINE_LIMITS`` (templates, and what they inherit), and returns its result,
     which it may pickle (the server runs it in a forked process, so that one big review
     does not stall the worker's other connections) or raises :class:`ChildDecisionLost`
-    (answered 503); unset, everything runs inline.
+    (answered 503); unset, everything runs inline. ``node_snapshot`` returns the node
+    inventory's latest snapshot (None before its first list), which decisions read as it is.
     """
     app = Flask(__name__)
     # One byte more than allowed: Werkzeug stops reading a body without Content-Length
@@ -306,17 +311,20 @@ def create_app(
             if policy is not None and mutate and not mutation_enabled:
                 policy = for_mutation(policy)
             problem = store.problem
+            nodes = node_snapshot() if node_snapshot is not None else None
             if run_long is None:
-                outcome = _decide_body(body, policy, problem, mutate)
+                outcome = _decide_body(body, policy, problem, mutate, nodes=nodes)
             elif len(body) >= LONG_BODY_ITEMS and _is_long(body):  # mostly not: no call
-                outcome = run_long(lambda: _decide_body(body, policy, problem, mutate))
+                outcome = run_long(lambda: _decide_body(body, policy, problem, mutate, nodes=nodes))
             else:
                 try:
-                    outcome = _decide_body(body, policy, problem, mutate, INLINE_LIMITS)
+                    outcome = _decide_body(body, policy, problem, mutate, INLINE_LIMITS, nodes)
                 except TooMuchWork:
                     # Found before the object was judged (or its old object): judged again,
                     # off the event loop.
-                    outcome = run_long(lambda: _decide_body(body, policy, problem, mutate))
+                    outcome = run_long(
+                        lambda: _decide_body(body, policy, problem, mutate, nodes=nodes)
+                    )
         except _Refused as refused:
             metrics.answered(endpoint, refused.verdict)
             return _json_response(refused.status, {"error": refused.message})

@@ -150,6 +150,7 @@ class AdmissionServer(BaseApplication):
             metrics=metrics,
             readiness_checks=checks,
             run_long=run_in_child,
+            node_snapshot=self.inventory.snapshot if self.inventory is not None else None,
         )
 
     def wsgi(self) -> Any:

@@ -29,7 +29,7 @@ from typing import Any
 
 from webhook.cluster.connection import Cluster, ClusterError
 from webhook.cluster.watching import CacheState, Key, WatchCache, WatchOptions
-from webhook.core.inventory import NodeInfo, SharedParts, node_info
+from webhook.core.inventory import NodeInfo, NodeSnapshot, SharedParts, node_info
 from webhook.policy.model import Policy
 
 INVENTORY_LOGGER = "webhook.inventory"
@@ -61,9 +61,16 @@ class NodeInventory:
         self._options = options
         self._clock = clock
         self._started_at = clock()
-        # The cache readers see, with the restarts of the caches it replaced: one attribute,
-        # replaced whole, so a reader never sees one without the other.
-        self._serving: tuple[WatchCache[NodeInfo] | None, int] = (None, 0)
+        # The cache readers see, with the restarts of the caches it replaced and the pool label
+        # keys it keeps: one attribute, replaced whole, so a reader never sees one without the
+        # others.
+        self._serving: tuple[WatchCache[NodeInfo] | None, int, frozenset[str]] = (
+            None,
+            0,
+            frozenset(),
+        )
+        # The decisions' snapshot of the serving cache's items, made once per change.
+        self._snapshot: tuple[Mapping[Key, NodeInfo], NodeSnapshot] | None = None
 
     def start(self) -> threading.Thread:
         """Run the inventory in a daemon thread, until the process exits."""
@@ -77,6 +84,19 @@ class NodeInventory:
         cache = self._serving[0]
         return cache.state if cache is not None else None
 
+    def snapshot(self) -> NodeSnapshot | None:
+        """What decisions read: the Nodes known now, or None before the first list."""
+        cache, _, label_keys = self._serving
+        state = cache.state if cache is not None else None
+        if state is None or not state.listed:
+            return None
+        made = self._snapshot
+        if made is not None and made[0] is state.items:
+            return made[1]
+        snapshot = NodeSnapshot({name: node for (_, name), node in state.items.items()}, label_keys)
+        self._snapshot = (state.items, snapshot)
+        return snapshot
+
     def nodes(self) -> Mapping[Key, NodeInfo]:
         """The Nodes known now (empty before the first list)."""
         state = self.state
@@ -85,7 +105,7 @@ class NodeInventory:
     def figures(self) -> tuple[int, float, int]:
         """Nodes known, seconds since the API server was last heard from (since start before
         that), and how many times a list or watch was started again."""
-        cache, restarts_before = self._serving
+        cache, restarts_before, _ = self._serving
         state = cache.state if cache is not None else None
         heard = state.heard_at if state is not None else None
         age = self._clock() - (heard if heard is not None else self._started_at)
@@ -97,7 +117,7 @@ class NodeInventory:
         kept_for: tuple[Any, ...] | None = None
         # A cache started for a new policy, serving once it has listed (until then readers
         # keep the Nodes they had), and what stops each.
-        pending: tuple[WatchCache[NodeInfo], threading.Event] | None = None
+        pending: tuple[WatchCache[NodeInfo], threading.Event, frozenset[str]] | None = None
         serving_stop = threading.Event()
         reported: tuple[bool, str | None] = (False, None)
         while True:
@@ -108,16 +128,20 @@ class NodeInventory:
                 if kept_for is not None:
                     log.info("the policy changed what is kept of a Node: listing Nodes again")
                 kept_for = _what_is_kept(policy)
-                pending = (self._started_cache(cluster, policy), threading.Event())
+                pending = (
+                    self._started_cache(cluster, policy),
+                    threading.Event(),
+                    policy.gpu_label_keys,
+                )
                 threading.Thread(
                     target=pending[0].run, args=(pending[1],), name="node-watch", daemon=True
                 ).start()
-            serving, restarts_before = self._serving
+            serving, restarts_before, _ = self._serving
             if pending is not None and (serving is None or pending[0].state.listed):
                 if serving is not None:
                     serving_stop.set()
                     restarts_before += serving.state.restarts + 1
-                self._serving = (pending[0], restarts_before)
+                self._serving = (pending[0], restarts_before, pending[2])
                 serving_stop, pending = pending[1], None
             reported = self._report(reported)
             time.sleep(LOOK_SECONDS)
