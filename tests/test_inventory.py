@@ -5,6 +5,8 @@ and readiness kept while the API server fails, and nothing asked of it without t
 from __future__ import annotations
 
 import json
+import os
+import signal
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,7 +85,7 @@ def test_nodes_are_listed_then_watched_by_the_worker(server: Server, api: FakeKu
     assert metric_value(text, "gpu_admission_inventory_age_seconds") < SEEN_WITHIN
     assert metric_value(text, "gpu_admission_inventory_watch_restarts_total") == 0
     lists = [r for r in api.requests_to("GET", "/api/v1/nodes") if "watch" not in r.query]
-    assert len(lists) == 1 and lists[0].query["limit"] == ["50"]
+    assert len(lists) == 1 and lists[0].query["limit"] == ["500"]
     wait_until(
         lambda: "node inventory listed" in [r.get("message") for r in server.log_records()],
         timeout=SEEN_WITHIN,
@@ -128,6 +130,53 @@ def test_while_the_api_server_fails_reviews_are_answered_and_the_age_grows(
     assert metric_value(server.metrics(), "gpu_admission_inventory_age_seconds") < SEEN_WITHIN
 
 
+def feed_pids(server: Server) -> list[int]:
+    """The worker's inventory processes (``webhook.cli.node_feed``) that are running."""
+    found = []
+    for worker in server.child_pids():
+        for task in Path(f"/proc/{worker}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                if (
+                    running(int(child))
+                    and b"node_feed" in Path(f"/proc/{child}/cmdline").read_bytes()
+                ):
+                    found.append(int(child))
+    return found
+
+
+def running(pid: int) -> bool:
+    """Whether a process exists and has not ended (a zombie has)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+def test_the_inventory_process_is_started_again_and_ends_with_the_worker(
+    server: Server, api: FakeKubeAPI
+) -> None:
+    wait_until(lambda: nodes_known(server) == 3, timeout=10, what="the first list")
+    [first] = feed_pids(server)
+    os.kill(first, signal.SIGKILL)
+    wait_until(
+        lambda: [p for p in feed_pids(server) if p != first], timeout=10, what="a new process"
+    )
+    assert nodes_known(server) == 3  # decisions keep the last snapshot meanwhile
+    assert server.get("/readyz").status == 200
+    wait_until(
+        lambda: metric_value(server.metrics(), "gpu_admission_inventory_watch_restarts_total") >= 1,
+        timeout=10,
+        what="the restart counted",
+    )
+    api.add(gpu_node("gpu-7"))
+    wait_until(lambda: nodes_known(server) == 4, timeout=10, what="news from the new process")
+    [second] = feed_pids(server)
+    [worker] = server.child_pids()
+    os.kill(int(worker), signal.SIGKILL)
+    wait_until(lambda: not running(second), timeout=10, what="the process ended with its worker")
+
+
 def test_without_the_option_nothing_is_asked_of_the_api_server(
     tmp_path: Path, api: FakeKubeAPI
 ) -> None:
@@ -142,13 +191,14 @@ def test_without_the_option_nothing_is_asked_of_the_api_server(
 
 
 def test_a_policy_that_changes_what_is_kept_lists_again_and_keeps_serving_meanwhile(
-    api: FakeKubeAPI,
+    api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """In one process: the inventory with a policy provider that switches policies."""
+    """In this process: the inventory (and its own process) with a policy provider that
+    switches policies."""
     from webhook import parse_policy
-    from webhook.cluster.connection import Cluster
     from webhook.server.inventory import NodeInventory
 
+    monkeypatch.setenv("KUBECONFIG", str(api.write_kubeconfig(tmp_path / "kubeconfig")))
     pooled = gpu_node("gpu-0")
     pooled["metadata"]["labels"]["example.com/pool"] = "training"
     api.add(pooled)
@@ -163,33 +213,67 @@ def test_a_policy_that_changes_what_is_kept_lists_again_and_keeps_serving_meanwh
         "      resources: [{name: nvidia.com/gpu, sharing: Exclusive}]\n"
     )
     policies = [plain]
-    client = api.api_client()
-    inventory = NodeInventory(
-        lambda: Cluster(api_client=client, namespace="default", timeout=5),
-        lambda: policies[-1],
-    )
-    inventory.start()
+    inventory = NodeInventory(lambda: policies[-1])
+    running = inventory.start()
     try:
-
-        def labels() -> dict[str, str]:
-            return dict(inventory.nodes()[("", "gpu-0")].labels)
-
-        wait_until(lambda: inventory.nodes(), timeout=10, what="the first list")
-        assert "example.com/pool" not in labels()
-        restarts = [inventory.figures()[2]]
-        policies.append(pools)
-        wait_until(
-            lambda: labels().get("example.com/pool") == "training",
-            timeout=10,
-            what="the Nodes listed again for the pool's label",
-        )
-        restarts.append(inventory.figures()[2])
-        assert restarts[1] >= restarts[0] + 1  # the replaced cache counts, never goes down
-        assert (
-            len([r for r in api.requests_to("GET", "/api/v1/nodes") if "watch" not in r.query]) == 2
-        )
+        check_policy_changes(inventory, policies, plain, pools, api)
     finally:
-        client.close()
+        inventory.close()
+        running.join(timeout=10)
+    assert _feed_processes() == []
+
+
+def check_policy_changes(
+    inventory: Any, policies: list[Any], plain: Any, pools: Any, api: FakeKubeAPI
+) -> None:
+    """The policy switches what is kept: listed again, served meanwhile, one process left."""
+
+    def labels() -> dict[str, str]:
+        return dict(inventory.nodes()["gpu-0"].labels)
+
+    wait_until(lambda: inventory.nodes(), timeout=10, what="the first list")
+    assert "example.com/pool" not in labels()
+    snapshot = inventory.snapshot()
+    assert snapshot is not None and snapshot.node("gpu-0", plain) is not None
+    assert snapshot.node("gpu-0", pools) is None  # kept without the pool's label key
+    restarts = [inventory.figures()[2]]
+    policies.append(pools)
+    wait_until(
+        lambda: labels().get("example.com/pool") == "training",
+        timeout=10,
+        what="the Nodes listed again for the pool's label",
+    )
+    restarts.append(inventory.figures()[2])
+    assert restarts[1] >= restarts[0] + 1  # the replaced process counts, never goes down
+    assert len([r for r in api.requests_to("GET", "/api/v1/nodes") if "watch" not in r.query]) == 2
+    # The replaced process has ended; the serving one ends when its input does.
+    processes = _feed_processes()
+    assert len(processes) == 1
+    policies.append(plain)
+    wait_until(
+        lambda: len(_feed_processes()) == 1 and _feed_processes() != processes,
+        timeout=10,
+        what="one process again",
+    )
+
+
+def _feed_processes() -> list[int]:
+    """The inventory processes this test process started, by pid."""
+    import os
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = next(line for line in status.splitlines() if line.startswith("PPid:"))
+        if int(parent.split()[1]) == os.getpid() and b"webhook.cli.node_feed" in command:
+            found.append(int(entry.name))
+    return sorted(found)
 
 
 # ------------------------------------------------------------------ decisions with it

@@ -82,6 +82,18 @@ def realistic_node(index: int) -> dict[str, Any]:
     }
 
 
+def feed_rss_mib(server: Server) -> float:
+    """Resident memory of the inventory process (``webhook.cli.node_feed``) of ``server``."""
+    for worker in server.child_pids():
+        for task in Path(f"/proc/{worker}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                if b"webhook.cli.node_feed" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    status = Path(f"/proc/{child}/status").read_text()
+                    line = next(x for x in status.splitlines() if x.startswith("VmRSS:"))
+                    return int(line.split()[1]) / 1024
+    raise AssertionError("no inventory process")
+
+
 def settled(server: Server, nodes: int) -> None:
     """Until the last relist is over: every Node known, and no list started for a second."""
 
@@ -128,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with Server(log_path=directory / "empty.log", extra_args=["--inventory"], **common) as s:
             wait_until(lambda: "node inventory listed" in s.log(), timeout=30, what="empty list")
             empty = max(worker_rss_mib(s))
+            feed_empty = feed_rss_mib(s)
         node_json = len(str(realistic_node(0)))
         api.add_all(realistic_node(i) for i in range(args.nodes))
         server = Server(log_path=directory / "inventory.log", extra_args=["--inventory"], **common)
@@ -143,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             listed_in = time.monotonic() - started
             full = max(worker_rss_mib(server))
+            feed_full = feed_rss_mib(server)
 
             relisting = threading.Event()
 
@@ -186,10 +200,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"node inventory of {args.nodes} Nodes (about {node_json // 1000} KB each as sent)")
     print(
         f"  worker RSS: {without:.0f} MiB without --inventory, {empty:.0f} MiB with it and no "
-        f"Nodes, {full:.0f} MiB with {args.nodes}: the Nodes cost {full - empty:.1f} MiB, the "
-        f"inventory {full - without:.1f} MiB in all"
+        f"Nodes, {full:.0f} MiB with {args.nodes}: the Nodes cost {full - empty:.1f} MiB"
     )
-    print(f"  first list of {args.nodes} Nodes (50 a page) done {listed_in:.1f} s after start")
+    print(
+        f"  inventory process RSS: {feed_empty:.0f} MiB with no Nodes, {feed_full:.0f} MiB with "
+        f"{args.nodes}: the Nodes cost {feed_full - feed_empty:.1f} MiB; the Nodes in all "
+        f"{full - empty + feed_full - feed_empty:.1f} MiB, the inventory in all "
+        f"{full - without + feed_full:.1f} MiB"
+    )
+    print(f"  first list of {args.nodes} Nodes (500 a page) done {listed_in:.1f} s after start")
     for name, rounds in figures.items():
         rps = sorted(r["rps"] for r in rounds)[len(rounds) // 2]
         p99 = sorted(r["p99"] for r in rounds)[len(rounds) // 2]

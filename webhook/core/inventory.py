@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 from webhook.policy.model import Policy, Pool
 from webhook.policy.quantity import Quantity, parse_quantity
@@ -89,9 +89,31 @@ class NodeInfo:
         )
 
 
-def keeps_label(key: str, policy: Policy) -> bool:
+class KeptFields(Protocol):
+    """What decides what is kept of a Node: the policy's pool label keys and vendor domains
+    (a :class:`~webhook.policy.model.Policy`, or :class:`NodeFields` where there is none)."""
+
+    @property
+    def gpu_label_keys(self) -> frozenset[str]: ...
+
+    @property
+    def vendor_domains(self) -> tuple[str, ...]: ...
+
+
+class NodeFields(NamedTuple):
+    """:class:`KeptFields` without a policy (the inventory's process gets them alone)."""
+
+    gpu_label_keys: frozenset[str]
+    vendor_domains: tuple[str, ...]
+
+    @classmethod
+    def of(cls, policy: KeptFields) -> NodeFields:
+        return cls(policy.gpu_label_keys, policy.vendor_domains)
+
+
+def keeps_label(key: str, kept: KeptFields) -> bool:
     """Whether a node label is kept: a pool's selector key or a GPU feature-discovery label."""
-    return key in policy.gpu_label_keys or key in FEATURE_DISCOVERY_LABELS
+    return key in kept.gpu_label_keys or key in FEATURE_DISCOVERY_LABELS
 
 
 class SharedParts:
@@ -129,7 +151,7 @@ class SharedParts:
 
 
 def node_info(
-    node: Mapping[str, Any], policy: Policy, shared: SharedParts | None = None
+    node: Mapping[str, Any], kept: KeptFields, shared: SharedParts | None = None
 ) -> NodeInfo:
     """What is kept of a Node object as the API server sent it (malformed parts are left out);
     with ``shared``, parts other Nodes have are one copy."""
@@ -138,7 +160,7 @@ def node_info(
     status = _mapping(node.get("status"))
     all_labels = _mapping(metadata.get("labels"))
     labels = {
-        str(key): str(value) for key, value in all_labels.items() if keeps_label(str(key), policy)
+        str(key): str(value) for key, value in all_labels.items() if keeps_label(str(key), kept)
     }
     nvidia_pci = any(NVIDIA_PCI_LABEL.match(str(key)) for key in all_labels)
     taints = tuple(
@@ -146,8 +168,8 @@ def node_info(
         for taint in spec.get("taints") or ()
         if isinstance(taint, Mapping)
     )
-    capacity = _vendor(status.get("capacity"), policy.vendor_domains)
-    allocatable = _vendor(status.get("allocatable"), policy.vendor_domains)
+    capacity = _vendor(status.get("capacity"), kept.vendor_domains)
+    allocatable = _vendor(status.get("allocatable"), kept.vendor_domains)
     if shared is None:
         return NodeInfo(
             str(metadata.get("name") or ""),
@@ -226,6 +248,11 @@ class NodeSnapshot:
 
     def __len__(self) -> int:
         return len(self._nodes)
+
+    @property
+    def nodes(self) -> Mapping[str, NodeInfo]:
+        """Every node, by name."""
+        return self._nodes
 
     def node(self, name: str, policy: Policy) -> NodeInfo | None:
         """The named node, if known and kept with every label key the policy's pools use."""

@@ -40,7 +40,6 @@ from typing import Any
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
-from webhook.cluster.connection import connect
 from webhook.server.child import run_in_child
 from webhook.server.inventory import NodeInventory
 from webhook.server.logs import (
@@ -136,7 +135,7 @@ class AdmissionServer(BaseApplication):
         store.watch()
         if self._settings.inventory:
             # The worker owns the cluster's watches: one per replica, off the request path.
-            self.inventory = NodeInventory(connect=connect, policy=lambda: store.policy)
+            self.inventory = NodeInventory(lambda: store.policy)
             metrics.watch_inventory(self.inventory.figures)
             self.inventory.start()
         checks = [self._draining]

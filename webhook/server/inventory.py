@@ -2,47 +2,121 @@
 
 Off unless ``--inventory`` (``GPU_ADMISSION_INVENTORY=true``) is given, and then the
 webhook's ServiceAccount needs list and watch on nodes (the chart's ``inventory.enabled``,
-the kustomize overlay ``manifests/overlays/inventory``). The worker process owns it: one list
-and one watch of Nodes per replica (``webhook.cluster.watching``), run in a thread of the
-worker (a greenlet: the worker is a gevent process), never on the request path. A list comes
-in pages of ``PAGE_SIZE`` Nodes, each decoded in about a millisecond and kept as it arrives
-(``webhook.core.inventory``: a few hundred bytes of each Node), with a turn for the
-connections between pages, so a relist of 5,000 Nodes does not hold reviews up.
+the kustomize overlay ``manifests/overlays/inventory``). The worker owns it: it starts one
+process of its own (``python -m webhook.cli.node_feed``, ``webhook.server.node_feed``) that
+lists and watches the Nodes at a lower priority, and reads from it only what is kept of each
+Node as it changes, in lines of at most 100 Nodes with a turn for the connections after each.
+Reading, decoding and keeping a list of 5,000 Nodes (about 50 MB of JSON) is half a second of
+CPU: never on the worker's event loop. The process ends with the worker (its standard input closes).
 
 What is kept of a Node depends on the policy (its pools' label keys, its vendor domains): a
-policy that changes them makes the inventory list the Nodes again. Readers get an immutable
-snapshot and never wait on the API server; without a list yet, or while the API server is
-unreachable, the snapshot is the last one (none before the first list), and readiness never
-depends on it. Metrics: ``gpu_admission_inventory_nodes``,
+policy that changes them starts a new process, and readers keep the Nodes they had until it
+has listed. A process that ends is started again, with a backoff. Readers get an immutable
+snapshot (:class:`~webhook.core.inventory.NodeSnapshot`) and never wait on the API server;
+before the first list there is none, and while the API server is unreachable it is the last
+one; readiness never depends on it. Metrics: ``gpu_admission_inventory_nodes``,
 ``gpu_admission_inventory_age_seconds`` (since the API server was last heard from, or since
-start before the first list) and ``gpu_admission_inventory_watch_restarts_total``.
+start before the first list) and ``gpu_admission_inventory_watch_restarts_total`` (lists
+after the first, watches started again after a failure, and processes started again).
 """
 
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
-from functools import partial
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import IO, Any
 
-from webhook.cluster.connection import Cluster, ClusterError
-from webhook.cluster.watching import CacheState, Key, WatchCache, WatchOptions
-from webhook.core.inventory import NodeInfo, NodeSnapshot, SharedParts, node_info
+import orjson
+
+from webhook.core.inventory import NodeFields, NodeInfo, NodeSnapshot, SharedParts
 from webhook.policy.model import Policy
+from webhook.server.node_feed import fields_argument, node_from_record
 
 INVENTORY_LOGGER = "webhook.inventory"
 log = logging.getLogger(INVENTORY_LOGGER)
 
-# Nodes per list page: a page of 50 Nodes decodes in about a millisecond, the longest a list
-# holds the worker's event loop at a time.
-PAGE_SIZE = 50
-OPTIONS = WatchOptions(page_size=PAGE_SIZE)
-# How often the inventory looks at the policy (for what it keeps) and at its cache's state
-# (for the log), and how long it waits before trying a configuration that did not load again.
+FEED_COMMAND = (sys.executable, "-m", "webhook.cli.node_feed")
+# How often the inventory looks at the policy (for what it keeps) and at its process (for the
+# log, and to replace one that ended).
 LOOK_SECONDS = 1.0
-CONNECT_RETRY_SECONDS = 30.0
+RESTART_FIRST_SECONDS = 1.0
+RESTART_MAX_SECONDS = 30.0
+STOP_SECONDS = 5.0
+
+
+class _Feed:
+    """One inventory process, and what the worker has read from it."""
+
+    def __init__(self, fields: NodeFields, command: Sequence[str], clock: Callable[[], float]):
+        self.fields = fields
+        self._clock = clock
+        self._process = subprocess.Popen(
+            [*command, fields_argument(fields)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        self._nodes: dict[str, NodeInfo] = {}
+        self._shared = SharedParts()
+        # Published for readers, each replaced whole: the snapshot once listed, the figures.
+        self.snapshot: NodeSnapshot | None = None
+        self.listed = False
+        self.heard_at: float | None = None
+        self.restarts = 0
+        self.last_error: str | None = None
+        self.ended = False
+        threading.Thread(target=self._read, name="node-feed", daemon=True).start()
+
+    @property
+    def count(self) -> int:
+        return len(self._nodes)
+
+    def stop(self) -> None:
+        """End the process: its input closes, and it is killed if it lingers."""
+        process = self._process
+        try:
+            if process.stdin is not None:
+                process.stdin.close()
+            process.wait(timeout=STOP_SECONDS)
+        except (OSError, subprocess.TimeoutExpired):
+            process.kill()
+
+    def _read(self) -> None:
+        stdout: IO[bytes] | None = self._process.stdout
+        try:
+            for line in stdout or ():
+                self._apply(orjson.loads(line))
+                time.sleep(0)  # a turn for the connections (greenlets) after each line
+        except (OSError, orjson.JSONDecodeError) as exc:
+            self.last_error = f"reading the inventory process: {exc}"
+        status = self._process.wait()
+        self.last_error = f"the inventory process ended (exit status {status})"
+        self.ended = True
+
+    def _apply(self, message: Any) -> None:
+        if not isinstance(message, dict):
+            return
+        changed = False
+        for record in message.get("put") or ():
+            node = node_from_record(record, self._shared)
+            if node is not None:
+                self._nodes[node.name] = node
+                changed = True
+        for name in message.get("gone") or ():
+            changed = self._nodes.pop(str(name), None) is not None or changed
+        state = message.get("state")
+        if isinstance(state, dict):
+            ago = state.get("heard_ago")
+            if isinstance(ago, (int, float)):
+                self.heard_at = self._clock() - ago
+            self.restarts = int(state.get("restarts") or 0)
+            error = state.get("last_error")
+            self.last_error = str(error) if error is not None else None
+            if state.get("listed") and not self.listed:
+                self.listed = changed = True
+        if changed and self.listed:
+            self.snapshot = NodeSnapshot(dict(self._nodes), self.fields.gpu_label_keys)
 
 
 class NodeInventory:
@@ -50,27 +124,19 @@ class NodeInventory:
 
     def __init__(
         self,
-        connect: Callable[[], Cluster],
         policy: Callable[[], Policy | None],
         *,
-        options: WatchOptions = OPTIONS,
+        command: Sequence[str] = FEED_COMMAND,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._connect = connect
         self._policy = policy
-        self._options = options
+        self._command = tuple(command)
         self._clock = clock
         self._started_at = clock()
-        # The cache readers see, with the restarts of the caches it replaced and the pool label
-        # keys it keeps: one attribute, replaced whole, so a reader never sees one without the
-        # others.
-        self._serving: tuple[WatchCache[NodeInfo] | None, int, frozenset[str]] = (
-            None,
-            0,
-            frozenset(),
-        )
-        # The decisions' snapshot of the serving cache's items, made once per change.
-        self._snapshot: tuple[Mapping[Key, NodeInfo], NodeSnapshot] | None = None
+        # The process readers see, with the restarts of those it replaced: one attribute,
+        # replaced whole, so a reader never sees one without the other.
+        self._serving: tuple[_Feed | None, int] = (None, 0)
+        self._closing = threading.Event()
 
     def start(self) -> threading.Thread:
         """Run the inventory in a daemon thread, until the process exits."""
@@ -78,118 +144,87 @@ class NodeInventory:
         thread.start()
         return thread
 
-    @property
-    def state(self) -> CacheState[NodeInfo] | None:
-        """The latest snapshot, or None before the inventory has a cache."""
-        cache = self._serving[0]
-        return cache.state if cache is not None else None
+    def close(self) -> None:
+        """Stop the inventory and its process (the server never does: they end with it)."""
+        self._closing.set()
 
     def snapshot(self) -> NodeSnapshot | None:
         """What decisions read: the Nodes known now, or None before the first list."""
-        cache, _, label_keys = self._serving
-        state = cache.state if cache is not None else None
-        if state is None or not state.listed:
-            return None
-        made = self._snapshot
-        if made is not None and made[0] is state.items:
-            return made[1]
-        snapshot = NodeSnapshot({name: node for (_, name), node in state.items.items()}, label_keys)
-        self._snapshot = (state.items, snapshot)
-        return snapshot
+        feed = self._serving[0]
+        return feed.snapshot if feed is not None else None
 
-    def nodes(self) -> Mapping[Key, NodeInfo]:
-        """The Nodes known now (empty before the first list)."""
-        state = self.state
-        return state.items if state is not None else {}
+    def nodes(self) -> Mapping[str, NodeInfo]:
+        """The Nodes known now, by name (empty before the first list)."""
+        snapshot = self.snapshot()
+        return snapshot.nodes if snapshot is not None else {}
 
     def figures(self) -> tuple[int, float, int]:
         """Nodes known, seconds since the API server was last heard from (since start before
-        that), and how many times a list or watch was started again."""
-        cache, restarts_before, _ = self._serving
-        state = cache.state if cache is not None else None
-        heard = state.heard_at if state is not None else None
+        that), and how many times a list, a watch or the process was started again."""
+        feed, restarts_before = self._serving
+        if feed is None:
+            return 0, self._clock() - self._started_at, restarts_before
+        heard = feed.heard_at
         age = self._clock() - (heard if heard is not None else self._started_at)
-        restarts = restarts_before + (state.restarts if state is not None else 0)
-        return (len(state.items) if state is not None else 0), age, restarts
+        return (feed.count if feed.listed else 0), age, restarts_before + feed.restarts
 
     def _run(self) -> None:
-        cluster = self._connected()
-        kept_for: tuple[Any, ...] | None = None
-        # A cache started for a new policy, serving once it has listed (until then readers
-        # keep the Nodes they had), and what stops each.
-        pending: tuple[WatchCache[NodeInfo], threading.Event, frozenset[str]] | None = None
-        serving_stop = threading.Event()
+        kept_for: NodeFields | None = None
+        # A process started for a new policy, or in place of one that ended: serving once it
+        # has listed (until then readers keep the Nodes they had).
+        pending: _Feed | None = None
+        backoff = RESTART_FIRST_SECONDS
+        restart_at: float | None = None
         reported: tuple[bool, str | None] = (False, None)
-        while True:
+        while not self._closing.is_set():
             policy = self._policy()
-            if policy is not None and _what_is_kept(policy) != kept_for:
+            serving, restarts_before = self._serving
+            newest = pending or serving
+            if policy is not None and NodeFields.of(policy) != kept_for:
                 if pending is not None:
-                    pending[1].set()  # a newer policy: what that list would keep is stale
+                    pending.stop()  # a newer policy: what that list would keep is stale
                 if kept_for is not None:
                     log.info("the policy changed what is kept of a Node: listing Nodes again")
-                kept_for = _what_is_kept(policy)
-                pending = (
-                    self._started_cache(cluster, policy),
-                    threading.Event(),
-                    policy.gpu_label_keys,
-                )
-                threading.Thread(
-                    target=pending[0].run, args=(pending[1],), name="node-watch", daemon=True
-                ).start()
-            serving, restarts_before, _ = self._serving
-            if pending is not None and (serving is None or pending[0].state.listed):
+                kept_for = NodeFields.of(policy)
+                pending = _Feed(kept_for, self._command, self._clock)
+            elif kept_for is not None and newest is not None and newest.ended:
+                # Started again after a backoff; readers keep what they have meanwhile.
+                if restart_at is None:
+                    restart_at = self._clock() + backoff
+                elif self._clock() >= restart_at:
+                    restart_at, backoff = None, min(backoff * 2, RESTART_MAX_SECONDS)
+                    if newest is pending:  # it ended before it listed: counted here
+                        restarts_before += 1
+                        self._serving = (serving, restarts_before)
+                    pending = _Feed(kept_for, self._command, self._clock)
+            if pending is not None and (serving is None or pending.listed):
                 if serving is not None:
-                    serving_stop.set()
-                    restarts_before += serving.state.restarts + 1
-                self._serving = (pending[0], restarts_before, pending[2])
-                serving_stop, pending = pending[1], None
+                    serving.stop()
+                    restarts_before += serving.restarts + 1
+                self._serving = (pending, restarts_before)
+                if pending.listed:
+                    backoff = RESTART_FIRST_SECONDS
+                pending = None
             reported = self._report(reported)
-            time.sleep(LOOK_SECONDS)
-
-    def _started_cache(self, cluster: Cluster, policy: Policy) -> WatchCache[NodeInfo]:
-        return WatchCache(
-            cluster,
-            _list_nodes(cluster),
-            partial(node_info, policy=policy, shared=SharedParts()),
-            options=self._options,
-            clock=self._clock,
-        )
-
-    def _connected(self) -> Cluster:
-        while True:
-            try:
-                return self._connect()
-            except ClusterError as exc:
-                log.error(
-                    "node inventory: no cluster configuration",
-                    extra={"fields": {"error": str(exc), "retry_seconds": CONNECT_RETRY_SECONDS}},
-                )
-            time.sleep(CONNECT_RETRY_SECONDS)
+            self._closing.wait(LOOK_SECONDS)
+        for feed in (pending, self._serving[0]):
+            if feed is not None:
+                feed.stop()
 
     def _report(self, reported: tuple[bool, str | None]) -> tuple[bool, str | None]:
         """Log the first list, and each failure as it starts and ends (not every retry)."""
-        state = self.state
-        if state is None:
+        feed = self._serving[0]
+        if feed is None:
             return reported
         listed, error = reported
-        if state.listed and not listed:
-            log.info("node inventory listed", extra={"fields": {"nodes": len(state.items)}})
-        if state.last_error != error:
-            if state.last_error is not None:
+        if feed.listed and not listed:
+            log.info("node inventory listed", extra={"fields": {"nodes": feed.count}})
+        if feed.last_error != error:
+            if feed.last_error is not None:
                 log.warning(
                     "node inventory cannot reach the API server; decisions go on without news",
-                    extra={"fields": {"error": state.last_error}},
+                    extra={"fields": {"error": feed.last_error}},
                 )
             else:
                 log.info("node inventory is current again", extra={"fields": {}})
-        return state.listed, state.last_error
-
-
-def _what_is_kept(policy: Policy) -> tuple[Any, ...]:
-    return (policy.gpu_label_keys, policy.vendor_domains)
-
-
-def _list_nodes(cluster: Cluster) -> Callable[..., Any]:
-    from kubernetes import client as k8s
-
-    return k8s.CoreV1Api(cluster.api_client).list_node
+        return feed.listed, feed.last_error
