@@ -85,7 +85,7 @@ def test_nodes_are_listed_then_watched_by_the_worker(server: Server, api: FakeKu
     assert metric_value(text, "gpu_admission_inventory_age_seconds") < SEEN_WITHIN
     assert metric_value(text, "gpu_admission_inventory_watch_restarts_total") == 0
     lists = [r for r in api.requests_to("GET", "/api/v1/nodes") if "watch" not in r.query]
-    assert len(lists) == 1 and lists[0].query["limit"] == ["500"]
+    assert len(lists) == 1 and lists[0].query["limit"] == ["100"]
     wait_until(
         lambda: "node inventory listed" in [r.get("message") for r in server.log_records()],
         timeout=SEEN_WITHIN,

@@ -82,15 +82,22 @@ def realistic_node(index: int) -> dict[str, Any]:
     }
 
 
-def feed_rss_mib(server: Server) -> float:
-    """Resident memory of the inventory process (``webhook.cli.node_feed``) of ``server``."""
+def feed_rss_mib(server: Server) -> tuple[float, float]:
+    """Resident memory of the inventory process (``webhook.cli.node_feed``) of ``server``,
+    and how much of it is its own (not shared with other processes: the interpreter's and
+    libraries' files)."""
     for worker in server.child_pids():
         for task in Path(f"/proc/{worker}/task").iterdir():
             for child in (task / "children").read_text().split():
                 if b"webhook.cli.node_feed" in Path(f"/proc/{child}/cmdline").read_bytes():
                     status = Path(f"/proc/{child}/status").read_text()
                     line = next(x for x in status.splitlines() if x.startswith("VmRSS:"))
-                    return int(line.split()[1]) / 1024
+                    rss = int(line.split()[1]) / 1024
+                    rollup = Path(f"/proc/{child}/smaps_rollup").read_text().splitlines()
+                    private = (
+                        sum(int(x.split()[1]) for x in rollup if x.startswith("Private_")) / 1024
+                    )
+                    return rss, private
     raise AssertionError("no inventory process")
 
 
@@ -203,12 +210,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Nodes, {full:.0f} MiB with {args.nodes}: the Nodes cost {full - empty:.1f} MiB"
     )
     print(
-        f"  inventory process RSS: {feed_empty:.0f} MiB with no Nodes, {feed_full:.0f} MiB with "
-        f"{args.nodes}: the Nodes cost {feed_full - feed_empty:.1f} MiB; the Nodes in all "
-        f"{full - empty + feed_full - feed_empty:.1f} MiB, the inventory in all "
-        f"{full - without + feed_full:.1f} MiB"
+        f"  inventory process RSS: {feed_empty[0]:.0f} MiB with no Nodes ({feed_empty[1]:.0f} "
+        f"its own), {feed_full[0]:.0f} MiB with {args.nodes} ({feed_full[1]:.0f} its own): the "
+        f"Nodes cost {feed_full[0] - feed_empty[0]:.1f} MiB; the Nodes in all "
+        f"{full - empty + feed_full[0] - feed_empty[0]:.1f} MiB, the inventory in all "
+        f"{full - without + feed_full[0]:.1f} MiB"
     )
-    print(f"  first list of {args.nodes} Nodes (500 a page) done {listed_in:.1f} s after start")
+    print(f"  first list of {args.nodes} Nodes (100 a page) done {listed_in:.1f} s after start")
     for name, rounds in figures.items():
         rps = sorted(r["rps"] for r in rounds)[len(rounds) // 2]
         p99 = sorted(r["p99"] for r in rounds)[len(rounds) // 2]

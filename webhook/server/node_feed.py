@@ -34,9 +34,13 @@ from functools import partial
 from typing import IO, Any
 
 from webhook.cluster.connection import ClusterError, connect
-from webhook.cluster.watching import Key, WatchCache
+from webhook.cluster.watching import Key, WatchCache, WatchOptions
 from webhook.core.inventory import EMPTY, NodeFields, NodeInfo, SharedParts, Taint, node_info
 
+# Nodes per list page: a page is decoded whole before it is kept, and the memory it took stays
+# with the process as its high-water mark. Measured on 5,000 Nodes of about 8 KB: 500 a page
+# cost the process 33 MiB, 100 a page 10 MiB; 50 pages per list of 5,000 Nodes.
+OPTIONS = WatchOptions(page_size=100)
 RECORDS_PER_LINE = 100
 # How often the process looks at its cache for news to send: changes reach decisions within
 # about this (plus the worker's turn), far within the 2 s the inventory promises.
@@ -115,6 +119,7 @@ def _cache(fields: NodeFields, out: IO[bytes]) -> WatchCache[NodeInfo]:
         cluster,
         k8s.CoreV1Api(cluster.api_client).list_node,
         partial(node_info, kept=fields, shared=SharedParts()),
+        options=OPTIONS,
     )
     threading.Thread(target=cache.run, args=(threading.Event(),), daemon=True).start()
     return cache
