@@ -175,6 +175,15 @@ def test_the_inventory_process_is_started_again_and_ends_with_the_worker(
     [worker] = server.child_pids()
     os.kill(int(worker), signal.SIGKILL)
     wait_until(lambda: not running(second), timeout=10, what="the process ended with its worker")
+    # The arbiter's new worker starts its own. (Stopping the server while a worker boots
+    # would wait for gunicorn's graceful timeout: a SIGTERM before the worker has its own
+    # handlers is lost.)
+    wait_until(
+        lambda: server.child_pids() not in ([], [worker]) and feed_pids(server),
+        timeout=10,
+        what="the new worker's process",
+    )
+    wait_until(lambda: nodes_known(server) == 4, timeout=10, what="the new worker's list")
 
 
 def test_without_the_option_nothing_is_asked_of_the_api_server(
