@@ -2,8 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+# What the DaemonSet controller adds to every DaemonSet Pod (and counts in its desired number),
+# so that node agents run on nodes that are starting, short of resources or cordoned: the
+# Kubernetes documentation's DaemonSet page, "Taints and tolerations". Host-network Pods also
+# tolerate node.kubernetes.io/network-unavailable (DAEMONSET_HOST_NETWORK_TOLERATION).
+DAEMONSET_TOLERATIONS: tuple[Mapping[str, str], ...] = (
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+)
+DAEMONSET_HOST_NETWORK_TOLERATION: Mapping[str, str] = {
+    "key": "node.kubernetes.io/network-unavailable",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
 
 
 def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
@@ -68,3 +86,79 @@ def term_allows_labels(term: Mapping[str, Any], labels: Mapping[str, str]) -> bo
             if not expression_matches(expr, labels[expr["key"]]):
                 return False
     return True
+
+
+def term_matches(term: Mapping[str, Any], labels: Mapping[str, str], name: str) -> bool:
+    """Whether a nodeSelectorTerm selects a node, as the scheduler decides it: every
+    ``matchExpressions`` requirement holds of its labels and every ``matchFields`` one of its
+    name (``metadata.name``, the only field the API accepts). Unlike
+    :func:`term_allows_labels`, a key the labels lack is absent; a term with no requirement
+    selects no node."""
+    expressions = _list(term.get("matchExpressions"))
+    fields = _list(term.get("matchFields"))
+    if not expressions and not fields:
+        return False
+    return all(
+        isinstance(expr, Mapping) and expression_matches(expr, labels.get(str(expr.get("key"))))
+        for expr in expressions
+    ) and all(
+        isinstance(expr, Mapping)
+        and expr.get("key") == "metadata.name"
+        and expression_matches(expr, name)
+        for expr in fields
+    )
+
+
+def admits(pod_spec: Mapping[str, Any], labels: Mapping[str, str], name: str) -> bool:
+    """Whether a Pod spec's ``nodeSelector`` and required node affinity let it onto a node
+    with these labels and name (taints aside: :func:`untolerated`)."""
+    selector = pod_spec.get("nodeSelector")
+    if isinstance(selector, Mapping) and any(
+        labels.get(str(key)) != str(value) for key, value in selector.items()
+    ):
+        return False
+    required = _mapping(
+        _mapping(_mapping(pod_spec.get("affinity")).get("nodeAffinity")).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+    )
+    if not required:
+        return True
+    return any(
+        isinstance(term, Mapping) and term_matches(term, labels, name)
+        for term in _list(required.get("nodeSelectorTerms"))
+    )
+
+
+def selected_label_keys(pod_spec: Mapping[str, Any]) -> frozenset[str]:
+    """The node label keys a Pod spec's ``nodeSelector`` and node affinity name."""
+    keys = {str(key) for key in _mapping(pod_spec.get("nodeSelector"))}
+    affinity = _mapping(_mapping(pod_spec.get("affinity")).get("nodeAffinity"))
+    required = _mapping(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    for term in _list(required.get("nodeSelectorTerms")):
+        for expr in _list(_mapping(term).get("matchExpressions")):
+            if isinstance(expr, Mapping) and isinstance(expr.get("key"), str):
+                keys.add(expr["key"])
+    return frozenset(keys)
+
+
+def untolerated(
+    tolerations: Iterable[Mapping[str, Any]], taints: Iterable[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """The NoSchedule and NoExecute taints no toleration tolerates: those that keep a Pod off
+    the node (PreferNoSchedule only discourages)."""
+    listed = [t for t in tolerations if isinstance(t, Mapping)]
+    return [
+        taint
+        for taint in taints
+        if taint.get("effect") in ("NoSchedule", "NoExecute")
+        and not any(tolerates(toleration, taint) for toleration in listed)
+    ]
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
