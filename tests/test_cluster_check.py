@@ -251,16 +251,18 @@ def drifting_cluster() -> list[dict[str, Any]]:
     return nodes
 
 
-def write_policy(tmp_path: Path) -> Path:
+def write_policy(tmp_path: Path, text: str = POLICY) -> Path:
     path = tmp_path / "policy.yaml"
-    path.write_text(POLICY)
+    path.write_text(text)
     return path
 
 
-def check(kube_api: FakeKubeAPI, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def check(
+    kube_api: FakeKubeAPI, tmp_path: Path, *args: str, policy: str = POLICY
+) -> subprocess.CompletedProcess[str]:
     kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
     command = [sys.executable, "-m", "webhook.cli", "cluster", "check"]
-    command += ["--policy", str(write_policy(tmp_path)), "--kubeconfig", str(kubeconfig)]
+    command += ["--policy", str(write_policy(tmp_path, policy)), "--kubeconfig", str(kubeconfig)]
     return subprocess.run(
         command + list(args), cwd=REPO, capture_output=True, text=True, timeout=60
     )
@@ -338,6 +340,20 @@ def test_a_cluster_that_agrees_with_the_policy_exits_0(
     assert result.stdout == (
         "12 nodes and 2 device plugin DaemonSets read; the policy and the cluster agree\n"
     )
+
+
+def test_without_device_plugin_daemonsets_none_is_read_and_the_summary_says_so(
+    kube_api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    kube_api.add_all(clean_cluster())
+    policy = POLICY.split("  devicePluginDaemonSets:")[0]
+    result = check(kube_api, tmp_path, policy=policy)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout == (
+        "12 nodes read (no devicePluginDaemonSets: device plugins not compared); "
+        "the policy and the cluster agree\n"
+    )
+    assert kube_api.requests_to("GET", "/apis/apps/*") == []
 
 
 def test_nodes_are_read_in_pages(kube_api: FakeKubeAPI, tmp_path: Path) -> None:
@@ -473,10 +489,13 @@ def test_a_single_strategy_profile_and_a_product_left_out_of_the_products() -> N
     policy = parse_policy(text)
     single = clean_cluster()[-1]  # mig-2: NVIDIA-A100-SXM4-40GB-MIG-1g.5gb
     single["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-40GB-MIG-1g.6gb"
-    nodes = [node_info(n, policy) for n in (single, training("train-1"))]
+    h100 = training("train-3")
+    h100["status"]["capacity"]["nvidia.com/mig-3g.40gb.shared"] = "8"
+    # train-1's H100s are not in MIG instances: that the products leave them out is no drift.
+    nodes = [node_info(n, policy) for n in (single, h100, training("train-1"))]
     drift = compared(policy, nodes)
     assert [(d.kind, d.subject, d.nodes) for d in drift] == [
-        ("mig-product-not-catalogued", "H100-80GB", ("train-1",)),
+        ("mig-product-not-catalogued", "H100-80GB", ("train-3",)),
         ("mig-profile-not-catalogued", "A100-40GB: 1g.6gb", ("mig-2",)),
     ]
     assert "add H100-80GB to migCatalogue.products" in drift[0].message

@@ -253,9 +253,9 @@ def find_drift(
 
 
 def _catalogue_drift(policy: Policy, nodes: list[NodeInfo]) -> list[Drift]:
-    """The MIG-capable products the policy's catalogue does not know, then the profiles it
-    does not list for a product it knows; nodes without feature discovery's product label
-    are not compared."""
+    """The MIG-capable products the policy's catalogue does not know, those in MIG instances
+    that its products leave out, then the profiles it does not list for a product it knows;
+    nodes without feature discovery's product label are not compared."""
     catalogue = policy.mig_catalogue
     every_product = "*" in policy.mig_products
     unknown: dict[str, list[str]] = {}  # the product as labelled -> nodes
@@ -269,9 +269,10 @@ def _catalogue_drift(policy: Policy, nodes: list[NodeInfo]) -> list[Drift]:
         if entry is None:
             unknown.setdefault(product.name, []).append(node.name)
             continue
-        if not every_product and entry not in policy.mig_products:
+        profiles = mig_profiles(node)
+        if profiles and not every_product and entry not in policy.mig_products:
             left_out.setdefault(entry, []).append(node.name)
-        for profile in sorted(mig_profiles(node) - catalogue[entry]):
+        for profile in sorted(profiles - catalogue[entry]):
             unlisted.setdefault((entry, profile), []).append(node.name)
 
     found: list[Drift] = []
@@ -295,10 +296,10 @@ def _catalogue_drift(policy: Policy, nodes: list[NodeInfo]) -> list[Drift]:
                 "mig-product-not-catalogued",
                 entry,
                 tuple(names),
-                f"{_count(names, 'node')} with {entry} GPUs, a catalogued product that "
-                f"migCatalogue.products leaves out: {_names(names)}; the MIG names "
-                f"{_them(names)} advertise are not the policy's: add {entry} to "
-                "migCatalogue.products",
+                f"{_count(names, 'node')} with {entry} GPUs in MIG instances, a catalogued "
+                f"product that migCatalogue.products leaves out: {_names(names)}; the policy "
+                "accepts their profiles only where a listed product offers them too: add "
+                f"{entry} to migCatalogue.products",
             )
         )
     for (entry, profile), names in sorted(unlisted.items()):
