@@ -19,9 +19,10 @@ forever. Each disagreement is reported once, with the nodes concerned:
   the policy says GPU nodes are tainted);
 - ``mig-product-not-catalogued``: where GPU feature discovery labelled the product
   (``nvidia.com/gpu.product``), a MIG-capable one that the MIG catalogue (built in, and
-  ``migCatalogue.customProducts``) does not know, or that ``migCatalogue.products`` leaves out:
-  the MIG names its nodes advertise are not the policy's. Products that cannot be partitioned
-  (L4, T4) and nodes without feature discovery's labels are not compared;
+  ``migCatalogue.customProducts``) does not know (its profiles cannot be checked), or that
+  ``migCatalogue.products`` leaves out while its nodes are in MIG instances (their profiles are
+  not the policy's). Products that cannot be partitioned (L4, T4) and nodes without feature
+  discovery's labels are not compared;
 - ``mig-profile-not-catalogued``: a MIG profile a node is partitioned into (advertised as
   ``nvidia.com/mig-<profile>``, or the single strategy's in the product label) that the
   catalogue does not list for the node's product;
