@@ -92,7 +92,7 @@ class Drift:
 
     kind: str  # one of DRIFT_KINDS
     subject: str  # the pool, taint or resource it is about ("" when none)
-    nodes: tuple[str, ...]  # the nodes concerned, sorted (none for a pool without nodes)
+    nodes: tuple[str, ...]  # the nodes concerned, sorted (none when none can be named)
     message: str  # one sentence that says what disagrees and what to change
 
 
