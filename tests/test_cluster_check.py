@@ -19,6 +19,7 @@ from tests.kubeapi import FakeKubeAPI
 from tests.support.paths import REPO
 from webhook import parse_policy
 from webhook.audit.drift import DRIFT_KINDS, Drift, find_drift
+from webhook.cluster.listing import selector_text
 from webhook.core.inventory import NodeFields, node_info
 from webhook.policy.model import DaemonSetName
 
@@ -457,9 +458,11 @@ def test_find_drift_without_pools_reports_only_untainted_gpu_nodes() -> None:
 NEW_KINDS = DRIFT_KINDS[6:]
 
 
-def compared(policy: Any, nodes: list[Any], daemonsets: Any = None) -> list[Drift]:
+def compared(
+    policy: Any, nodes: list[Any], daemonsets: Any = None, placed: Any = None
+) -> list[Drift]:
     """The drift of the kinds that compare products, profiles and device plugins."""
-    return [d for d in find_drift(policy, nodes, daemonsets) if d.kind in NEW_KINDS]
+    return [d for d in find_drift(policy, nodes, daemonsets, placed) if d.kind in NEW_KINDS]
 
 
 def test_nodes_without_feature_discovery_labels_are_compared_with_no_product() -> None:
@@ -559,3 +562,110 @@ def test_a_device_plugin_selects_nodes_as_the_scheduler_does() -> None:
     assert "would run 0 Pods (status.desiredNumberScheduled; 0 ready)" in (
         compared(policy, nodes, {named: one})[0].message
     )
+
+
+def plugin_pod(daemonset: dict[str, Any], node_name: str, *, owner: str | None = None) -> dict:
+    """A Pod of the DaemonSet on a node (``owner``: the uid of another controller instead)."""
+    name = daemonset["metadata"]["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{name}-{node_name}",
+            "namespace": daemonset["metadata"]["namespace"],
+            "labels": {"app": name},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "name": name,
+                    "uid": owner or daemonset["metadata"]["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"nodeName": node_name, "containers": [{"name": "plugin", "image": "x"}]},
+    }
+
+
+def test_a_device_plugin_short_of_pods_names_the_gpu_nodes_without_one(
+    kube_api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    kube_api.add_all(clean_cluster())
+    operator = operator_plugin(desired=5)
+    operator["metadata"]["uid"] = "ds-uid"
+    gpu_nodes = ["train-1", "train-2", "train-3", "infer-1", "infer-2"]
+    pods = [plugin_pod(operator, name) for name in gpu_nodes]
+    # A Pod not yet scheduled is bound to its node by a term on metadata.name.
+    del pods[-1]["spec"]["nodeName"]
+    pods[-1]["spec"]["affinity"] = required_on("infer-2")
+    # The selector matches a Pod of another controller on mig-1: not the DaemonSet's.
+    pods.append(plugin_pod(operator, "mig-1", owner="another-uid"))
+    kube_api.add_all([operator, gke_plugin(desired=2), *pods])
+    result = check(kube_api, tmp_path, "-o", "json")
+    assert result.returncode == 1, result.stderr
+    [drift] = json.loads(result.stdout)["drift"]
+    assert (drift["kind"], drift["nodes"]) == ("device-plugin-desired-mismatch", ["mig-1", "mig-2"])
+    assert "where 7 GPU nodes admit it" in drift["message"]
+    assert "2 GPU nodes it admits have no Pod of it" in drift["message"]
+    [listed] = kube_api.requests_to("GET", "/api/v1/namespaces/gpu-operator/pods")
+    assert listed.query["labelSelector"] == ["app=nvidia-device-plugin-daemonset"]
+
+
+def required_on(node_name: str) -> dict[str, Any]:
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
+
+
+def test_a_device_plugin_whose_every_node_has_a_pod_is_a_stale_count() -> None:
+    policy = parse_policy(POLICY)
+    named = DaemonSetName("gpu-operator", "nvidia-device-plugin-daemonset")
+    nodes = plugin_nodes(policy)
+    everywhere = frozenset(node.name for node in nodes)
+    [drift] = compared(policy, nodes, {named: operator_plugin(desired=6)}, lambda _: everywhere)
+    assert drift.nodes == ()
+    assert "its status is stale" in drift.message
+
+
+def test_pods_that_cannot_be_listed_exit_2_with_one_line(
+    kube_api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    kube_api.add_all([*clean_cluster(), operator_plugin(desired=5), gke_plugin(desired=2)])
+    kube_api.forbid("/api/v1/namespaces/gpu-operator/pods")
+    result = check(kube_api, tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    [line] = result.stderr.splitlines()
+    assert (
+        "cannot list the Pods of DaemonSet gpu-operator/nvidia-device-plugin-daemonset "
+        "(HTTP 403)" in line
+    )
+    assert line.endswith(
+        "bind the gpu-admission-auditor ClusterRole (manifests/base/auditor-clusterrole.yaml)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("selector", "text"),
+    [
+        ({"matchLabels": {"app": "x", "tier": "gpu"}}, "app=x,tier=gpu"),
+        (
+            {
+                "matchLabels": {"app": "x"},
+                "matchExpressions": [
+                    {"key": "zone", "operator": "In", "values": ["a", "b"]},
+                    {"key": "old", "operator": "NotIn", "values": ["1"]},
+                    {"key": "gpu", "operator": "Exists"},
+                    {"key": "gone", "operator": "DoesNotExist"},
+                ],
+            },
+            "app=x,zone in (a,b),old notin (1),gpu,!gone",
+        ),
+        (None, ""),
+    ],
+)
+def test_a_daemonsets_selector_is_sent_as_a_label_selector(selector: Any, text: str) -> None:
+    assert selector_text(selector) == text

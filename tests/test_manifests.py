@@ -607,8 +607,8 @@ def test_the_auditor_role_reads_exactly_the_judged_kinds():
 
 
 def test_the_auditor_role_reads_what_cluster_check_reads():
-    """Nodes, and the device plugin DaemonSets a policy names (whatever kinds it judges: the
-    built-in kinds, DaemonSet among them, are always judged)."""
+    """Nodes, the device plugin DaemonSets a policy names and their Pods (whatever kinds it
+    judges: the built-in kinds, DaemonSet and Pod among them, are always judged)."""
     role = one(render("base"), "ClusterRole", "gpu-admission-auditor")
 
     def allowed(group: str, resource: str, verb: str) -> bool:
@@ -619,6 +619,7 @@ def test_the_auditor_role_reads_what_cluster_check_reads():
 
     assert allowed("", "nodes", "list")
     assert allowed("apps", "daemonsets", "get")
+    assert allowed("", "pods", "list")
 
 
 def test_validating_rule_resources_helper():

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from webhook.core.scheduling import admits, selected_label_keys, term_matches, untolerated
+from webhook.core.scheduling import (
+    admits,
+    assigned_node,
+    daemon_pod_fits,
+    selected_label_keys,
+    term_matches,
+    untolerated,
+)
 
 GPU = {"nvidia.com/gpu.present": "true", "pool": "a"}
 
@@ -90,3 +97,22 @@ def test_only_hard_taints_that_nothing_tolerates_keep_a_pod_off() -> None:
     gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     assert untolerated([gpu], taints) == [taints[1]]
     assert untolerated([{"operator": "Exists"}], taints) == []
+
+
+def test_a_daemonset_pod_tolerates_what_its_controller_adds() -> None:
+    cordoned = [
+        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+    ]
+    assert daemon_pod_fits({}, GPU, "gpu-1", cordoned)
+    network = [{"key": "node.kubernetes.io/network-unavailable", "effect": "NoSchedule"}]
+    assert not daemon_pod_fits({}, GPU, "gpu-1", network)
+    assert daemon_pod_fits({"hostNetwork": True}, GPU, "gpu-1", network)
+    assert not daemon_pod_fits({"nodeSelector": {"pool": "b"}}, GPU, "gpu-1", [])
+
+
+def test_the_node_a_pod_is_on_or_bound_for() -> None:
+    assert assigned_node({"nodeName": "gpu-1"}) == "gpu-1"
+    bound = required({"matchFields": [expr("metadata.name", "In", "gpu-2")]})
+    assert assigned_node(bound) == "gpu-2"
+    assert assigned_node(required({"matchExpressions": [expr("pool", "In", "a")]})) is None

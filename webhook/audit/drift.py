@@ -31,22 +31,23 @@ forever. Each disagreement is reported once, with the nodes concerned:
 - ``device-plugin-desired-mismatch``: a named DaemonSet whose desired count
   (``status.desiredNumberScheduled``) differs from the GPU nodes it should cover: those its
   template's node selector and required node affinity admit and whose NoSchedule and NoExecute
-  taints it tolerates (with those the DaemonSet controller adds). More means it also runs on
-  nodes without GPUs, named; fewer, that the controller sees nodes otherwise (a stale status, a
-  node it cannot place on): only the count can be told from its status.
+  taints it tolerates (with those the DaemonSet controller adds). More: the nodes without GPUs
+  it also runs on are named. Fewer: its Pods are listed, and the GPU nodes it admits where it
+  has none are named (none named when each has one: a stale status).
 
 Without ``devicePluginDaemonSets`` no DaemonSet is read or compared.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from webhook.cluster.connection import Cluster, ClusterError
-from webhook.cluster.listing import AUDITOR_ROLE, Lister, status_message
+from webhook.cluster.listing import AUDITOR_ROLE, Lister, selector_text, status_message
+from webhook.cluster.ownership import controller_uid
 from webhook.core.inventory import (
     NodeFields,
     NodeInfo,
@@ -60,13 +61,7 @@ from webhook.core.inventory import (
     pools_of,
     time_sliced,
 )
-from webhook.core.scheduling import (
-    DAEMONSET_HOST_NETWORK_TOLERATION,
-    DAEMONSET_TOLERATIONS,
-    admits,
-    selected_label_keys,
-    untolerated,
-)
+from webhook.core.scheduling import assigned_node, daemon_pod_fits, selected_label_keys
 from webhook.policy.mig import catalogued_as
 from webhook.policy.model import DaemonSetName, Policy
 
@@ -105,6 +100,7 @@ def check_cluster(cluster: Cluster, policy: Policy) -> tuple[list[Drift], int]:
 
     lister = Lister(cluster, None)
     apps = k8s.AppsV1Api(cluster.api_client)
+    core = k8s.CoreV1Api(cluster.api_client)
     daemonsets: dict[DaemonSetName, Mapping[str, Any] | None] = {}
     for named in policy.device_plugin_daemonsets:
         read = partial(apps.read_namespaced_daemon_set, named.name, named.namespace)
@@ -122,13 +118,35 @@ def check_cluster(cluster: Cluster, policy: Policy) -> tuple[list[Drift], int]:
     try:
         nodes = [
             node_info(obj, kept, shared)  # each page as it arrives: no Node kept whole
-            for page in lister.pages(k8s.CoreV1Api(cluster.api_client).list_node)
+            for page in lister.pages(core.list_node)
             for obj in page.get("items") or ()
             if isinstance(obj, dict)
         ]
     except ApiException as exc:
         raise _refused("cannot list nodes", exc) from None
-    return find_drift(policy, nodes, daemonsets), len(nodes)
+
+    def placed(named: DaemonSetName) -> frozenset[str]:
+        """The nodes the DaemonSet's Pods are on or bound for: listed (by its selector, kept
+        if it controls them) only for one that wants fewer Pods than it should have."""
+        daemonset = daemonsets.get(named) or {}
+        metadata = daemonset.get("metadata")
+        uid = metadata.get("uid") if isinstance(metadata, Mapping) else None
+        spec = daemonset.get("spec")
+        selector = selector_text(spec.get("selector") if isinstance(spec, Mapping) else None)
+        pods = partial(core.list_namespaced_pod, named.namespace, label_selector=selector)
+        try:
+            return frozenset(
+                node
+                for page in lister.pages(pods)
+                for pod in page.get("items") or ()
+                if isinstance(pod, dict) and uid is not None and controller_uid(pod) == uid
+                for node in (assigned_node(_mapping(pod.get("spec"))),)
+                if node
+            )
+        except ApiException as exc:
+            raise _refused(f"cannot list the Pods of DaemonSet {named}", exc) from None
+
+    return find_drift(policy, nodes, daemonsets, placed), len(nodes)
 
 
 def _refused(what: str, exc: Any) -> ClusterError:
@@ -140,9 +158,12 @@ def find_drift(
     policy: Policy,
     nodes: Iterable[NodeInfo],
     daemonsets: Mapping[DaemonSetName, Mapping[str, Any] | None] | None = None,
+    placed: Callable[[DaemonSetName], frozenset[str]] | None = None,
 ) -> list[Drift]:
     """Every disagreement, in the order of DRIFT_KINDS, then by subject. ``daemonsets``: the
-    DaemonSets ``devicePluginDaemonSets`` names, as read (None: not found)."""
+    DaemonSets ``devicePluginDaemonSets`` names, as read (None: not found); ``placed``: the
+    nodes a named DaemonSet's Pods are on, asked only of one that wants fewer Pods than it
+    should have (its Pods are listed only then)."""
     nodes = sorted(nodes, key=lambda node: node.name)
     pools = {node.name: pools_of(node, policy) for node in nodes}
     found: list[Drift] = []
@@ -249,7 +270,7 @@ def find_drift(
                     )
                 )
     found += _catalogue_drift(policy, nodes)
-    found += _device_plugin_drift(nodes, daemonsets or {})
+    found += _device_plugin_drift(nodes, daemonsets or {}, placed)
     return found
 
 
@@ -322,7 +343,9 @@ def _catalogue_drift(policy: Policy, nodes: list[NodeInfo]) -> list[Drift]:
 
 
 def _device_plugin_drift(
-    nodes: list[NodeInfo], daemonsets: Mapping[DaemonSetName, Mapping[str, Any] | None]
+    nodes: list[NodeInfo],
+    daemonsets: Mapping[DaemonSetName, Mapping[str, Any] | None],
+    placed: Callable[[DaemonSetName], frozenset[str]] | None,
 ) -> list[Drift]:
     """The named DaemonSets that do not exist, then those whose desired count differs from
     the GPU nodes they should cover."""
@@ -359,28 +382,32 @@ def _device_plugin_drift(
                 f"{should}; it also runs on {_count(extra, 'node')} without GPUs: "
                 f"{_names(extra)}; narrow its nodeSelector or node affinity to the GPU nodes"
             )
+            concerned = extra
         else:
-            message = (
-                f"{should}: its status is stale or the DaemonSet controller places it "
-                f"otherwise; see which GPU nodes lack its Pod (kubectl get pods -n "
-                f"{named.namespace} -o wide) and why (kubectl describe daemonset -n "
-                f"{named.namespace} {named.name})"
-            )
-            extra = ()
-        found.append(Drift("device-plugin-desired-mismatch", str(named), extra, message))
+            on = placed(named) if placed is not None and desired < len(covered) else None
+            concerned = tuple(name for name in covered if on is not None and name not in on)
+            why = f"(kubectl describe daemonset -n {named.namespace} {named.name})"
+            if concerned:
+                message = (
+                    f"{should}; {_count(concerned, 'GPU node')} it admits "
+                    f"{'has' if len(concerned) == 1 else 'have'} no Pod of it, and no Pod "
+                    f"can be given {'its' if len(concerned) == 1 else 'their'} GPUs: "
+                    f"{_names(concerned)}; see why {why}"
+                )
+            else:
+                message = (
+                    f"{should}: its status is stale or the DaemonSet controller places it "
+                    f"otherwise; see which GPU nodes lack its Pod (kubectl get pods -n "
+                    f"{named.namespace} -o wide) and why {why}"
+                )
+        found.append(Drift("device-plugin-desired-mismatch", str(named), concerned, message))
     return found
 
 
 def _runs_on(spec: Mapping[str, Any], node: NodeInfo) -> bool:
     """Whether the DaemonSet controller places a Pod of this template on the node."""
-    if not admits(spec, node.labels, node.name):
-        return False
-    tolerations = [t for t in spec.get("tolerations") or () if isinstance(t, Mapping)]
-    tolerations += DAEMONSET_TOLERATIONS
-    if spec.get("hostNetwork") is True:
-        tolerations.append(DAEMONSET_HOST_NETWORK_TOLERATION)
     taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints]
-    return not untolerated(tolerations, taints)
+    return daemon_pod_fits(spec, node.labels, node.name, taints)
 
 
 def _status_count(daemonset: Mapping[str, Any], field: str) -> int:
@@ -388,6 +415,10 @@ def _status_count(daemonset: Mapping[str, Any], field: str) -> int:
     status = daemonset.get("status")
     value = status.get(field) if isinstance(status, Mapping) else None
     return value if isinstance(value, int) else 0
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _pod_spec(daemonset: Mapping[str, Any] | None) -> Mapping[str, Any]:

@@ -36,8 +36,8 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         description="Read every Node (and the DaemonSets the policy's devicePluginDaemonSets "
         "names; without it, device plugins are not compared) and compare them with the policy: "
         + "; ".join(DRIFT_KINDS)
-        + ". Each disagreement once, with the nodes concerned. Needs list on nodes and get on "
-        f"daemonsets ({AUDITOR_ROLE} has them).",
+        + ". Each disagreement once, with the nodes concerned. Needs list on nodes and pods "
+        f"and get on daemonsets ({AUDITOR_ROLE} has them).",
         epilog=_EPILOG,
     )
     add_policy_argument(check)

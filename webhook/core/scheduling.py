@@ -8,8 +8,8 @@ from typing import Any
 # What the DaemonSet controller adds to every DaemonSet Pod (and counts in its desired number),
 # so that node agents run on nodes that are starting, short of resources or cordoned: the
 # Kubernetes documentation's DaemonSet page, "Taints and tolerations". Host-network Pods also
-# tolerate node.kubernetes.io/network-unavailable (DAEMONSET_HOST_NETWORK_TOLERATION).
-DAEMONSET_TOLERATIONS: tuple[Mapping[str, str], ...] = (
+# tolerate node.kubernetes.io/network-unavailable (_DAEMONSET_HOST_NETWORK_TOLERATION).
+_DAEMONSET_TOLERATIONS: tuple[Mapping[str, str], ...] = (
     {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
     {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
     {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
@@ -17,7 +17,7 @@ DAEMONSET_TOLERATIONS: tuple[Mapping[str, str], ...] = (
     {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
 )
-DAEMONSET_HOST_NETWORK_TOLERATION: Mapping[str, str] = {
+_DAEMONSET_HOST_NETWORK_TOLERATION: Mapping[str, str] = {
     "key": "node.kubernetes.io/network-unavailable",
     "operator": "Exists",
     "effect": "NoSchedule",
@@ -109,6 +109,15 @@ def term_matches(term: Mapping[str, Any], labels: Mapping[str, str], name: str) 
     )
 
 
+def required_terms(pod_spec: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+    """A Pod spec's required node selector terms (alternatives); None without a requirement."""
+    affinity = _mapping(_mapping(pod_spec.get("affinity")).get("nodeAffinity"))
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(required, Mapping):
+        return None
+    return [term for term in _list(required.get("nodeSelectorTerms")) if isinstance(term, Mapping)]
+
+
 def admits(pod_spec: Mapping[str, Any], labels: Mapping[str, str], name: str) -> bool:
     """Whether a Pod spec's ``nodeSelector`` and required node affinity let it onto a node
     with these labels and name (taints aside: :func:`untolerated`)."""
@@ -117,26 +126,15 @@ def admits(pod_spec: Mapping[str, Any], labels: Mapping[str, str], name: str) ->
         labels.get(str(key)) != str(value) for key, value in selector.items()
     ):
         return False
-    required = _mapping(
-        _mapping(_mapping(pod_spec.get("affinity")).get("nodeAffinity")).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        )
-    )
-    if not required:
-        return True
-    return any(
-        isinstance(term, Mapping) and term_matches(term, labels, name)
-        for term in _list(required.get("nodeSelectorTerms"))
-    )
+    terms = required_terms(pod_spec)
+    return terms is None or any(term_matches(term, labels, name) for term in terms)
 
 
 def selected_label_keys(pod_spec: Mapping[str, Any]) -> frozenset[str]:
-    """The node label keys a Pod spec's ``nodeSelector`` and node affinity name."""
+    """The node label keys a Pod spec's ``nodeSelector`` and required node affinity name."""
     keys = {str(key) for key in _mapping(pod_spec.get("nodeSelector"))}
-    affinity = _mapping(_mapping(pod_spec.get("affinity")).get("nodeAffinity"))
-    required = _mapping(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
-    for term in _list(required.get("nodeSelectorTerms")):
-        for expr in _list(_mapping(term).get("matchExpressions")):
+    for term in required_terms(pod_spec) or ():
+        for expr in _list(term.get("matchExpressions")):
             if isinstance(expr, Mapping) and isinstance(expr.get("key"), str):
                 keys.add(expr["key"])
     return frozenset(keys)
@@ -154,6 +152,39 @@ def untolerated(
         if taint.get("effect") in ("NoSchedule", "NoExecute")
         and not any(tolerates(toleration, taint) for toleration in listed)
     ]
+
+
+def daemon_pod_fits(
+    pod_spec: Mapping[str, Any],
+    labels: Mapping[str, str],
+    name: str,
+    taints: Iterable[Mapping[str, Any]],
+) -> bool:
+    """Whether the DaemonSet controller places a Pod of this template on a node with these
+    labels, name and taints: :func:`admits` it, and its tolerations, with those the controller
+    adds, tolerate every NoSchedule and NoExecute taint."""
+    if not admits(pod_spec, labels, name):
+        return False
+    tolerations = [t for t in _list(pod_spec.get("tolerations")) if isinstance(t, Mapping)]
+    tolerations += _DAEMONSET_TOLERATIONS
+    if pod_spec.get("hostNetwork") is True:
+        tolerations.append(_DAEMONSET_HOST_NETWORK_TOLERATION)
+    return not untolerated(tolerations, taints)
+
+
+def assigned_node(pod_spec: Mapping[str, Any]) -> str | None:
+    """The node a Pod runs on (``nodeName``), or the one a DaemonSet Pod not yet scheduled is
+    bound for: the DaemonSet controller gives each Pod a required term on ``metadata.name``."""
+    node_name = pod_spec.get("nodeName")
+    if isinstance(node_name, str) and node_name:
+        return node_name
+    for term in required_terms(pod_spec) or ():
+        for field in _list(term.get("matchFields")):
+            if isinstance(field, Mapping) and field.get("key") == "metadata.name":
+                values = _list(field.get("values"))
+                if values:
+                    return str(values[0])
+    return None
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
