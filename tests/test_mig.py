@@ -28,6 +28,10 @@ LABELS = [
     ("NVIDIA-GH200-480GB", 97871, "GH200-96GB"),  # 480 GB counts the Grace CPU's memory
     ("NVIDIA-GH200-144G-HBM3e", 146831, "GH200-144GB"),
     ("NVIDIA-B200", 183359, "B200"),
+    # The single strategy's -MIG-INVALID sets the memory label to 0: the name decides.
+    ("NVIDIA-H100-NVL", 0, "H100-94GB"),
+    ("NVIDIA-H100-PCIe", 0, "H100-80GB"),
+    ("NVIDIA-GH200-480GB", None, "GH200-96GB"),
     ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", 97887, "RTX-PRO-6000"),
     # Not partitionable, or not catalogued.
     ("NVIDIA-L4", 23034, None),
@@ -77,8 +81,10 @@ def test_the_single_strategy_suffix_names_a_profile(label: str, expected: GpuPro
         ("NVIDIA-H100-PCIe-MIG-1g.10gb", "H100-80GB"),
         ("NVIDIA-GH200-480GB-MIG-1g.12gb", "GH200-96GB"),
         ("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "A100-40GB"),
-        # Neither H100 offers it: which one cannot be told.
-        ("NVIDIA-H100-PCIe-MIG-1g.5gb", None),
+        # The name decides (an H100 PCIe has 80 GB), and 1g.5gb is then no profile of it.
+        ("NVIDIA-H100-PCIe-MIG-1g.5gb", "H100-80GB"),
+        # Neither H100 offers it, and nothing else tells them apart.
+        ("NVIDIA-H100-SXM5-MIG-1g.5gb", None),
     ],
 )
 def test_with_the_single_strategy_the_profile_tells_memory_variants_apart(

@@ -166,6 +166,11 @@ _MODELS: Mapping[str, Mapping[int, str]] = MappingProxyType(
 )
 # A memory size written in a product name: 80GB (A100-SXM4-80GB), 144G (GH200 144G HBM3e).
 _MEMORY_WORD = re.compile(r"(?P<gb>[0-9]+)GB?\Z")
+# Words of a product name that tell its memory variant without saying it: the H100 NVL has
+# 94 GB, the H100 PCIe 80 GB, the GH200 480GB (with its Grace CPU's memory) 96 GB.
+_VARIANT_WORDS: Mapping[tuple[str, str], int] = MappingProxyType(
+    {("H100", "NVL"): 94, ("H100", "PCIE"): 80, ("GH200", "480GB"): 96}
+)
 
 
 class GpuProduct(NamedTuple):
@@ -194,7 +199,7 @@ def catalogued_as(
     or without the maker, comes first. Otherwise the model picks the catalogued products, and
     of several (memory variants) the one that the name's memory word (``80GB``), else the
     GPU's memory (``nvidia.com/gpu.memory``, MiB: not the MIG single strategy's, which is one
-    instance's), else the single strategy's profile names."""
+    instance's, nor the 0 of its ``-MIG-INVALID``), else the single strategy's profile names."""
     name = product.name.upper()
     bare = next((name[len(m) :] for m in _MAKERS if name.startswith(m)), name)
     for known in catalogue:
@@ -202,12 +207,12 @@ def catalogued_as(
             return known
     words = bare.split("-")
     model = "-".join(words[:3]) if words[:2] == ["RTX", "PRO"] else words[0]
-    entry = _variant(_MODELS.get(model, {}), words[1:], product, memory_mib, catalogue)
+    entry = _variant(model, words[1:], product, memory_mib, catalogue)
     return entry if entry in catalogue else None
 
 
 def _variant(
-    variants: Mapping[int, str],
+    model: str,
     words: list[str],
     product: GpuProduct,
     memory_mib: int | None,
@@ -215,12 +220,14 @@ def _variant(
 ) -> str | None:
     """Of a model's catalogued products (by memory), the one the product is (see
     :func:`catalogued_as`)."""
+    variants = _MODELS.get(model, {})
     if len(variants) <= 1:
         return next(iter(variants.values()), None)
     for word in words:
         written = _MEMORY_WORD.match(word)
-        if written and int(written["gb"]) in variants:
-            return variants[int(written["gb"])]
+        gb = _VARIANT_WORDS.get((model, word)) or (int(written["gb"]) if written else 0)
+        if gb in variants:
+            return variants[gb]
     if memory_mib and product.mig_profile is None:
         # The driver reports a little less than the marketed size (81,559 MiB on an H100 80GB).
         return variants[min(variants, key=lambda gb: abs(gb * 1024 - memory_mib))]
