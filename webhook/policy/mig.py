@@ -199,7 +199,8 @@ def catalogued_as(
     or without the maker, comes first. Otherwise the model picks the catalogued products, and
     of several (memory variants) the one that the name's memory word (``80GB``), else the
     GPU's memory (``nvidia.com/gpu.memory``, MiB: not the MIG single strategy's, which is one
-    instance's, nor the 0 of its ``-MIG-INVALID``), else the single strategy's profile names."""
+    instance's, nor the 0 of its ``-MIG-INVALID``), else a word of the name that implies it
+    (``NVL``), else the single strategy's profile names."""
     name = product.name.upper()
     bare = next((name[len(m) :] for m in _MAKERS if name.startswith(m)), name)
     for known in catalogue:
@@ -225,12 +226,14 @@ def _variant(
         return next(iter(variants.values()), None)
     for word in words:
         written = _MEMORY_WORD.match(word)
-        gb = _VARIANT_WORDS.get((model, word)) or (int(written["gb"]) if written else 0)
-        if gb in variants:
-            return variants[gb]
+        if written and int(written["gb"]) in variants:
+            return variants[int(written["gb"])]
     if memory_mib and product.mig_profile is None:
         # The driver reports a little less than the marketed size (81,559 MiB on an H100 80GB).
         return variants[min(variants, key=lambda gb: abs(gb * 1024 - memory_mib))]
+    for word in words:
+        if _VARIANT_WORDS.get((model, word)) in variants:
+            return variants[_VARIANT_WORDS[(model, word)]]
     offering = [
         entry
         for entry in variants.values()
