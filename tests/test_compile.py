@@ -118,3 +118,24 @@ def test_exempted_names_and_globs_are_worked_out_once():
     assert policy.exempted_names == {"kube-system", "gpu-operator"}
     assert policy.exempts_by_glob
     assert not compiled(TAINTED, "exemptions: [{namespaces: [a]}]").exempts_by_glob
+
+
+def test_cluster_check_reads_every_catalogued_product_and_the_named_device_plugins():
+    policy = compiled(
+        TAINTED,
+        """
+        migCatalogue:
+          products: [A100-80GB, NVIDIA-A800-SXM4-80GB]
+          customProducts: [{name: NVIDIA-A800-SXM4-80GB, profiles: [1g.10gb, 7g.80gb]}]
+        devicePluginDaemonSets:
+          - {namespace: gpu-operator, name: nvidia-device-plugin-daemonset}
+        """,
+    )
+    # Every product, not only those in force: a node's product is compared with all of them.
+    assert policy.mig_catalogue["H100-94GB"] >= {"1g.12gb", "7g.94gb"}
+    assert policy.mig_catalogue["NVIDIA-A800-SXM4-80GB"] == {"1g.10gb", "7g.80gb"}
+    assert "2g.24gb" not in policy.mig_profiles  # decisions still read the products in force
+    assert [str(d) for d in policy.device_plugin_daemonsets] == [
+        "gpu-operator/nvidia-device-plugin-daemonset"
+    ]
+    assert compiled(TAINTED).device_plugin_daemonsets == ()

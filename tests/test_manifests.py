@@ -606,6 +606,22 @@ def test_the_auditor_role_reads_exactly_the_judged_kinds():
     assert role["rules"] == [*read_rules(DEFAULT_POLICY.workloads.values()), NODES_READ_RULE]
 
 
+def test_the_auditor_role_reads_what_cluster_check_reads():
+    """Nodes, the device plugin DaemonSets a policy names and their Pods (whatever kinds it
+    judges: the built-in kinds, DaemonSet and Pod among them, are always judged)."""
+    role = one(render("base"), "ClusterRole", "gpu-admission-auditor")
+
+    def allowed(group: str, resource: str, verb: str) -> bool:
+        return any(
+            group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]
+            for rule in role["rules"]
+        )
+
+    assert allowed("", "nodes", "list")
+    assert allowed("apps", "daemonsets", "get")
+    assert allowed("", "pods", "list")
+
+
 def test_validating_rule_resources_helper():
     assert validating_rule_resources([]) == set()
     assert ("apps", "deployments") in validating_rule_resources(render("base"))

@@ -418,3 +418,8 @@ def test_namespace_names_match_exactly_and_globs_as_globs(namespace: str, matche
     override = policy.namespace_overrides[0]
     assert override.namespaces.names == frozenset({"lab"})
     assert override.namespaces.matches(namespace) is matched
+
+
+def test_a_device_plugin_daemonset_needs_a_namespace_and_a_name() -> None:
+    error = refused("devicePluginDaemonSets: [{name: nvidia-device-plugin-daemonset}]")
+    assert "devicePluginDaemonSets[0]" in str(error) and "namespace" in str(error)

@@ -9,8 +9,8 @@ from typing import Any
 
 from webhook.audit.drift import DRIFT_KINDS, check_cluster
 from webhook.cli.common import add_command, add_command_group, add_policy_argument, policy_from
-from webhook.cluster.connection import ClusterError, connect
-from webhook.cluster.listing import AUDITOR_ROLE, status_message
+from webhook.cluster.connection import connect
+from webhook.cluster.listing import AUDITOR_ROLE
 
 _EPILOG = """\
 examples:
@@ -33,10 +33,11 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         group,
         "check",
         summary="list where the policy and the cluster's nodes disagree",
-        description="Read every Node and compare them with the policy: "
+        description="Read every Node (and the DaemonSets the policy's devicePluginDaemonSets "
+        "names; without it, device plugins are not compared) and compare them with the policy: "
         + "; ".join(DRIFT_KINDS)
-        + ". Each disagreement once, with the nodes concerned. Needs list on nodes "
-        f"({AUDITOR_ROLE} has it).",
+        + ". Each disagreement once, with the nodes concerned. Needs list on nodes and pods "
+        f"and get on daemonsets ({AUDITOR_ROLE} has them).",
         epilog=_EPILOG,
     )
     add_policy_argument(check)
@@ -51,21 +52,15 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from kubernetes.client.exceptions import ApiException
-
     policy = policy_from(args)
     with connect(args.kubeconfig, args.context) as cluster:
-        try:
-            drift, nodes = check_cluster(cluster, policy)
-        except ApiException as exc:
-            hint = f": bind {AUDITOR_ROLE}" if exc.status == 403 else ""
-            raise ClusterError(
-                f"cannot list nodes (HTTP {exc.status}): {status_message(exc)}{hint}"
-            ) from None
+        drift, nodes = check_cluster(cluster, policy)
+    daemonsets = [str(named) for named in policy.device_plugin_daemonsets]
     if args.output == "json":
         document = {
             "policy": policy.source,
             "nodes": nodes,
+            "devicePluginDaemonSets": daemonsets,
             "drift": [
                 {"kind": d.kind, "subject": d.subject, "nodes": list(d.nodes), "message": d.message}
                 for d in drift
@@ -75,7 +70,12 @@ def run_check(args: argparse.Namespace) -> int:
     else:
         for found in drift:
             print(f"{found.kind}: {found.message}")
-        read = f"{nodes} node{'' if nodes == 1 else 's'} read"
+        read = f"{nodes} node{'' if nodes == 1 else 's'}"
+        if daemonsets:
+            read += f" and {len(daemonsets)} device plugin DaemonSet"
+            read += f"{'' if len(daemonsets) == 1 else 's'} read"
+        else:
+            read += " read (no devicePluginDaemonSets: device plugins not compared)"
         if drift:
             print(f"{read}; {len(drift)} disagreement{'' if len(drift) == 1 else 's'}")
         else:

@@ -227,6 +227,23 @@ class Lister:
         return f"cannot list {resource} {scope}: HTTP {exc.status} {exc.reason}: {message}"
 
 
+def selector_text(selector: Any) -> str:
+    """A LabelSelector (``matchLabels``, ``matchExpressions``) as a list request's
+    ``labelSelector``: ``app=x,tier in (a,b),!gone`` ("" selects everything)."""
+    selector = selector if isinstance(selector, dict) else {}
+    labels = selector.get("matchLabels")
+    parts = [f"{k}={v}" for k, v in (labels.items() if isinstance(labels, dict) else ())]
+    for expr in selector.get("matchExpressions") or ():
+        if not isinstance(expr, dict):
+            continue
+        key, operator, values = expr.get("key"), expr.get("operator"), expr.get("values") or ()
+        if operator in ("In", "NotIn"):
+            parts.append(f"{key} {operator.lower()} ({','.join(map(str, values))})")
+        elif operator in ("Exists", "DoesNotExist"):
+            parts.append(f"{'' if operator == 'Exists' else '!'}{key}")
+    return ",".join(parts)
+
+
 def _listing(pages: Iterator[dict[str, Any]]) -> Listing:
     items: list[dict[str, Any]] = []
     page: dict[str, Any] = {}

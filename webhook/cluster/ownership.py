@@ -37,6 +37,16 @@ def ref_of(obj: dict[str, Any]) -> ObjectRef:
     )
 
 
+def controller_uid(obj: dict[str, Any]) -> str | None:
+    """The uid of the object's controller (its owner reference with ``controller: true``)."""
+    owners = meta(obj).get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else ():
+        if isinstance(owner, dict) and owner.get("controller") is True:
+            uid = owner.get("uid")
+            return uid if isinstance(uid, str) else None
+    return None
+
+
 def root_of(obj: dict[str, Any], by_uid: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The top reported controller of an object (Pod -> ReplicaSet -> Deployment, Pod -> Job
     -> CronJob, a PyTorchJob's Pods -> the PyTorchJob), or the object itself. Only the

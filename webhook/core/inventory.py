@@ -22,6 +22,14 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
+from webhook.policy.mig import (
+    MIG_PREFIX,
+    SHARED_SUFFIX,
+    GpuProduct,
+    base_profile,
+    gfd_product,
+    is_well_formed,
+)
 from webhook.policy.model import Policy, Pool
 from webhook.policy.quantity import Quantity, parse_quantity
 
@@ -29,19 +37,22 @@ from webhook.policy.quantity import Quantity, parse_quantity
 GPU_PRESENT = "nvidia.com/gpu.present"
 GPU_PRODUCT = "nvidia.com/gpu.product"
 GPU_REPLICAS = "nvidia.com/gpu.replicas"
-# GPU feature discovery's product suffix on a node whose GPUs are shared (time-slicing, MPS).
-SHARED_PRODUCT_SUFFIX = "-SHARED"
+GPU_MEMORY = "nvidia.com/gpu.memory"  # MiB; with the MIG single strategy, one instance's
+MIG_CAPABLE = "nvidia.com/mig.capable"
+# The device plugin's mixed MIG strategy advertises nvidia.com/mig-<profile>, GPU feature
+# discovery's vendor.
+MIG_RESOURCE_PREFIX = f"nvidia.com/{MIG_PREFIX}"
 # GPU feature discovery's labels that say what a node's GPUs are and how they are shared.
 FEATURE_DISCOVERY_LABELS = frozenset(
     {
         GPU_PRESENT,
         GPU_PRODUCT,
         GPU_REPLICAS,
+        GPU_MEMORY,
+        MIG_CAPABLE,
         "nvidia.com/gpu.count",
-        "nvidia.com/gpu.memory",
         "nvidia.com/gpu.family",
         "nvidia.com/gpu.sharing-strategy",
-        "nvidia.com/mig.capable",
         "nvidia.com/mig.strategy",
         "nvidia.com/mig.config",
     }
@@ -210,8 +221,42 @@ def time_sliced(node: NodeInfo) -> bool:
     or the ``-SHARED`` product suffix."""
     replicas = node.labels.get(GPU_REPLICAS, "")
     return (replicas.isdigit() and int(replicas) > 1) or node.labels.get(GPU_PRODUCT, "").endswith(
-        SHARED_PRODUCT_SUFFIX
+        SHARED_SUFFIX
     )
+
+
+def gpu_product(node: NodeInfo) -> GpuProduct | None:
+    """The node's GPU product as GPU feature discovery labelled it; None without the label
+    (no feature discovery: a managed cluster's own device plugin, say)."""
+    label = node.labels.get(GPU_PRODUCT)
+    return gfd_product(label) if label else None
+
+
+def gpu_memory_mib(node: NodeInfo) -> int | None:
+    """GPU feature discovery's ``nvidia.com/gpu.memory`` (MiB), None when absent or not a number."""
+    value = node.labels.get(GPU_MEMORY, "")
+    return int(value) if value.isdigit() else None
+
+
+def mig_profiles(node: NodeInfo) -> frozenset[str]:
+    """The MIG profiles the node's GPUs are partitioned into: those its capacity advertises
+    (mixed strategy; a time-sliced instance's ``.shared`` left out) and the single strategy's
+    in the product label."""
+    found = {
+        base_profile(name[len(MIG_RESOURCE_PREFIX) :])
+        for name in node.vendor_resources()
+        if name.startswith(MIG_RESOURCE_PREFIX) and is_well_formed(name[len(MIG_RESOURCE_PREFIX) :])
+    }
+    product = gpu_product(node)
+    if product is not None and product.mig_profile is not None:
+        found.add(base_profile(product.mig_profile))
+    return frozenset(found)
+
+
+def mig_capable(node: NodeInfo) -> bool:
+    """Whether the node's GPUs can be partitioned: GPU feature discovery says so
+    (``nvidia.com/mig.capable=true``), or they are."""
+    return node.labels.get(MIG_CAPABLE) == "true" or bool(mig_profiles(node))
 
 
 def is_cpu_node(node: NodeInfo, policy: Policy) -> bool:

@@ -15,6 +15,7 @@ from webhook.policy.hostpaths import canonical, unsafe_to_allow
 from webhook.policy.model import (
     DEFAULT_GRANTED_CAPABILITIES,
     RULE_IDS,
+    DaemonSetName,
     Exemption,
     Grants,
     InventoryUse,
@@ -211,6 +212,9 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
         unknown_resources=spec.get("unknownResources", "Warn"),
         mig_products=tuple(products),
         mig_profiles=frozenset(profile_counts),
+        mig_catalogue=MappingProxyType(
+            {product: frozenset(profiles) for product, profiles in catalogue.items()}
+        ),
         mig_profile_counts=MappingProxyType(profile_counts),
         mig_sizes=mig.plain_sizes(frozenset(profile_counts)),
         uncatalogued_mig=mig_spec.get("uncataloguedProfiles", "Warn"),
@@ -251,6 +255,9 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
             advertised_names=inventory_use.get("advertisedNames", True),
             observed_node_sizes=inventory_use.get("observedNodeSizes", True),
             node_name=inventory_use.get("nodeName", True),
+        ),
+        device_plugin_daemonsets=tuple(
+            DaemonSetName(d["namespace"], d["name"]) for d in spec.get("devicePluginDaemonSets", [])
         ),
         retired=MappingProxyType(
             {

@@ -11,13 +11,23 @@ Sources: NVIDIA's MIG user guide (supported profiles), the gpu-operator's
 a profile is the most instances of it one GPU can hold. Profile memory is rounded from what
 the driver reports and can differ on some boards (a 7g.79gb A100 80GB exists), so policies
 can add products of their own.
+
+GPU feature discovery names a node's product in ``nvidia.com/gpu.product``: the driver's
+product name with spaces as ``-`` (``NVIDIA A100 80GB PCIe`` is ``NVIDIA-A100-80GB-PCIe``; drivers
+before R470 leave ``NVIDIA`` out: ``A100-SXM4-40GB``), then with the MIG ``single`` strategy
+``-MIG-<profile>`` (``NVIDIA-H100-80GB-HBM3-MIG-1g.10gb``; ``-MIG-INVALID`` when the GPUs are
+not partitioned alike), then ``-SHARED`` when time-slicing replicates the resource without
+renaming it. Sources: NVIDIA/k8s-device-plugin ``internal/lm/resource.go`` (``productLabel``),
+``internal/lm/mig-strategy.go`` and ``docs/gfd_labels.md``; the GPU Operator's MIG guide. The
+catalogue names products by model and memory, which :func:`catalogued_as` maps them to.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 MIG_PROFILE = re.compile(
     r"(?P<gpc>[1-9][0-9]?)g\.(?P<mem>[1-9][0-9]{0,3})gb"
@@ -133,3 +143,100 @@ def catalogued_profiles(catalogue: dict[str, Any], products: list[str]) -> dict[
         for profile, count in catalogue[product].items():
             profiles[profile] = max(count, profiles.get(profile, 0))
     return profiles
+
+
+# GPU feature discovery's product label suffixes (see the module's docstring).
+SHARED_SUFFIX = "-SHARED"
+_MIG_SUFFIX = re.compile(r"-MIG-(?P<profile>.+)\Z")  # a profile may hold "-" (1g.24gb-me)
+# What the driver puts before the model in a product name.
+_MAKERS = ("NVIDIA-", "TESLA-")
+# The catalogued products of each model, by the memory the catalogue names them with (GB). A
+# model is the product name's first word after the maker (three words for the RTX PRO 6000).
+_MODELS: Mapping[str, Mapping[int, str]] = MappingProxyType(
+    {
+        "A100": {40: "A100-40GB", 80: "A100-80GB"},
+        "A30": {24: "A30"},
+        "H100": {80: "H100-80GB", 94: "H100-94GB"},
+        "GH200": {96: "GH200-96GB", 144: "GH200-144GB"},
+        "H20": {96: "H20"},
+        "H200": {141: "H200-141GB"},
+        "B200": {180: "B200"},
+        "RTX-PRO-6000": {96: "RTX-PRO-6000"},
+    }
+)
+# A memory size written in a product name: 80GB (A100-SXM4-80GB), 144G (GH200 144G HBM3e).
+_MEMORY_WORD = re.compile(r"(?P<gb>[0-9]+)GB?\Z")
+# Words of a product name that tell its memory variant without saying it: the H100 NVL has
+# 94 GB, the H100 PCIe 80 GB, the GH200 480GB (with its Grace CPU's memory) 96 GB.
+_VARIANT_WORDS: Mapping[tuple[str, str], int] = MappingProxyType(
+    {("H100", "NVL"): 94, ("H100", "PCIE"): 80, ("GH200", "480GB"): 96}
+)
+
+
+class GpuProduct(NamedTuple):
+    """A node's ``nvidia.com/gpu.product`` without GPU feature discovery's suffixes."""
+
+    name: str  # as the label spells it: NVIDIA-A100-SXM4-40GB
+    mig_profile: str | None  # the MIG single strategy's profile (never "INVALID")
+
+
+def gfd_product(label: str) -> GpuProduct:
+    """``NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED`` is ``NVIDIA-A100-SXM4-40GB`` with ``1g.5gb``."""
+    name = label[: -len(SHARED_SUFFIX)] if label.endswith(SHARED_SUFFIX) else label
+    suffix = _MIG_SUFFIX.search(name)
+    if suffix is None:
+        return GpuProduct(name, None)
+    profile = suffix["profile"]
+    return GpuProduct(name[: suffix.start()], profile if is_well_formed(profile) else None)
+
+
+def catalogued_as(
+    product: GpuProduct, memory_mib: int | None, catalogue: Mapping[str, Collection[str]]
+) -> str | None:
+    """The catalogue's name for a product GPU feature discovery labelled, None when it has none.
+
+    A policy's own product (``migCatalogue.customProducts``) named as the label names it, with
+    or without the maker, comes first. Otherwise the model picks the catalogued products, and
+    of several (memory variants) the one that the name's memory word (``80GB``), else the
+    GPU's memory (``nvidia.com/gpu.memory``, MiB: not the MIG single strategy's, which is one
+    instance's, nor the 0 of its ``-MIG-INVALID``), else a word of the name that implies it
+    (``NVL``), else the single strategy's profile names."""
+    name = product.name.upper()
+    bare = next((name[len(m) :] for m in _MAKERS if name.startswith(m)), name)
+    for known in catalogue:
+        if known.upper() in (name, bare):
+            return known
+    words = bare.split("-")
+    model = "-".join(words[:3]) if words[:2] == ["RTX", "PRO"] else words[0]
+    entry = _variant(model, words[1:], product, memory_mib, catalogue)
+    return entry if entry in catalogue else None
+
+
+def _variant(
+    model: str,
+    words: list[str],
+    product: GpuProduct,
+    memory_mib: int | None,
+    catalogue: Mapping[str, Collection[str]],
+) -> str | None:
+    """Of a model's catalogued products (by memory), the one the product is (see
+    :func:`catalogued_as`)."""
+    variants = _MODELS.get(model, {})
+    if len(variants) <= 1:
+        return next(iter(variants.values()), None)
+    for word in words:
+        written = _MEMORY_WORD.match(word)
+        if written and int(written["gb"]) in variants:
+            return variants[int(written["gb"])]
+    if memory_mib and product.mig_profile is None:
+        # The driver reports a little less than the marketed size (81,559 MiB on an H100 80GB).
+        return variants[min(variants, key=lambda gb: abs(gb * 1024 - memory_mib))]
+    for word in words:
+        if _VARIANT_WORDS.get((model, word)) in variants:
+            return variants[_VARIANT_WORDS[(model, word)]]
+    offering = [
+        entry
+        for entry in variants.values()
+        if entry in catalogue and product.mig_profile in catalogue[entry]
+    ]
+    return offering[0] if len(offering) == 1 else None

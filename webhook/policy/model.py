@@ -344,6 +344,17 @@ class InventoryUse:
     node_name: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class DaemonSetName:
+    """A DaemonSet the policy names (``devicePluginDaemonSets``)."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Policy:
     name: str
@@ -354,6 +365,9 @@ class Policy:
     unknown_resources: Literal["Allow", "Warn", "Deny"]
     mig_products: tuple[str, ...]
     mig_profiles: frozenset[str]  # catalogued profiles of the declared products (no .shared)
+    # Every product the catalogue knows, built in or the policy's customProducts, with its
+    # profiles: what cluster check compares the nodes' products and MIG profiles with.
+    mig_catalogue: MappingProxyType[str, frozenset[str]]
     mig_profile_counts: MappingProxyType[str, int]  # profile -> most instances on one GPU
     mig_sizes: tuple[tuple[int, int, str], ...]  # mig.plain_sizes of mig_profiles
     uncatalogued_mig: Literal["Warn", "Deny"]
@@ -401,6 +415,8 @@ class Policy:
     # their rule's mode. Each such check marks its violations advisory by it.
     new_checks: Literal["Warn", "Enforce"] = "Warn"
     node_inventory: InventoryUse = InventoryUse()
+    # The device plugin DaemonSets cluster check compares with the GPU nodes (none: not compared).
+    device_plugin_daemonsets: tuple[DaemonSetName, ...] = ()
     warnings: tuple[PolicyWarning, ...] = ()  # whole-policy lints, in line order
 
     def rule_modes(self, namespace: str) -> RuleSet:

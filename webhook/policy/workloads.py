@@ -229,7 +229,9 @@ def custom_resource_rules(workloads: Iterable[WorkloadKind]) -> list[dict[str, A
     ]
 
 
-# What ``cluster check`` needs besides: the auditor role has it, the background audit not.
+# What ``cluster check`` needs besides the judged kinds' rules (whose get on daemonsets and list
+# on pods, built-in kinds, read the device plugins it compares): the auditor role has it, the
+# background audit not.
 NODES_READ_RULE: dict[str, Any] = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}
 
 
