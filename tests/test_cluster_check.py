@@ -424,7 +424,7 @@ def test_what_is_kept_of_a_node_is_what_the_checks_read() -> None:
         "nvidia.com/gpu.memory": "81559",
         "nvidia.com/mig.capable": "true",
     }
-    assert kept.nvidia_pci is True
+    assert kept.gpu_labelled is True
     assert dict(kept.capacity) == {"nvidia.com/gpu": "8", "nvidia.com/hostdev": "8"}
     assert kept.vendor_resources() == ("nvidia.com/gpu", "nvidia.com/hostdev")
     assert [t.key for t in kept.taints] == ["nvidia.com/gpu", "example.com/pool"]

@@ -186,6 +186,28 @@ def test_the_inventory_process_is_started_again_and_ends_with_the_worker(
     wait_until(lambda: nodes_known(server) == 4, timeout=10, what="the new worker's list")
 
 
+def test_decisions_stop_reading_a_stale_snapshot_or_that_of_an_ended_process() -> None:
+    """The API server not heard from for STALE_SECONDS, or the serving process ended: the
+    decisions are what they are without an inventory until it is current again."""
+    from types import SimpleNamespace
+
+    from webhook.core.inventory import NodeFields, NodeSnapshot
+    from webhook.server.inventory import STALE_SECONDS, NodeInventory
+
+    now = [1000.0]
+    inventory = NodeInventory(lambda: None, clock=lambda: now[0])
+    snapshot = NodeSnapshot({}, NodeFields(frozenset(), ("nvidia.com",)))
+    feed = SimpleNamespace(snapshot=snapshot, ended=False, heard_at=now[0])
+    inventory._serving = (feed, 0)  # type: ignore[assignment]
+    assert inventory.snapshot() is snapshot
+    now[0] += STALE_SECONDS + 1
+    assert inventory.snapshot() is None
+    feed.heard_at = now[0]
+    assert inventory.snapshot() is snapshot
+    feed.ended = True
+    assert inventory.snapshot() is None
+
+
 def test_without_the_option_nothing_is_asked_of_the_api_server(
     tmp_path: Path, api: FakeKubeAPI
 ) -> None:

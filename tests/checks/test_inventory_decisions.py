@@ -24,7 +24,7 @@ from tests.support.admission import (
     warnings,
     with_spec,
 )
-from webhook.core.inventory import NodeSnapshot, node_info
+from webhook.core.inventory import NodeFields, NodeSnapshot, node_info
 
 POOL = "example.com/pool"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -93,7 +93,7 @@ CLUSTER = [
 def snapshot(nodes: list[dict[str, Any]] = CLUSTER, policy_: webhook.Policy | None = None):
     policy_ = policy_ or inventory_policy()
     kept = {n["metadata"]["name"]: node_info(n, policy_) for n in nodes}
-    return NodeSnapshot(kept, policy_.gpu_label_keys)
+    return NodeSnapshot(kept, NodeFields.of(policy_))
 
 
 def same(a: webhook.Decision, b: webhook.Decision) -> bool:
@@ -272,9 +272,12 @@ def test_a_reserved_pools_node_is_open_to_its_namespace() -> None:
     )
 
 
-def test_a_node_in_no_pool_breaches_no_reservation() -> None:
-    for name in ("cpu-1", "mig-1"):
-        assert_allowed_clean(judge(on(pod(container(gpu=1)), name), snapshot()))
+def test_a_cpu_node_breaches_no_reservation_and_a_gpu_node_in_no_pool_is_not_placed() -> None:
+    assert_allowed_clean(judge(on(pod(container()), "cpu-1"), snapshot()))
+    # A GPU node no pool selects may be a reserved pool's, its label on its way.
+    decision = judge(on(pod(container()), "mig-1"), snapshot())
+    assert denied(decision) == [("pool-access", "spec.nodeName")]
+    assert "cannot tell whether the node is in a pool" in status_message(decision)
 
 
 def test_an_unknown_node_is_judged_as_without_an_inventory() -> None:
@@ -297,10 +300,18 @@ def test_the_switch_turns_node_name_resolution_off() -> None:
     assert same(judge(obj, snapshot(policy_=off), off), judge(obj, None, off))
 
 
-def test_a_snapshot_kept_for_other_pool_labels_is_not_trusted_for_node_name() -> None:
-    other = NodeSnapshot(
-        {"cpu-1": node_info(node("cpu-1"), inventory_policy())}, frozenset({"other/label"})
-    )
+@pytest.mark.parametrize(
+    "fields",
+    [
+        NodeFields(frozenset({"other/label"}), ("nvidia.com",)),
+        NodeFields(frozenset({POOL}), ("example.com",)),
+    ],
+    ids=["other pool label keys", "other vendor domains"],
+)
+def test_a_snapshot_kept_for_other_fields_is_not_trusted_for_node_name(
+    fields: NodeFields,
+) -> None:
+    other = NodeSnapshot({"cpu-1": node_info(node("cpu-1"), fields)}, fields)
     obj = on(PRIVILEGED, "cpu-1")
     assert same(judge(obj, other), judge(obj, None))
 
@@ -315,3 +326,100 @@ def test_the_mutation_confines_a_bound_pod_to_its_nodes_pool() -> None:
     operations = json.loads(base64.b64decode(patch))
     text = json.dumps(operations)
     assert '"reserved"' in text and "inference" not in text
+
+
+# ------------------------------------------------------ what the inventory cannot place
+
+
+def test_a_gpu_node_whose_pool_label_is_not_there_yet_is_judged_as_unknown() -> None:
+    """Its taint and GPU say it is a GPU node; no pool selects it (yet): a closed namespace
+    must not get the reserved pool's GPUs by naming it."""
+    unlabelled = node(
+        "gpu-9", {"nvidia.com/gpu.present": "true"}, [GPU_TAINT], {"nvidia.com/gpu": "8"}
+    )
+    obj = on(pod(container(gpu=4)), "gpu-9")
+    decision = judge(obj, snapshot([unlabelled]))
+    assert same(decision, judge(obj, None))
+    assert ("pool-access", "spec.nodeName") in denied(decision)
+
+
+@pytest.mark.parametrize(
+    "sign",
+    [
+        {"labels": {"feature.node.kubernetes.io/pci-10de.present": "true"}},
+        {"labels": {"feature.node.kubernetes.io/pci-0300_10de_2330.present": "true"}},
+        {"labels": {"nvidia.com/gpu.deploy.driver": "true"}},
+        {"labels": {"cloud.google.com/gke-accelerator": "nvidia-l4"}},
+        {"labels": {"karpenter.k8s.aws/instance-gpu-count": "8"}},
+        {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]},
+        {"taints": [{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true",
+                     "effect": "NoSchedule"}]},
+    ],
+)  # fmt: skip
+def test_labels_the_gpu_operator_nfd_and_clouds_write_and_a_starting_node_are_no_cpu_node(
+    sign: dict,
+) -> None:
+    nodes = snapshot([node("n", **sign)])
+    assert "privileged" in {r for r, _ in denied(judge(on(PRIVILEGED, "n"), nodes))}
+
+
+OVERLAPPING = f"""
+gpuNodeTaints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]
+pools:
+  - name: a100
+    nodeSelector: {{{POOL}: shared}}
+    resources: [{{name: nvidia.com/gpu, sharing: Exclusive}}]
+  - name: batch
+    nodeSelector: {{{POOL}: shared}}
+    resources: [{{name: nvidia.com/gpu, sharing: TimeSlicing}}]
+"""
+
+
+def test_pools_a_node_shares_never_make_the_inventory_deny() -> None:
+    overlapping = policy(OVERLAPPING, name="overlapping")
+    nodes = snapshot([node("gpu-1", {POOL: "shared"}, [GPU_TAINT])], overlapping)
+    plain = on(pod(container(gpu=1)), "gpu-1")
+    annotated = on(pod(container(gpu=1), annotations={"gpu-admission.io/pool": "a100"}), "gpu-1")
+    for obj in (plain, annotated):
+        without = judge(obj, None, overlapping)
+        assert {r for r, _ in denied(judge(obj, nodes, overlapping))} <= {
+            r for r, _ in denied(without)
+        }
+    assert judge(annotated, nodes, overlapping).allowed
+
+
+def test_a_template_naming_a_closed_pools_node_is_refused_when_it_is_written() -> None:
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "work"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "work"}},
+            "template": with_spec(pod(container(gpu=1)), nodeName="reserved-1"),
+        },
+    }
+    del deployment["spec"]["template"]["apiVersion"], deployment["spec"]["template"]["kind"]
+    decision = judge(deployment, snapshot())
+    assert [r for r, _ in denied(decision)] == ["pool-access"]
+    assert "may not use the pool(s) that offer nvidia.com/gpu (reserved)" in status_message(
+        decision
+    )
+    assert judge(deployment, snapshot(), namespace="research").allowed
+
+
+def test_only_the_first_names_of_a_template_are_ranked_by_likeness() -> None:
+    names = [f"nvidia.com/mig-{i}g.99gb" for i in range(1, 11)]
+    obj = pod(container(limits={n: 1 for n in names}))
+    found = judge(obj, snapshot()).findings
+    hints = [f.violation.hint for f in found if f.rule == "resource-name"]
+    assert len(hints) == 10
+    alphabetical = "nodes advertise nvidia.com/gpu, nvidia.com/mig-1g.10gb, nvidia.com/mig-2g.20gb"
+    assert not hints[0].startswith(alphabetical)  # ranked: the MIG names first
+    assert all(h.startswith(alphabetical) for h in hints[8:])
+    long_name = "nvidia.com/mig-" + "x" * 100
+    [hint] = [
+        f.violation.hint
+        for f in judge(pod(container(limits={long_name: 1})), snapshot()).findings
+        if f.rule == "resource-name"
+    ]
+    assert hint.startswith(alphabetical) or "malformed" in hint or "write" in hint

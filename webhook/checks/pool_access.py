@@ -9,7 +9,7 @@ the pool offers, or asks for none and tolerates the pool's NoSchedule and NoExec
 key (it would take the reserved nodes' CPU and memory), when its required node selection does
 not exclude the pool and it tolerates the pool's taints; and a Pod that sets ``nodeName``
 outside a binder namespace to a node of a pool closed to it, or to a node the node inventory
-does not know (without one, the webhook cannot tell which pool a node is in). A Pod that
+cannot place (without one, the webhook cannot tell which pool a node is in). A Pod that
 reaches a closed pool only through a wildcard toleration (node agents' DaemonSets) is warned,
 never denied. Allowed: a Pod with exactly one possible sharing mode, kept to pools its
 namespace may use. This is the decision the mutating webhook takes when it injects
@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from webhook.core.findings import Violation, quote
-from webhook.core.inventory import named_node, pools_of
+from webhook.core.inventory import bound_to_cpu_node, named_node, pools_of
 from webhook.core.pods import PodView
 from webhook.core.pools import (
     Ambiguous,
@@ -78,11 +78,13 @@ def _named_node(
     view: PodView, policy: Policy, node_name: Any, asks_gpu: bool
 ) -> Iterator[Violation]:
     """A Pod that names its node skips the scheduler and every taint: refused when the node
-    is in a pool closed to its namespace, or when the node inventory does not know the node
-    (there is none, or it has not heard of it yet)."""
+    is in a pool closed to its namespace, or when the node inventory cannot place the node (it
+    has not heard of it, or it is a GPU node in no pool: its pool's label may be on its way);
+    allowed on a CPU node and on a node of pools open to the namespace."""
     path = f"{view.spec_path}.nodeName"
     node = named_node(view.nodes, node_name, policy)
-    if node is None:
+    pools = pools_of(node, policy) if node is not None else ()
+    if node is None or not (pools or bound_to_cpu_node(view.nodes, node_name, policy)):
         yield Violation(
             rule=RULE,
             path=path,
@@ -96,7 +98,7 @@ def _named_node(
             field="nodeName",
         )
         return
-    for pool in pools_of(node, policy):
+    for pool in pools:
         if policy.may_use(pool, view.namespace):
             continue
         label, _ = _labels(pool)

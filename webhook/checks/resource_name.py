@@ -31,6 +31,14 @@ RULE = "resource-name"
 MAX_UNDECLARED_NAMES = 100
 # The names nodes advertise that a warning suggests, closest first.
 MAX_SUGGESTIONS = 6
+# Ranking the advertised names by likeness costs the product of the names' lengths for each
+# one: done for the first undeclared names of a template only, and only for a name as long
+# as a resource name can be (a qualified name's part after the domain has at most 63
+# characters; a custom resource's template is not held to it). 100 names of 600 characters
+# against 12 advertised took half a second all ranked; now a template of them takes 0.3 ms
+# more than without the inventory, and one of 100 valid MIG names 2.2 ms more.
+RANKED_NAMES = 8
+MAX_NAME_LENGTH = 63
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
@@ -45,7 +53,8 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 return
             found = _diagnose(name, policy)
             if view.nodes is not None and policy.node_inventory.advertised_names:
-                found = _unadvertised(name, found, view.nodes.advertised())
+                ranked = undeclared <= RANKED_NAMES
+                found = _unadvertised(name, found, view.nodes.advertised(), ranked)
             if found is not None:
                 message, hint, advisory = found
                 yield Violation(
@@ -89,17 +98,23 @@ def _too_many(view: PodView, container: ContainerView, name: str, policy: Policy
 
 
 def _unadvertised(
-    name: str, found: tuple[str, str, bool] | None, advertised: frozenset[str]
+    name: str, found: tuple[str, str, bool] | None, advertised: frozenset[str], ranked: bool
 ) -> tuple[str, str, bool] | None:
     """What the node inventory adds about an undeclared name: when no node advertises it, a
-    warning (of its own, or in the policy's warning) with the names nodes do advertise. A
-    denial stays the policy's, as it was: the inventory alone never denies."""
+    warning (of its own, or in the policy's warning) with the names nodes do advertise,
+    closest first where ``ranked``. A denial stays the policy's, as it was: the inventory
+    alone never denies."""
     if name in advertised or (found is not None and not found[2]):
         return found
-    domain = name.partition("/")[0]
+    domain, _, short = name.partition("/")
     same_domain = [n for n in advertised if n.partition("/")[0] == domain]
     if same_domain:
-        closest = sorted(same_domain, key=lambda n: (-SequenceMatcher(None, name, n).ratio(), n))
+        if ranked and len(short) <= MAX_NAME_LENGTH:
+            closest = sorted(
+                same_domain, key=lambda n: (-SequenceMatcher(None, name, n).ratio(), n)
+            )
+        else:
+            closest = sorted(same_domain)
         shown = closest[:MAX_SUGGESTIONS]
         more = len(closest) - len(shown)
         suggestion = "nodes advertise " + ", ".join(shown) + (f" and {more} more" if more else "")

@@ -57,9 +57,28 @@ FEATURE_DISCOVERY_LABELS = frozenset(
         "nvidia.com/mig.config",
     }
 )
-# Node feature discovery's PCI labels for NVIDIA's vendor id (10de), whatever the device class:
-# stock NFD writes feature.node.kubernetes.io/pci-0302_10de.present for a 3D controller.
-NVIDIA_PCI_LABEL = re.compile(r"feature\.node\.kubernetes\.io/pci-[0-9a-f]{4}_10de\.present\Z")
+# Node feature discovery's PCI labels for NVIDIA's vendor id (10de), in every form its
+# deviceLabelFields make: stock NFD's pci-0302_10de.present (class and vendor), the GPU
+# Operator's and OpenShift's pci-10de.present (vendor only), with a device id after it.
+NVIDIA_PCI_LABEL = re.compile(
+    r"feature\.node\.kubernetes\.io/pci-(?:[0-9a-f]{4}_)?10de(?:[_-][0-9a-f]{4})?\.present\Z"
+)
+# Labels a cloud's node pools put on their GPU nodes from the start (GKE, Karpenter on EKS,
+# EKS's older one, AKS).
+PROVIDER_GPU_LABELS = frozenset(
+    {
+        "cloud.google.com/gke-accelerator",
+        "karpenter.k8s.aws/instance-gpu-count",
+        "karpenter.k8s.aws/instance-gpu-name",
+        "karpenter.k8s.aws/instance-gpu-manufacturer",
+        "k8s.amazonaws.com/accelerator",
+        "kubernetes.azure.com/accelerator",
+    }
+)
+# Taints of a node that is still starting: what it is may not be labelled yet.
+STARTING_TAINTS = frozenset(
+    {"node.cloudprovider.kubernetes.io/uninitialized", "node.kubernetes.io/not-ready"}
+)
 EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
@@ -76,7 +95,10 @@ class NodeInfo:
 
     name: str
     labels: Mapping[str, str]
-    nvidia_pci: bool  # node feature discovery labelled an NVIDIA PCI device on it
+    # A label not kept says the node has a GPU: node feature discovery's NVIDIA PCI label, a
+    # label under a vendor domain (the GPU Operator's nvidia.com/gpu.deploy.*), a cloud's GPU
+    # label (PROVIDER_GPU_LABELS).
+    gpu_labelled: bool
     taints: tuple[Taint, ...]
     capacity: Mapping[str, str]  # vendor-domain resources only
     allocatable: Mapping[str, str]  # vendor-domain resources only
@@ -173,7 +195,7 @@ def node_info(
     labels = {
         str(key): str(value) for key, value in all_labels.items() if keeps_label(str(key), kept)
     }
-    nvidia_pci = any(NVIDIA_PCI_LABEL.match(str(key)) for key in all_labels)
+    gpu_labelled = any(_gpu_label(str(key), kept.vendor_domains) for key in all_labels)
     taints = tuple(
         Taint(str(taint.get("key") or ""), str(taint.get("value") or ""), str(taint.get("effect")))
         for taint in spec.get("taints") or ()
@@ -185,7 +207,7 @@ def node_info(
         return NodeInfo(
             str(metadata.get("name") or ""),
             MappingProxyType(labels) if labels else EMPTY,
-            nvidia_pci,
+            gpu_labelled,
             taints,
             MappingProxyType(capacity) if capacity else EMPTY,
             MappingProxyType(allocatable) if allocatable else EMPTY,
@@ -193,7 +215,7 @@ def node_info(
     return NodeInfo(
         str(metadata.get("name") or ""),
         shared.mapping(labels),
-        nvidia_pci,
+        gpu_labelled,
         shared.taints(taints),
         shared.mapping(capacity),
         shared.mapping(allocatable),
@@ -261,13 +283,27 @@ def mig_capable(node: NodeInfo) -> bool:
 
 def is_cpu_node(node: NodeInfo, policy: Policy) -> bool:
     """A node with no sign of a GPU: none of a declared GPU taint (by key), a pool's label
-    key, a GPU feature-discovery label, an NVIDIA PCI label, a vendor resource in its
-    capacity (even at zero). Any one of them and the node may be a GPU node, still starting."""
+    key, a GPU feature-discovery label, an NVIDIA PCI label, a label under a vendor domain, a
+    cloud's GPU label, a vendor resource in its capacity (even at zero), nor the taint of a
+    node still starting. Any one of them and the node may be a GPU node."""
     return not (
         node.capacity
-        or node.nvidia_pci
+        or node.gpu_labelled
         or any(keeps_label(key, policy) for key in node.labels)
-        or any(taint.key in policy.gpu_taint_keys for taint in node.taints)
+        or any(
+            taint.key in policy.gpu_taint_keys or taint.key in STARTING_TAINTS
+            for taint in node.taints
+        )
+    )
+
+
+def _gpu_label(key: str, vendor_domains: tuple[str, ...]) -> bool:
+    prefix, slash, _ = key.partition("/")
+    return bool(
+        NVIDIA_PCI_LABEL.match(key)
+        or key in PROVIDER_GPU_LABELS
+        or slash
+        and any(prefix == d or prefix.endswith("." + d) for d in vendor_domains)
     )
 
 
@@ -279,15 +315,15 @@ class NodeSnapshot:
     """The Nodes as the inventory knew them at one moment, for decisions: never changed.
     What decisions read of all of them (the names nodes advertise, the largest node of each
     pool) is worked out on first use and kept with the snapshot, which is replaced as a whole
-    when a Node changes what is kept of it. ``label_keys``: the pool label keys its Nodes'
-    labels were kept for (a policy with others is judged without the snapshot's nodes until
-    the inventory has listed them again)."""
+    when a Node changes what is kept of it. ``fields``: what its Nodes were kept for (a
+    policy with other pool label keys or vendor domains is judged without the snapshot's
+    nodes until the inventory has listed them again)."""
 
-    __slots__ = ("_nodes", "label_keys", "_advertised", "_sizes")
+    __slots__ = ("_nodes", "fields", "_advertised", "_sizes")
 
-    def __init__(self, nodes: Mapping[str, NodeInfo], label_keys: frozenset[str]) -> None:
+    def __init__(self, nodes: Mapping[str, NodeInfo], fields: NodeFields) -> None:
         self._nodes = nodes  # by name
-        self.label_keys = label_keys
+        self.fields = fields
         self._advertised: frozenset[str] | None = None
         self._sizes: tuple[Policy, Sizes] | None = None
 
@@ -300,8 +336,13 @@ class NodeSnapshot:
         return self._nodes
 
     def node(self, name: str, policy: Policy) -> NodeInfo | None:
-        """The named node, if known and kept with every label key the policy's pools use."""
-        if not policy.gpu_label_keys <= self.label_keys:
+        """The named node, if known and kept with every label key and vendor domain the
+        policy uses."""
+        fields = self.fields
+        if not (
+            policy.gpu_label_keys <= fields.gpu_label_keys
+            and set(policy.vendor_domains) <= set(fields.vendor_domains)
+        ):
             return None
         return self._nodes.get(name)
 
@@ -343,6 +384,14 @@ class NodeSnapshot:
                     if name not in largest or quantity > largest[name][0]:
                         largest[name] = (quantity, node.name)
         return sizes
+
+
+def bound_to_cpu_node(nodes: NodeSnapshot | None, name: Any, policy: Policy) -> bool:
+    """Whether ``spec.nodeName`` binds the Pod to a node the inventory knows for a CPU node;
+    never where GPU nodes are not told apart by taints (``gpuNodesTainted: false``, or no hard
+    taint declared)."""
+    node = named_node(nodes, name, policy)
+    return node is not None and not policy.every_pod_reaches_gpu_nodes and is_cpu_node(node, policy)
 
 
 def named_node(nodes: NodeSnapshot | None, name: Any, policy: Policy) -> NodeInfo | None:

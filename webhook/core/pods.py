@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from webhook.core.inventory import NodeSnapshot, named_node, pools_of
+from webhook.core.inventory import NodeSnapshot, bound_to_cpu_node
 from webhook.policy.annotations import Injection
 from webhook.policy.model import Grants, Policy
 from webhook.policy.quantity import Quantity, parse_quantity
@@ -419,10 +419,8 @@ def _gpu_relevant(view: PodView, policy: Policy) -> bool:
             ):
                 return True
     if policy.has_reserved_pools and view.spec.get("nodeName"):
-        # It may be a reserved pool's node (the pool-access rule); a node the inventory knows
-        # is in no pool is not.
-        node = named_node(view.nodes, view.spec["nodeName"], policy)
-        if node is None or pools_of(node, policy):
+        # It may be a reserved pool's node (the pool-access rule); a CPU node is not.
+        if not bound_to_cpu_node(view.nodes, view.spec["nodeName"], policy):
             return True
     return any(
         isinstance(t.get("key"), str) and t["key"] in policy.gpu_taint_keys

@@ -107,8 +107,9 @@ def _select(view: PodView, policy: Policy) -> Selection:
     if not requested:
         return NO_GPU
     node = named_node(view.nodes, view.spec.get("nodeName"), policy)
-    if node is not None:
-        return _on_node(policy, node, requested)
+    on_node = _on_node(view, policy, node, requested) if node is not None else None
+    if on_node is not None:
+        return on_node
     annotation = view.annotations.get(POOL_ANNOTATION)
     if annotation is not None and policy.pools:
         return _explicit(view, policy, str(annotation), requested)
@@ -156,22 +157,34 @@ def _explicit(view: PodView, policy: Policy, name: str, requested: tuple[str, ..
     return Selection((pool,), pool.taints, (PoolClosed(pool),), requested)
 
 
-def _on_node(policy: Policy, node: NodeInfo, requested: tuple[str, ...]) -> Selection:
-    """A Pod bound by ``nodeName`` to a node the inventory knows lands in that node's pools,
-    or in none. Whether its namespace may use them is the pool-access rule's ``nodeName``
-    finding, for GPU Pods and others alike."""
+def _on_node(
+    view: PodView, policy: Policy, node: NodeInfo, requested: tuple[str, ...]
+) -> Selection | None:
+    """Where a Pod bound by ``nodeName`` to a node the inventory knows lands: that node's
+    pools (narrowed by the pool annotation). None, judged as without the inventory, unless
+    the node gives one clear answer: it is in no pool (a CPU node, or a GPU node whose pool
+    label may be on its way), the annotation names another pool, or its pools give the
+    Pod's resources different sharing modes. Whether the namespace may use the pools is the
+    pool-access rule's ``nodeName`` finding for a Pod; a template, whose Pods that finding
+    will refuse, is told now."""
     pools = pools_of(node, policy)
+    annotation = view.annotations.get(POOL_ANNOTATION)
+    if annotation is not None:
+        pools = tuple(p for p in pools if p.name == str(annotation))
     if not pools:
-        return Selection((), (), (), requested)
+        return None
     offering = tuple(p for p in pools if all(n in p.resources for n in requested))
     if not offering:
         missing = tuple(n for n in requested if n not in pools[0].resources)
         problem = PoolLacks(pools[0], missing, requested, node.name)
         return Selection((), (), (problem,), requested)
-    conflict = _mode_conflict(offering, requested)
-    return Selection(
-        offering, _union_taints(offering), (conflict,) if conflict is not None else (), requested
-    )
+    if _mode_conflict(offering, requested) is not None:
+        return None
+    problems: tuple[Problem, ...] = ()
+    is_pod = view.kind == "Pod" and view.spec_path == "spec"
+    if not is_pod and not any(policy.may_use(p, view.namespace) for p in offering):
+        problems = (ClosedToNamespace(requested, offering),)
+    return Selection(offering, _union_taints(offering), problems, requested)
 
 
 def _compatible(view: PodView, pool: Pool) -> bool:

@@ -30,7 +30,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from webhook.core.hostpaths import in_device_list_dir, is_gpu_device_path
-from webhook.core.inventory import is_cpu_node, named_node
+from webhook.core.inventory import bound_to_cpu_node
 from webhook.core.pods import TOOLKIT_PREFIX, ContainerView, PodView, is_cdi_annotation
 from webhook.core.scheduling import tolerates
 from webhook.policy.model import Policy, Scope
@@ -130,11 +130,9 @@ def _reach(view: PodView, policy: Policy) -> Reach:
     if reason is not None:
         return Reach("gpuPods", reason)
     if isinstance(view.spec.get("nodeName"), str) and view.spec["nodeName"]:
-        node = named_node(view.nodes, view.spec["nodeName"], policy)
-        if node is None or policy.every_pod_reaches_gpu_nodes or not is_cpu_node(node, policy):
+        if not bound_to_cpu_node(view.nodes, view.spec["nodeName"], policy):
             return Reach("gpuPods", "spec.nodeName skips the scheduler's taint checks")
-        # Bound to a node with no sign of a GPU: its tolerations take it nowhere else. Where
-        # GPU nodes are not told apart by taints, no node is sure to be a CPU node.
+        # Bound to a node with no sign of a GPU: its tolerations take it nowhere else.
         return Reach("otherPods", "")
     tolerations = view.tolerations()
     if tolerations:

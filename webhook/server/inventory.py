@@ -13,8 +13,9 @@ What is kept of a Node depends on the policy (its pools' label keys, its vendor 
 policy that changes them starts a new process, and readers keep the Nodes they had until it
 has listed. A process that ends is started again, with a backoff. Readers get an immutable
 snapshot (:class:`~webhook.core.inventory.NodeSnapshot`) and never wait on the API server;
-before the first list there is none, and while the API server is unreachable it is the last
-one; readiness never depends on it. Metrics: ``gpu_admission_inventory_nodes``,
+there is none before the first list, while its process is replaced and once the API server
+has not been heard from for two minutes: decisions are then what they are without an
+inventory. Readiness never depends on it. Metrics: ``gpu_admission_inventory_nodes``,
 ``gpu_admission_inventory_age_seconds`` (since the API server was last heard from, or since
 start before the first list) and ``gpu_admission_inventory_watch_restarts_total`` (lists
 after the first, watches started again after a failure, and processes started again).
@@ -46,6 +47,9 @@ LOOK_SECONDS = 1.0
 RESTART_FIRST_SECONDS = 1.0
 RESTART_MAX_SECONDS = 30.0
 STOP_SECONDS = 5.0
+# Decisions stop reading a snapshot the API server has not confirmed for this long: the API
+# server sends a bookmark about once a minute, so a current inventory is heard from sooner.
+STALE_SECONDS = 120.0
 
 
 class _Feed:
@@ -90,6 +94,7 @@ class _Feed:
                 time.sleep(0)  # a turn for the connections (greenlets) after each line
         except (OSError, orjson.JSONDecodeError) as exc:
             self.last_error = f"reading the inventory process: {exc}"
+            self._process.kill()  # nobody reads it any more: it is started again
         status = self._process.wait()
         self.last_error = f"the inventory process ended (exit status {status})"
         self.ended = True
@@ -116,7 +121,7 @@ class _Feed:
             if state.get("listed") and not self.listed:
                 self.listed = changed = True
         if changed and self.listed:
-            self.snapshot = NodeSnapshot(dict(self._nodes), self.fields.gpu_label_keys)
+            self.snapshot = NodeSnapshot(dict(self._nodes), self.fields)
 
 
 class NodeInventory:
@@ -149,13 +154,21 @@ class NodeInventory:
         self._closing.set()
 
     def snapshot(self) -> NodeSnapshot | None:
-        """What decisions read: the Nodes known now, or None before the first list."""
+        """What decisions read: the Nodes known now; None before the first list, once the API
+        server has not been heard from for ``STALE_SECONDS`` and while the process that
+        serves is replaced (a node renamed, relabelled or re-tainted meanwhile would not be
+        seen)."""
         feed = self._serving[0]
-        return feed.snapshot if feed is not None else None
+        if feed is None or feed.ended or feed.heard_at is None:
+            return None
+        if self._clock() - feed.heard_at > STALE_SECONDS:
+            return None
+        return feed.snapshot
 
     def nodes(self) -> Mapping[str, NodeInfo]:
-        """The Nodes known now, by name (empty before the first list)."""
-        snapshot = self.snapshot()
+        """The Nodes known now, by name (empty before the first list), stale or not."""
+        feed = self._serving[0]
+        snapshot = feed.snapshot if feed is not None else None
         return snapshot.nodes if snapshot is not None else {}
 
     def figures(self) -> tuple[int, float, int]:

@@ -61,7 +61,7 @@ def node_record(node: NodeInfo) -> list[Any]:
     return [
         node.name,
         dict(node.labels),
-        node.nvidia_pci,
+        node.gpu_labelled,
         [[taint.key, taint.value, taint.effect] for taint in node.taints],
         dict(node.capacity),
         dict(node.allocatable),
@@ -72,11 +72,11 @@ def node_from_record(record: Any, shared: SharedParts) -> NodeInfo | None:
     """The NodeInfo a record stands for (None for one not of that shape), its parts shared
     with other Nodes' through ``shared``."""
     try:
-        name, labels, nvidia_pci, taints, capacity, allocatable = record
+        name, labels, gpu_labelled, taints, capacity, allocatable = record
         return NodeInfo(
             str(name),
             _strings(labels, shared),
-            bool(nvidia_pci),
+            bool(gpu_labelled),
             shared.taints(tuple(Taint(str(k), str(v), str(e)) for k, v, e in taints)),
             _strings(capacity, shared),
             _strings(allocatable, shared),
