@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -206,6 +207,35 @@ def test_decisions_stop_reading_a_stale_snapshot_or_that_of_an_ended_process() -
     assert inventory.snapshot() is snapshot
     feed.ended = True
     assert inventory.snapshot() is None
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("/nonexistent/python",),
+        (sys.executable, "-c", "print('not a message'); import time; time.sleep(60)"),
+    ],
+    ids=["cannot start", "garbled"],
+)
+def test_a_process_that_cannot_start_or_speaks_garbage_is_started_again(
+    command: tuple[str, ...],
+) -> None:
+    from webhook import parse_policy
+    from webhook.server.inventory import NodeInventory
+
+    plain = parse_policy(
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
+        "metadata: {name: plain}\nspec:\n  vendorDomains: [nvidia.com]\n"
+    )
+    inventory = NodeInventory(lambda: plain, command=command)
+    running = inventory.start()
+    try:
+        wait_until(lambda: inventory.figures()[2] >= 1, timeout=10, what="started again")
+        assert inventory.snapshot() is None and inventory.figures()[0] == 0
+    finally:
+        inventory.close()
+        running.join(timeout=10)
+    assert not running.is_alive()
 
 
 def test_without_the_option_nothing_is_asked_of_the_api_server(

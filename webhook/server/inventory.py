@@ -58,9 +58,6 @@ class _Feed:
     def __init__(self, fields: NodeFields, command: Sequence[str], clock: Callable[[], float]):
         self.fields = fields
         self._clock = clock
-        self._process = subprocess.Popen(
-            [*command, fields_argument(fields)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        )
         self._nodes: dict[str, NodeInfo] = {}
         self._shared = SharedParts()
         # Published for readers, each replaced whole: the snapshot once listed, the figures.
@@ -70,7 +67,16 @@ class _Feed:
         self.restarts = 0
         self.last_error: str | None = None
         self.ended = False
-        threading.Thread(target=self._read, name="node-feed", daemon=True).start()
+        self._process: subprocess.Popen[bytes] | None = None
+        try:
+            self._process = subprocess.Popen(
+                [*command, fields_argument(fields)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+        except OSError as exc:  # started again after a backoff, as one that ended
+            self.last_error = f"cannot start the inventory process: {exc}"
+            self.ended = True
+            return
+        threading.Thread(target=self._read, args=(self._process,), daemon=True).start()
 
     @property
     def count(self) -> int:
@@ -79,6 +85,8 @@ class _Feed:
     def stop(self) -> None:
         """End the process: its input closes, and it is killed if it lingers."""
         process = self._process
+        if process is None:
+            return
         try:
             if process.stdin is not None:
                 process.stdin.close()
@@ -86,16 +94,16 @@ class _Feed:
         except (OSError, subprocess.TimeoutExpired):
             process.kill()
 
-    def _read(self) -> None:
-        stdout: IO[bytes] | None = self._process.stdout
+    def _read(self, process: subprocess.Popen[bytes]) -> None:
+        stdout: IO[bytes] | None = process.stdout
         try:
             for line in stdout or ():
                 self._apply(orjson.loads(line))
                 time.sleep(0)  # a turn for the connections (greenlets) after each line
         except (OSError, orjson.JSONDecodeError) as exc:
             self.last_error = f"reading the inventory process: {exc}"
-            self._process.kill()  # nobody reads it any more: it is started again
-        status = self._process.wait()
+            process.kill()  # nobody reads it any more: it is started again
+        status = process.wait()
         self.last_error = f"the inventory process ended (exit status {status})"
         self.ended = True
 
@@ -206,14 +214,15 @@ class NodeInventory:
                     restart_at = self._clock() + backoff
                 elif self._clock() >= restart_at:
                     restart_at, backoff = None, min(backoff * 2, RESTART_MAX_SECONDS)
-                    if newest is pending:  # it ended before it listed: counted here
-                        restarts_before += 1
-                        self._serving = (serving, restarts_before)
+                    restarts_before += 1  # a process started again
+                    self._serving = (serving, restarts_before)
                     pending = _Feed(kept_for, self._command, self._clock)
             if pending is not None and (serving is None or pending.listed):
                 if serving is not None:
+                    # Its watch's restarts, and the list made again for a new policy (one
+                    # made again because it ended is counted already).
+                    restarts_before += serving.restarts + (0 if serving.ended else 1)
                     serving.stop()
-                    restarts_before += serving.restarts + 1
                 self._serving = (pending, restarts_before)
                 if pending.listed:
                     backoff = RESTART_FIRST_SECONDS
