@@ -19,7 +19,7 @@ from webhook.audit.cluster import audit_cluster
 from webhook.audit.files import audit_files
 from webhook.audit.judging import Audit
 from webhook.audit.preflight import Change, Preflight, preflight_cluster, preflight_files
-from webhook.audit.reports import REPORT_APIS, ReportAPI, apply_reports, policy_reports
+from webhook.audit.reports import REPORT_APIS, ReportAPI, apply_reports, iter_policy_reports
 from webhook.cli import junit, output, sarif
 from webhook.cli.common import add_command, add_policy_argument, error, policy_from
 from webhook.cluster.connection import ClusterError, connect
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
                 problems = list(audit.problems)
                 if args.apply:
                     api = REPORT_APIS[args.report_api]
-                    reports = policy_reports(audit.policy, audit.items, api)
+                    reports = iter_policy_reports(audit.policy, audit.items, api)
                     applied = apply_reports(cluster, api, reports, namespace, prune=not problems)
                     print(applied.line(api))
                     problems += [Problem("reports", f"report {f}") for f in applied.failed]
@@ -259,7 +259,7 @@ def _usage_error(args: argparse.Namespace) -> str | None:
 
 def render(audit: Audit, fmt: str, stream: TextIO, report_api: ReportAPI) -> None:
     if fmt == "policyreport":
-        for report in policy_reports(audit.policy, audit.items, report_api):
+        for report in iter_policy_reports(audit.policy, audit.items, report_api):
             stream.write("---\n" + output.to_yaml(report))
     elif fmt == "table":
         table(audit, stream)

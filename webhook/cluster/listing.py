@@ -71,28 +71,50 @@ class Lister:
         self._groups: dict[str, list[str]] | None = None  # discovered API group -> versions
         self._discovery_failed = False
 
-    def objects(self, workload: WorkloadKind) -> list[dict[str, Any]]:
-        """Every object of a workload kind, each with its apiVersion and kind."""
+    def object_pages(self, workload: WorkloadKind) -> Iterator[list[dict[str, Any]]]:
+        """The objects of a workload kind a page at a time, as they arrive, each with its
+        apiVersion and kind. A list that fails is a problem and ends the kind: the pages
+        before it have been given."""
         from kubernetes.client.exceptions import ApiException
 
         resource = f"{workload.resource}.{workload.group}" if workload.group else workload.resource
         builtin = (workload.group, workload.kind) in BUILTIN_LISTS
         for list_page in self._list_functions(workload):
             try:
-                items, api_version, _ = self.paginate(list_page)
+                for api_version, items in self._pages_once_more(list_page):
+                    for item in items:
+                        # Lists of built-in kinds leave apiVersion and kind out of their items.
+                        item.setdefault("apiVersion", api_version)
+                        item.setdefault("kind", workload.kind)
+                    yield items
             except ApiException as exc:
                 if exc.status == 404 and not builtin:
                     continue  # this version does not serve the kind; try the group's next
                 self.problems.append(Problem(resource, self._failure(exc, workload, resource)))
-                return []
-            for item in items:
-                # Lists of built-in kinds leave apiVersion and kind out of their items.
-                item.setdefault("apiVersion", api_version)
-                item.setdefault("kind", workload.kind)
-            return items
+            return
         if not self._discovery_failed:  # that is reported once, as a problem
             self.not_served.append((resource, workload.catalogued))
-        return []
+
+    def _pages_once_more(
+        self, list_page: Callable[..., Any]
+    ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+        """(apiVersion, items) of each page. A continue token that outlived the API server's
+        snapshot (410 Expired) starts the list over once, from a new snapshot, and then only
+        the objects not given yet are given (by uid: the pages given were judged already)."""
+        from kubernetes.client.exceptions import ApiException
+
+        given: set[str] = set()
+        try:
+            for page in self.pages(list_page):
+                items = page.get("items") or []
+                given.update(uid for item in items if (uid := _uid(item)))
+                yield page.get("apiVersion", ""), items
+        except ApiException as exc:
+            if exc.status != 410:
+                raise
+            for page in self.pages(list_page):
+                items = [item for item in page.get("items") or [] if _uid(item) not in given]
+                yield page.get("apiVersion", ""), items
 
     def _list_functions(self, workload: WorkloadKind) -> Iterator[Callable[..., Any]]:
         from kubernetes import client as k8s
@@ -225,6 +247,10 @@ class Lister:
                 f'"{workload.group}": bind {AUDITOR_ROLE}'
             )
         return f"cannot list {resource} {scope}: HTTP {exc.status} {exc.reason}: {message}"
+
+
+def _uid(item: dict[str, Any]) -> str:
+    return str((item.get("metadata") or {}).get("uid") or "")
 
 
 def _listing(pages: Iterator[dict[str, Any]]) -> Listing:
