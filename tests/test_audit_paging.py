@@ -23,6 +23,7 @@ from tests.support.cluster import (
     serve_report_kinds,
     serve_workload_kinds,
 )
+from webhook.audit.cluster import _Judging
 from webhook.audit.judging import Audit
 from webhook.audit.reports import REPORT_APIS, apply_reports, iter_policy_reports
 from webhook.cluster import listing
@@ -230,3 +231,22 @@ def test_reports_are_written_as_they_are_built(
 
     applied = apply_reports(connection, report_api, one_at_a_time(), None)
     assert built == applied.created == 2
+
+
+def test_what_waits_for_its_owner_is_placed_when_the_owner_is() -> None:
+    """Held whole only until the owner comes: the Pods listed after it wait for nothing."""
+    audit = Audit(POLICY, True)
+    judging = _Judging([audit], ["PyTorchJob", "TFJob", "Pod"], raise_errors=True)
+    outer = training_job("TFJob", "outer")
+    inner = training_job("PyTorchJob", "inner", owner=outer)
+    judging.place(inner)
+    judging.listed("PyTorchJob")
+    assert list(judging.pending.values()) == [inner]
+    judging.place(outer)
+    assert judging.pending == {} and judging.waiting == {}
+    judging.listed("TFJob")
+    judging.place(pod("inner-worker-0", "ml", owner=inner))
+    assert judging.pending == {}
+    judging.listed("Pod")
+    judging.finish()
+    assert listed(audit) == [("ml/TFJob/outer", ["ml/PyTorchJob/inner", "ml/Pod/inner-worker-0"])]

@@ -6,7 +6,8 @@ cluster (150,000 Pods held whole took about 24 KB each). Kinds are listed owners
 kinds, then the built-in controllers, then ReplicaSets and Jobs, then Pods), so an owned object
 finds its owner judged already. Kept are one uid -> root uid record per listed object, and per
 judged object what the reports print (``Audited`` with a stub for the object); whole are kept
-only the objects whose controller may still be listed, judged when the listing is over.
+only the objects whose controller may still be listed, until it is (or no kind left can list
+it): memory follows the objects listed before their owners, few with this order.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from webhook.audit.documents import Document
 from webhook.audit.judging import Audit, Audited, judge
 from webhook.cluster.connection import Cluster
 from webhook.cluster.listing import Lister
-from webhook.cluster.ownership import controller_of, meta, ref_of, root_of
+from webhook.cluster.ownership import controller_of, meta, ref_of
 from webhook.policy.model import Policy, WorkloadKind
 from webhook.policy.workloads import LEGACY_GROUPS
 
@@ -97,10 +98,11 @@ def _listing_rank(workload: WorkloadKind) -> int:
 class _Judging:
     """Listed objects, judged into every audit as they come.
 
-    ``roots``: each listed object's uid -> the uid of its root (the top listed controller, or
+    ``roots``: each placed object's uid -> the uid of its root (the top listed controller, or
     itself). ``judged``: per audit, a root's uid -> its ``Audited`` (None: the engine failed on
-    it, a problem already). ``pending``: objects whose controller is not listed yet but may be
-    (a kind still to list names it, or it waits itself), kept whole until :meth:`finish`.
+    it, a problem already). ``waiting``: objects whose controller is not placed yet but may
+    be (a kind still to list names it, or it waits itself), whole, by that controller's uid:
+    each is placed when its controller is, or made a root once no kind left can bring it.
     """
 
     def __init__(self, audits: Sequence[Audit], kinds: list[str], *, raise_errors: bool) -> None:
@@ -110,12 +112,9 @@ class _Judging:
         self.to_list = Counter(kinds)
         self.roots: dict[str, str] = {}
         self.judged: list[dict[str, Audited | None]] = [{} for _ in audits]
-        self.pending: list[dict[str, Any]] = []
-        self.pending_uids: dict[str, dict[str, Any]] = {}
-
-    def listed(self, kind: str) -> None:
-        """Every object of a kind has been placed: no owner of that kind comes any more."""
-        self.to_list[kind] -= 1
+        self.waiting: dict[str, list[dict[str, Any]]] = {}
+        self.pending: dict[int, dict[str, Any]] = {}  # every waiting object, in listing order
+        self.pending_uids: set[str] = set()
 
     def place(self, obj: dict[str, Any]) -> None:
         uid = _uid(obj)
@@ -126,38 +125,55 @@ class _Judging:
         elif owner_uid in self.roots:
             self._place_owned(obj, uid, self.roots[owner_uid])
         elif owner_uid in self.pending_uids or self.to_list[str(owner.get("kind"))] > 0:
-            self.pending.append(obj)
+            self.waiting.setdefault(owner_uid, []).append(obj)
+            self.pending[id(obj)] = obj
             if uid:
-                self.pending_uids[uid] = obj
+                self.pending_uids.add(uid)
+            return
         else:  # its owner is no listed kind (a mirror Pod's Node, a controller not judged)
             self._judge_root(obj, uid)
+        self._release(uid)
+
+    def listed(self, kind: str) -> None:
+        """Every object of a kind has been placed: what waits for a controller that no kind
+        left to list can bring (none that waits itself) is a root."""
+        self.to_list[kind] -= 1
+        for owner_uid in [uid for uid in self.waiting if uid not in self.pending_uids]:
+            still = []
+            for obj in self.waiting.pop(owner_uid, []):
+                if self.to_list[str((controller_of(obj) or {}).get("kind"))] > 0:
+                    still.append(obj)
+                    continue
+                uid = self._unpend(obj)
+                self._judge_root(obj, uid)
+                self._release(uid)
+            if still:
+                self.waiting[owner_uid] = still
 
     def finish(self) -> None:
-        """Place the objects kept whole, now that every kind is listed: one whose chain of
-        controllers reaches a listed object is owned by that object's root (compared with it
-        as any other), one whose controller was never listed is a root, and one whose chain
-        loops (the API's bug: no controller made it) is judged alone."""
-        by_uid = self.pending_uids
-        roots, owned, alone = [], [], []
-        for obj in self.pending:
-            top = root_of(obj, by_uid)
-            owner_uid = (controller_of(top) or {}).get("uid")
-            if owner_uid in self.roots:
-                owned.append((obj, self.roots[owner_uid]))
-            elif owner_uid in by_uid:
-                alone.append(obj)
-            elif top is obj:
-                roots.append(obj)
-            else:
-                owned.append((obj, _uid(top)))
-        for obj in roots:
-            self._judge_root(obj, _uid(obj))
-        for obj, root in owned:
-            self._place_owned(obj, _uid(obj), root)
-        for obj in alone:
+        """Once every kind is listed, what still waits waits for itself: its controllers loop
+        (the API's bug), so no controller made it, and it is judged alone."""
+        for obj in self.pending.values():
             for audit in self.audits:
                 self._judge(audit, obj)
-        self.pending, self.pending_uids = [], {}
+        self.waiting, self.pending, self.pending_uids = {}, {}, set()
+
+    def _release(self, uid: str) -> None:
+        """Place what waited for an object just placed, and what waited for those: each is
+        owned by its root (compared with it as any other owned object)."""
+        placed = [uid]
+        while placed:
+            owner_uid = placed.pop()
+            for obj in self.waiting.pop(owner_uid, []) if owner_uid else []:
+                obj_uid = self._unpend(obj)
+                self._place_owned(obj, obj_uid, self.roots[owner_uid])
+                placed.append(obj_uid)
+
+    def _unpend(self, obj: dict[str, Any]) -> str:
+        del self.pending[id(obj)]
+        uid = _uid(obj)
+        self.pending_uids.discard(uid)
+        return uid
 
     def _judge_root(self, obj: dict[str, Any], uid: str) -> None:
         if uid:
