@@ -111,6 +111,7 @@ import http.server
 import json
 import re
 import secrets
+import socket
 import ssl
 import tempfile
 import threading
@@ -1099,6 +1100,10 @@ class _Server(http.server.ThreadingHTTPServer):
 
     def get_request(self) -> tuple[Any, Any]:
         sock, address = super().get_request()
+        # An answer is two writes (head, then body): with Nagle's algorithm the body waits for
+        # the client's delayed ACK of the head, 40 ms an answer. Go's servers (kube-apiserver)
+        # set TCP_NODELAY on every connection.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.ssl_context is not None:
             # The handshake runs in the request's thread (finish_request), so a client
             # that never completes it cannot block the accepting thread.

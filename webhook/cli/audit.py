@@ -42,10 +42,11 @@ examples:
 By default every rule the policy turns on is evaluated as Enforce: the report answers "what
 would this policy block?". --respect-modes keeps the policy's Enforce/Warn/Audit modes.
 
---cluster lists Pods, the built-in workload kinds and the policy's custom workload kinds
-(pages of 500). What a reported workload owns (a Deployment's ReplicaSets and Pods, a
-CronJob's Jobs, a PyTorchJob's Pods) is listed under it, not judged again. It needs list on
-them: the gpu-admission-auditor ClusterRole in manifests/base grants it.
+--cluster lists the policy's custom workload kinds, the built-in ones and Pods (pages of 500,
+each judged as it arrives, owners' kinds first). What a reported workload owns (a
+Deployment's ReplicaSets and Pods, a CronJob's Jobs, a PyTorchJob's Pods) is listed under it,
+not judged again. It needs list on them: the gpu-admission-auditor ClusterRole in
+manifests/base grants it.
 
 exit status: 0 when nothing would be denied, 1 when something would, 2 on usage, policy or
 connection errors and when an input could not be read or an object could not be judged (the
