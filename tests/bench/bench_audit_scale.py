@@ -11,6 +11,7 @@ after). Not part of ``make test``: it takes minutes and gigabytes (the fake serv
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import subprocess
@@ -172,10 +173,10 @@ def workloads(pods: int, per_replica_set: int, gpu_every: int) -> Iterator[dict[
         yield replica_set
         for p in range(min(per_replica_set, pods - d * per_replica_set)):
             index = d * per_replica_set + p
-            pod_spec_ = pod_spec(d, gpus)
-            pod_spec_["nodeName"] = f"node-{index % 5000:05d}"
+            made = copy.deepcopy(spec)  # what the ReplicaSet made of its template
+            made["nodeName"] = f"node-{index % 5000:05d}"
             if index % 50 == 25:
-                pod_spec_["containers"][0]["env"].append(
+                made["containers"][0]["env"].append(
                     {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}
                 )
             yield {
@@ -190,7 +191,7 @@ def workloads(pods: int, per_replica_set: int, gpu_every: int) -> Iterator[dict[
                     "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-12-01T10:00:00Z"},
                     "ownerReferences": [owner_reference(replica_set)],
                 },
-                "spec": pod_spec_,
+                "spec": made,
                 "status": {
                     "phase": "Running",
                     "hostIP": f"10.1.{index // 65536 % 256}.{index // 256 % 256}",
