@@ -250,3 +250,22 @@ def test_what_waits_for_its_owner_is_placed_when_the_owner_is() -> None:
     judging.listed("Pod")
     judging.finish()
     assert listed(audit) == [("ml/TFJob/outer", ["ml/PyTorchJob/inner", "ml/Pod/inner-worker-0"])]
+
+
+def test_a_version_that_stops_serving_midway_gives_each_object_once(
+    api: FakeKubeAPI, connection: webhook.Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(listing, "PAGE_SIZE", 1)
+    for version in ("v1", "v2beta1"):  # one CRD serving both versions
+        for name in ("a", "b"):
+            job = training_job("PyTorchJob", name)
+            job["apiVersion"] = f"kubeflow.org/{version}"
+            api.add(job, plural="pytorchjobs")
+    api.fail("/apis/kubeflow.org/v1/pytorchjobs", 404, only_with_continue=True)
+    audit = webhook.audit_cluster(POLICY, connection, None)
+    assert listed(audit) == [("ml/PyTorchJob/a", []), ("ml/PyTorchJob/b", [])]
+    assert [i.outcome.obj["apiVersion"] for i in audit.items] == [
+        "kubeflow.org/v1",
+        "kubeflow.org/v2beta1",
+    ]
+    assert not audit.problems

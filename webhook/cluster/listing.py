@@ -73,15 +73,16 @@ class Lister:
 
     def object_pages(self, workload: WorkloadKind) -> Iterator[list[dict[str, Any]]]:
         """The objects of a workload kind a page at a time, as they arrive, each with its
-        apiVersion and kind. A list that fails is a problem and ends the kind: the pages
-        before it have been given."""
+        apiVersion and kind, and each once (by uid), when a list starts over. A list that
+        fails is a problem and ends the kind: the pages before it have been given."""
         from kubernetes.client.exceptions import ApiException
 
         resource = f"{workload.resource}.{workload.group}" if workload.group else workload.resource
         builtin = (workload.group, workload.kind) in BUILTIN_LISTS
+        given: set[str] = set()
         for list_page in self._list_functions(workload):
             try:
-                for api_version, items in self._pages_once_more(list_page):
+                for api_version, items in self._pages_once_more(list_page, given):
                     for item in items:
                         # Lists of built-in kinds leave apiVersion and kind out of their items.
                         item.setdefault("apiVersion", api_version)
@@ -96,25 +97,29 @@ class Lister:
             self.not_served.append((resource, workload.catalogued))
 
     def _pages_once_more(
-        self, list_page: Callable[..., Any]
+        self, list_page: Callable[..., Any], given: set[str]
     ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-        """(apiVersion, items) of each page. A continue token that outlived the API server's
-        snapshot (410 Expired) starts the list over once, from a new snapshot, and then only
-        the objects not given yet are given (by uid: the pages given were judged already)."""
+        """(apiVersion, items) of each page, less the objects already ``given`` (by uid: the
+        caller has judged them) before the list started, and their uids added to it. A
+        continue token that outlived the API server's snapshot (410 Expired) starts the list
+        over once, from a new snapshot; so does a version that stops serving the kind midway
+        (404: the caller tries the next)."""
         from kubernetes.client.exceptions import ApiException
 
-        given: set[str] = set()
-        try:
-            for page in self.pages(list_page):
-                items = page.get("items") or []
-                given.update(uid for item in items if (uid := _uid(item)))
-                yield page.get("apiVersion", ""), items
-        except ApiException as exc:
-            if exc.status != 410:
-                raise
-            for page in self.pages(list_page):
-                items = [item for item in page.get("items") or [] if _uid(item) not in given]
-                yield page.get("apiVersion", ""), items
+        for attempt in range(2):
+            # Only what an earlier list gave: two objects of one list are never the same one.
+            before = frozenset(given)
+            try:
+                for page in self.pages(list_page):
+                    items = page.get("items") or []
+                    if before:
+                        items = [item for item in items if _uid(item) not in before]
+                    given.update(uid for item in items if (uid := _uid(item)))
+                    yield page.get("apiVersion", ""), items
+                return
+            except ApiException as exc:
+                if exc.status != 410 or attempt:
+                    raise
 
     def _list_functions(self, workload: WorkloadKind) -> Iterator[Callable[..., Any]]:
         from kubernetes import client as k8s
