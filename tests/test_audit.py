@@ -164,14 +164,15 @@ def test_audit_cluster_finds_what_the_command_finds_and_prints_nothing(
 ) -> None:
     audit = webhook.audit_cluster(POLICY, cluster, None)
     assert capsys.readouterr() == ("", "")
+    # In the order listed: owners' kinds first, Pods last.
     assert [(str(i.ref), [str(r) for r in i.owned]) for i in audit.items] == [
-        ("default/Pod/web", []),
-        ("ml/Pod/debug", []),
+        ("ml/PyTorchJob/mnist", ["ml/Pod/mnist-master-0"]),
         (
             "ml/Deployment/trainer",
-            ["ml/Pod/trainer-5d4f-a", "ml/Pod/trainer-5d4f-b", "ml/ReplicaSet/trainer-5d4f"],
+            ["ml/ReplicaSet/trainer-5d4f", "ml/Pod/trainer-5d4f-a", "ml/Pod/trainer-5d4f-b"],
         ),
-        ("ml/PyTorchJob/mnist", ["ml/Pod/mnist-master-0"]),
+        ("default/Pod/web", []),
+        ("ml/Pod/debug", []),
     ]
     assert audit.denies and not audit.problems
     assert audit.notes  # the custom kinds this cluster does not serve

@@ -27,7 +27,7 @@ class Mutation:
 
     template_path: str  # "" for a Pod, else the template's field path
     operations: tuple[dict[str, Any], ...]
-    original: dict[str, Any]
+    original: dict[str, Any]  # for review's diff; an audit of a live cluster keeps a stub
     mutated: dict[str, Any]
 
 

@@ -17,7 +17,9 @@ from webhook.policy.model import Policy
 
 @dataclass(slots=True)
 class Audited:
-    """One judged object: a document from a file, or a live object with what it owns."""
+    """One judged object: a document from a file, or a live object with what it owns. Of a
+    live object, the document and the outcome hold a stub (apiVersion, kind, names and uid):
+    a cluster's objects are not kept once judged."""
 
     document: Document
     outcome: Outcome

@@ -11,7 +11,7 @@ timestamps, so that a rerun over an unchanged cluster changes nothing.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -197,7 +197,14 @@ def policy_reports(
     policy: Policy, items: Iterable[Audited], api: ReportAPI
 ) -> list[dict[str, Any]]:
     """One report per judged object with findings, in the order they were judged."""
-    reports = []
+    return list(iter_policy_reports(policy, items, api))
+
+
+def iter_policy_reports(
+    policy: Policy, items: Iterable[Audited], api: ReportAPI
+) -> Iterator[dict[str, Any]]:
+    """The reports of :func:`policy_reports`, each built when it is asked for: a cluster's
+    reports are written or printed one at a time, never all held at once."""
     for item in items:
         obj = item.document.obj
         if not item.outcome.judged or not isinstance(obj, dict):
@@ -215,8 +222,7 @@ def policy_reports(
         )
         report = build_report(api, policy, subject, item.outcome.findings)
         if report is not None:
-            reports.append(report)
-    return reports
+            yield report
 
 
 @dataclass(slots=True)
@@ -251,7 +257,7 @@ class Applied:
 def apply_reports(
     cluster: Cluster,
     api: ReportAPI,
-    reports: list[dict[str, Any]],
+    reports: Iterable[dict[str, Any]],
     namespace: str | None,
     *,
     prune: bool = True,
@@ -261,7 +267,10 @@ def apply_reports(
     ``namespace``, or with None in every namespace and at cluster scope. A report the API
     server refuses is counted and the others are written; ``prune`` false (an incomplete
     audit, where a missing report does not mean a clean workload) deletes nothing. Reports
-    that cannot be listed or deleted end the work: :class:`ClusterError`."""
+    that cannot be listed or deleted end the work: :class:`ClusterError`.
+
+    ``reports`` is read once, one report at a time (:func:`iter_policy_reports` builds each
+    when asked): of a written report only its namespace and name are kept, for the prune."""
     from kubernetes import client as k8s
     from kubernetes.client.exceptions import ApiException
 

@@ -19,7 +19,7 @@ from webhook.audit.cluster import audit_cluster
 from webhook.audit.files import audit_files
 from webhook.audit.judging import Audit
 from webhook.audit.preflight import Change, Preflight, preflight_cluster, preflight_files
-from webhook.audit.reports import REPORT_APIS, ReportAPI, apply_reports, policy_reports
+from webhook.audit.reports import REPORT_APIS, ReportAPI, apply_reports, iter_policy_reports
 from webhook.cli import junit, output, sarif
 from webhook.cli.common import add_command, add_policy_argument, error, policy_from
 from webhook.cluster.connection import ClusterError, connect
@@ -42,10 +42,11 @@ examples:
 By default every rule the policy turns on is evaluated as Enforce: the report answers "what
 would this policy block?". --respect-modes keeps the policy's Enforce/Warn/Audit modes.
 
---cluster lists Pods, the built-in workload kinds and the policy's custom workload kinds
-(pages of 500). What a reported workload owns (a Deployment's ReplicaSets and Pods, a
-CronJob's Jobs, a PyTorchJob's Pods) is listed under it, not judged again. It needs list on
-them: the gpu-admission-auditor ClusterRole in manifests/base grants it.
+--cluster lists the policy's custom workload kinds, the built-in ones and Pods (pages of 500,
+each judged as it arrives, owners' kinds first). What a reported workload owns (a
+Deployment's ReplicaSets and Pods, a CronJob's Jobs, a PyTorchJob's Pods) is listed under it,
+not judged again. It needs list on them: the gpu-admission-auditor ClusterRole in
+manifests/base grants it.
 
 exit status: 0 when nothing would be denied, 1 when something would, 2 on usage, policy or
 connection errors and when an input could not be read or an object could not be judged (the
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
                 problems = list(audit.problems)
                 if args.apply:
                     api = REPORT_APIS[args.report_api]
-                    reports = policy_reports(audit.policy, audit.items, api)
+                    reports = iter_policy_reports(audit.policy, audit.items, api)
                     applied = apply_reports(cluster, api, reports, namespace, prune=not problems)
                     print(applied.line(api))
                     problems += [Problem("reports", f"report {f}") for f in applied.failed]
@@ -259,7 +260,7 @@ def _usage_error(args: argparse.Namespace) -> str | None:
 
 def render(audit: Audit, fmt: str, stream: TextIO, report_api: ReportAPI) -> None:
     if fmt == "policyreport":
-        for report in policy_reports(audit.policy, audit.items, report_api):
+        for report in iter_policy_reports(audit.policy, audit.items, report_api):
             stream.write("---\n" + output.to_yaml(report))
     elif fmt == "table":
         table(audit, stream)

@@ -71,28 +71,55 @@ class Lister:
         self._groups: dict[str, list[str]] | None = None  # discovered API group -> versions
         self._discovery_failed = False
 
-    def objects(self, workload: WorkloadKind) -> list[dict[str, Any]]:
-        """Every object of a workload kind, each with its apiVersion and kind."""
+    def object_pages(self, workload: WorkloadKind) -> Iterator[list[dict[str, Any]]]:
+        """The objects of a workload kind a page at a time, as they arrive, each with its
+        apiVersion and kind, and each once (by uid), when a list starts over. A list that
+        fails is a problem and ends the kind: the pages before it have been given."""
         from kubernetes.client.exceptions import ApiException
 
         resource = f"{workload.resource}.{workload.group}" if workload.group else workload.resource
         builtin = (workload.group, workload.kind) in BUILTIN_LISTS
+        given: set[str] = set()
         for list_page in self._list_functions(workload):
             try:
-                items, api_version, _ = self.paginate(list_page)
+                for api_version, items in self._pages_once_more(list_page, given):
+                    for item in items:
+                        # Lists of built-in kinds leave apiVersion and kind out of their items.
+                        item.setdefault("apiVersion", api_version)
+                        item.setdefault("kind", workload.kind)
+                    yield items
             except ApiException as exc:
                 if exc.status == 404 and not builtin:
                     continue  # this version does not serve the kind; try the group's next
                 self.problems.append(Problem(resource, self._failure(exc, workload, resource)))
-                return []
-            for item in items:
-                # Lists of built-in kinds leave apiVersion and kind out of their items.
-                item.setdefault("apiVersion", api_version)
-                item.setdefault("kind", workload.kind)
-            return items
+            return
         if not self._discovery_failed:  # that is reported once, as a problem
             self.not_served.append((resource, workload.catalogued))
-        return []
+
+    def _pages_once_more(
+        self, list_page: Callable[..., Any], given: set[str]
+    ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+        """(apiVersion, items) of each page, less the objects already ``given`` (by uid: the
+        caller has judged them) before the list started, and their uids added to it. A
+        continue token that outlived the API server's snapshot (410 Expired) starts the list
+        over once, from a new snapshot; so does a version that stops serving the kind midway
+        (404: the caller tries the next)."""
+        from kubernetes.client.exceptions import ApiException
+
+        for attempt in range(2):
+            # Only what an earlier list gave: two objects of one list are never the same one.
+            before = frozenset(given)
+            try:
+                for page in self.pages(list_page):
+                    items = page.get("items") or []
+                    if before:
+                        items = [item for item in items if _uid(item) not in before]
+                    given.update(uid for item in items if (uid := _uid(item)))
+                    yield page.get("apiVersion", ""), items
+                return
+            except ApiException as exc:
+                if exc.status != 410 or attempt:
+                    raise
 
     def _list_functions(self, workload: WorkloadKind) -> Iterator[Callable[..., Any]]:
         from kubernetes import client as k8s
@@ -242,6 +269,10 @@ def selector_text(selector: Any) -> str:
         elif operator in ("Exists", "DoesNotExist"):
             parts.append(f"{'' if operator == 'Exists' else '!'}{key}")
     return ",".join(parts)
+
+
+def _uid(item: dict[str, Any]) -> str:
+    return str((item.get("metadata") or {}).get("uid") or "")
 
 
 def _listing(pages: Iterator[dict[str, Any]]) -> Listing:

@@ -1,5 +1,6 @@
-"""Who owns what among listed objects: an object's reference, and the top controller that made
-it (a Pod's Deployment through its ReplicaSet, a Job's CronJob, a PyTorchJob's Pods)."""
+"""Who owns what among listed objects: an object's reference, and the reference of the
+controller that made it (a Pod's ReplicaSet, a ReplicaSet's Deployment, a Job's CronJob, a
+PyTorchJob's Pods)."""
 
 from __future__ import annotations
 
@@ -47,17 +48,7 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
     return None
 
 
-def root_of(obj: dict[str, Any], by_uid: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The top reported controller of an object (Pod -> ReplicaSet -> Deployment, Pod -> Job
-    -> CronJob, a PyTorchJob's Pods -> the PyTorchJob), or the object itself. Only the
-    controller counts: its template is what made the object."""
-    seen = {meta(obj).get("uid")}
-    while True:
-        owner = next(
-            (r for r in meta(obj).get("ownerReferences") or [] if r.get("controller")), None
-        )
-        parent = by_uid.get(owner.get("uid")) if owner else None
-        if parent is None or meta(parent).get("uid") in seen:  # a cycle is the API's bug
-            return obj
-        seen.add(meta(parent).get("uid"))
-        obj = parent
+def controller_of(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The owner reference of the object's controller (the one whose template made it), or
+    None. Only the controller counts: other owners (a garbage-collection link) made nothing."""
+    return next((r for r in meta(obj).get("ownerReferences") or [] if r.get("controller")), None)
