@@ -211,6 +211,12 @@ def test_no_listed_object_is_held_once_judged(
     web = next(i for i in audit.items if str(i.ref) == "default/Pod/web")
     (mutation,) = web.outcome.mutations
     assert mutation.mutated["spec"]["tolerations"]  # the mutated Pod is kept for -o json
+    # Where nothing prints it (tables, reports, the background audit), only the patch is.
+    lean = webhook.audit_cluster(POLICY, connection, None, keep_mutated=False)
+    web = next(i for i in lean.items if str(i.ref) == "default/Pod/web")
+    (lean_mutation,) = web.outcome.mutations
+    assert set(lean_mutation.mutated) == {"apiVersion", "kind", "metadata"}
+    assert lean_mutation.operations == mutation.operations
 
 
 def test_reports_are_written_as_they_are_built(

@@ -41,17 +41,25 @@ def audit_cluster(
     *,
     respect_modes: bool = False,
     raise_errors: bool = False,
+    keep_mutated: bool = True,
 ) -> Audit:
     """Judge the workloads of ``namespace`` (None: every namespace and the cluster-scoped
     kinds). Modes as in :func:`~webhook.audit.files.audit_files`. A resource that cannot be
-    listed is a problem of the audit; an unreachable server raises ``ClusterError``."""
+    listed is a problem of the audit; an unreachable server raises ``ClusterError``. Without
+    ``keep_mutated``, a mutation keeps its patch but not the Pod as mutated (a whole Pod per
+    bare GPU Pod: only ``-o json`` prints it)."""
     audit = Audit(policy if respect_modes else enforce_everything(policy), respect_modes)
-    judge_cluster([audit], cluster, namespace, raise_errors=raise_errors)
+    judge_cluster([audit], cluster, namespace, raise_errors=raise_errors, keep_mutated=keep_mutated)
     return audit
 
 
 def judge_cluster(
-    audits: Sequence[Audit], cluster: Cluster, namespace: str | None, *, raise_errors: bool
+    audits: Sequence[Audit],
+    cluster: Cluster,
+    namespace: str | None,
+    *,
+    raise_errors: bool,
+    keep_mutated: bool = False,
 ) -> None:
     """One listing, judged into every audit with its policy as it is (the kinds of all their
     policies are listed). What the listing skipped is noted in the first audit, and what it
@@ -67,7 +75,12 @@ def judge_cluster(
         ),
         key=_listing_rank,
     )
-    judging = _Judging(audits, [workload.kind for workload in listed], raise_errors=raise_errors)
+    judging = _Judging(
+        audits,
+        [workload.kind for workload in listed],
+        raise_errors=raise_errors,
+        keep_mutated=keep_mutated,
+    )
     for workload in listed:
         for page in lister.object_pages(workload):
             for obj in page:
@@ -105,9 +118,17 @@ class _Judging:
     each is placed when its controller is, or made a root once no kind left can bring it.
     """
 
-    def __init__(self, audits: Sequence[Audit], kinds: list[str], *, raise_errors: bool) -> None:
+    def __init__(
+        self,
+        audits: Sequence[Audit],
+        kinds: list[str],
+        *,
+        raise_errors: bool,
+        keep_mutated: bool = False,
+    ) -> None:
         self.audits = audits
         self.raise_errors = raise_errors
+        self.keep_mutated = keep_mutated
         # By kind alone: an owner reference's apiVersion may name a version or an old group.
         self.to_list = Counter(kinds)
         self.roots: dict[str, str] = {}
@@ -210,7 +231,7 @@ class _Judging:
         namespace = ref.namespace or "default"
         item = judge(audit, document, str(ref), namespace, ref=ref, raise_errors=self.raise_errors)
         if item is not None:
-            _drop_object(item)
+            _drop_object(item, self.keep_mutated)
         return item
 
 
@@ -218,11 +239,11 @@ def _uid(obj: dict[str, Any]) -> str:
     return str(meta(obj).get("uid") or "")
 
 
-def _drop_object(item: Audited) -> None:
+def _drop_object(item: Audited, keep_mutated: bool) -> None:
     """Keep of a judged live object only what is printed of it: its apiVersion, kind and
-    names, in the document and the outcome, and of each mutation the Pod as mutated (``-o
-    json`` prints it), not the Pod it was made from (``review``'s diff is its only reader).
-    The verdict, findings and patches are kept as they are."""
+    names, in the document and the outcome, and of each mutation the Pod as mutated where
+    ``keep_mutated`` (``-o json`` prints it), not the Pod it was made from (``review``'s diff
+    is its only reader). The verdict, findings and patches are kept as they are."""
     obj = item.outcome.obj  # a live object: a dict, as listed
     metadata = obj.get("metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
@@ -236,7 +257,10 @@ def _drop_object(item: Audited) -> None:
     item.outcome = dataclasses.replace(
         item.outcome,
         obj=stub,
-        mutations=tuple(dataclasses.replace(m, original=stub) for m in item.outcome.mutations),
+        mutations=tuple(
+            dataclasses.replace(m, original=stub, mutated=m.mutated if keep_mutated else stub)
+            for m in item.outcome.mutations
+        ),
     )
 
 

@@ -159,7 +159,13 @@ def run(args: argparse.Namespace) -> int:
             with connect(args.kubeconfig, args.context, timeout=args.request_timeout) as cluster:
                 namespace = None if args.all_namespaces else (args.namespace or cluster.namespace)
                 audit = audit_cluster(
-                    policy, cluster, namespace, respect_modes=respect, raise_errors=args.debug
+                    policy,
+                    cluster,
+                    namespace,
+                    respect_modes=respect,
+                    raise_errors=args.debug,
+                    # Only -o json prints the Pods as mutated: a whole Pod per bare GPU Pod.
+                    keep_mutated=args.output == "json",
                 )
                 _notes(audit.notes)
                 problems = list(audit.problems)
