@@ -3,7 +3,7 @@ what is kept of each, as it changes.
 
 A list of 5,000 Nodes is about 50 MB of JSON to read, decode and keep: half a second of CPU.
 In the worker, that half second would be taken from the reviews it serves (their p99 went from
-3.6 to about 9 ms during a relist); here it runs beside them, at a lower priority (nice 10),
+3.6 to about 9 ms during a relist); here it runs beside them, at the lowest priority (nice 19),
 and the worker receives only what changed: a few hundred bytes per Node on the first list,
 nothing for a relist that finds every Node as it was. The worker starts this process (one per
 replica), owns it and stops it: see ``webhook.server.inventory``.
