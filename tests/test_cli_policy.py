@@ -289,6 +289,50 @@ def test_strict_turns_warnings_into_failure(tmp_path: Path, capsys) -> None:
     assert out.splitlines()[-1] == f"{path}: invalid (--strict), 1 warning"
 
 
+REACHABLE_WARNING = "reachablePods is unset, so it follows gpuPods"
+TAINTED = "gpuNodeTaints: [{key: gpu, effect: NoSchedule}]\n"
+
+
+@pytest.mark.parametrize(
+    "rules, warned",
+    [
+        ("rules: {default: {gpuPods: Enforce, otherPods: Audit}}", "every security rule"),
+        ("rules: {privileged: {gpuPods: Enforce}}", "denied by privileged unless"),
+        ("rules: {default: {gpuPods: Enforce, reachablePods: Warn}}", None),
+        ("rules: {default: {gpuPods: Enforce, reachablePods: Enforce}}", None),
+        ("rules: {default: {gpuPods: Warn}}", None),
+        ("", None),  # the built-in modes: nothing written that could have meant otherwise
+    ],
+)
+def test_gpu_pods_enforced_with_reachable_pods_unset_is_warned(
+    tmp_path: Path, capsys, rules: str, warned: str | None
+) -> None:
+    """A policy copied from an example that writes gpuPods: Enforce denies node agents on GPU
+    nodes without saying so: lint says it, naming the rules and what to write."""
+    path = policy_file(tmp_path, TAINTED + rules)
+    code, out, _ = run(capsys, "policy", "validate", "--strict", str(path))
+    found = [line for line in out.splitlines() if REACHABLE_WARNING in line]
+    if warned is None:
+        assert (code, found) == (0, [])
+    else:
+        [line] = found
+        assert code == 1 and warned in line and "node agents" in line
+        assert "set reachablePods: Warn" in line
+
+
+def test_a_namespace_override_enforcing_gpu_pods_is_warned_once(tmp_path: Path, capsys) -> None:
+    path = policy_file(
+        tmp_path,
+        TAINTED + "rules: {default: {gpuPods: Warn}}\n"
+        "namespaceOverrides:\n"
+        "  - namespaces: [a]\n    rules: {default: {gpuPods: Enforce}}\n"
+        "  - namespaces: [b]\n    rules: {default: {gpuPods: Enforce}}\n",
+    )
+    _, out, _ = run(capsys, "policy", "validate", str(path))
+    [line] = [line for line in out.splitlines() if REACHABLE_WARNING in line]
+    assert "spec.namespaceOverrides[0].rules" in line
+
+
 @pytest.mark.parametrize(
     "broad, narrow, expected",
     [

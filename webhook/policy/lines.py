@@ -56,6 +56,20 @@ class LineFinder:
                 break
         return node.start_mark.line + 1
 
+    def has(self, path: list[Any]) -> bool:
+        """Whether the document writes the field at ``path``."""
+        node: yaml.Node | None = self.root
+        for step in path:
+            if isinstance(node, yaml.MappingNode):
+                node = next((value for key, value in node.value if key.value == step), None)
+            elif isinstance(node, yaml.SequenceNode) and isinstance(step, int):
+                node = node.value[step] if 0 <= step < len(node.value) else None
+            else:
+                return False
+            if node is None:
+                return False
+        return True
+
     def error(self, path: list[Any], message: str) -> str:
         return f"{self.source}:{self.line(path)}: {render_path(path)}: {message}"
 

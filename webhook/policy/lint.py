@@ -17,7 +17,14 @@ from typing import Any
 from webhook.policy import mig
 from webhook.policy.grant_lint import grant_errors
 from webhook.policy.lines import LineFinder, render_path
-from webhook.policy.model import SOFTWARE_SHARING, Exemption, Policy, PolicyWarning
+from webhook.policy.model import (
+    SECURITY_RULES,
+    SOFTWARE_SHARING,
+    Exemption,
+    Policy,
+    PolicyWarning,
+    RuleSet,
+)
 from webhook.policy.workloads import (
     BUILTIN_WORKLOADS,
     TemplatePathError,
@@ -285,8 +292,48 @@ def warnings(policy: Policy, lines: LineFinder) -> tuple[PolicyWarning, ...]:
     _lint_exemptions(policy, warn)
     _lint_pool_namespaces(policy, warn)
     _lint_taints(policy, warn)
+    _lint_reachable_pods(policy, lines, warn)
     _note_exemptions(policy, inform)
     return tuple(sorted(found, key=lambda w: w.line))
+
+
+def _lint_reachable_pods(policy: Policy, lines: LineFinder, warn: Report) -> None:
+    """An unset ``reachablePods`` follows ``gpuPods``: where a policy writes ``gpuPods:
+    Enforce`` for a security rule (or its default) and never names ``reachablePods``, node
+    agents (DaemonSets that reach every node through a wildcard toleration: CNI, CSI,
+    node-exporter, logging) are denied on GPU nodes, which examples copied without a thought
+    do. Said once for the policy's rules, and for a namespace override only where the
+    policy's own do not say it already. (A policy that writes no modes gets the built-in
+    ones, which deny there too, and says nothing it could have meant otherwise.)"""
+    layers: list[tuple[list[Any], RuleSet]] = [(["spec", "rules"], policy.rules)]
+    layers += [
+        (["spec", "namespaceOverrides", i, "rules"], override.rules)
+        for i, override in enumerate(policy.namespace_overrides)
+    ]
+    said: set[str] = set()
+    for path, rules in layers:
+        following = sorted(
+            rule
+            for rule in SECURITY_RULES
+            if rules[rule].reachable_pods is None
+            and rules[rule].gpu_pods == "Enforce"
+            and (lines.has([*path, "default", "gpuPods"]) or lines.has([*path, rule, "gpuPods"]))
+        )
+        if not following or said.issuperset(following):
+            continue
+        said.update(following)
+        warn(
+            path,
+            "reachablePods is unset, so it follows gpuPods: Pods that reach GPU nodes only "
+            "through a wildcard toleration, as node agents' DaemonSets do (CNI, CSI, "
+            f"node-exporter, logging), are denied by {_rules_named(following)} unless their "
+            "namespaces are exempt; set reachablePods: Warn (as the default policy does), or "
+            "Enforce to say that is meant",
+        )
+
+
+def _rules_named(rules: list[str]) -> str:
+    return "every security rule" if set(rules) == SECURITY_RULES else ", ".join(rules)
 
 
 def _lint_taints(policy: Policy, warn: Report) -> None:
