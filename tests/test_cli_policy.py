@@ -144,18 +144,59 @@ def test_overlapping_pools_with_different_modes_are_warned(
     assert "declare nvidia.com/gpu as Exclusive and TimeSlicing" in found[0]
 
 
+def test_agreeing_pools_are_not_warned(tmp_path: Path, capsys) -> None:
+    spec = pools(("one", "{gpu: a100}", "Exclusive"), ("two", "{gpu: a100}", "Exclusive"))
+    assert warnings_of(tmp_path, capsys, spec) == []
+
+
+UNRESOLVED = "nothing says which"
+
+
+def test_disjoint_pools_offering_a_resource_in_two_modes_to_one_tenant_are_warned(
+    tmp_path: Path, capsys
+) -> None:
+    """The device plugin's default: a time-sliced L4 pool offers nvidia.com/gpu (replicas not
+    renamed) beside an exclusive H100 pool; every plain nvidia.com/gpu Pod would be denied as
+    ambiguous. validate says so before any Pod is."""
+    spec = pools(("h100", "{gpu: h100}", "Exclusive"), ("l4", "{gpu: l4}", "TimeSlicing"))
+    [found] = warnings_of(tmp_path, capsys, spec)
+    assert re.match(
+        r"\d+: spec.pools\[1\].resources\[0\]: warning: pools h100 \(Exclusive\), ", found
+    )
+    assert "l4 (TimeSlicing) all offer nvidia.com/gpu to every namespace" in found
+    assert "give the tenants a poolPreference" in found
+
+
 @pytest.mark.parametrize(
-    "first, second, second_mode",
+    "tenants, warned_for",
     [
-        ("{gpu: a100}", "{gpu: l4}", "TimeSlicing"),  # one key, different values: disjoint
-        ("{gpu: a100}", "{gpu: a100}", "Exclusive"),  # same mode: nothing to warn about
+        ("tenants: [{namespaces: ['*'], poolPreference: [h100]}]", None),
+        ("tenants: [{namespaces: [ml], poolPreference: [l4, h100]}]", "every namespace"),
+        (
+            "tenants: [{namespaces: ['*'], poolPreference: [h100]}]\n"
+            "  # l4 is ml's only: no tenant prefers among pools it cannot use\n",
+            None,
+        ),
     ],
 )
-def test_disjoint_or_agreeing_pools_are_not_warned(
-    tmp_path: Path, capsys, first: str, second: str, second_mode: str
+def test_a_tenant_preference_resolves_it(
+    tmp_path: Path, capsys, tenants: str, warned_for: str | None
 ) -> None:
-    spec = pools(("one", first, "Exclusive"), ("two", second, second_mode))
-    assert warnings_of(tmp_path, capsys, spec) == []
+    spec = pools(("h100", "{gpu: h100}", "Exclusive"), ("l4", "{gpu: l4}", "TimeSlicing"))
+    found = [w for w in warnings_of(tmp_path, capsys, spec + "\n" + tenants) if UNRESOLVED in w]
+    if warned_for is None:
+        assert found == []
+    else:
+        [line] = found
+        assert f"to {warned_for}," in line and "ml" not in line.split("to ")[1].split(",")[0]
+
+
+def test_a_preference_naming_no_pool_is_refused(tmp_path: Path, capsys) -> None:
+    spec = pools(("h100", "{gpu: h100}", "Exclusive"), ("l4", "{gpu: l4}", "TimeSlicing"))
+    path = policy_file(tmp_path, spec + "\ntenants: [{namespaces: [ml], poolPreference: [h10]}]")
+    code, out, _ = run(capsys, "policy", "validate", str(path))
+    assert code == 1
+    assert "spec.tenants[0].poolPreference[0]: no pool is named 'h10' (did you mean 'h100'?)" in out
 
 
 def test_override_after_a_broader_one_is_unreachable(tmp_path: Path, capsys) -> None:

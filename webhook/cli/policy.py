@@ -50,7 +50,10 @@ Errors and warnings are printed as  FILE:LINE: FIELD.PATH: MESSAGE.
 Warnings (whole-policy lints): pools whose nodeSelectors can match the same node yet give a
 resource different sharing modes; namespace overrides that an earlier override or an
 exemption makes unreachable; exemptions made redundant by another; pools whose namespaces are
-all exempt from pool-access. Tolerations need no lint: a policy declares taints (a pool's
+all exempt from pool-access; pools one tenant may use that offer a resource in two sharing
+modes with no poolPreference to choose (every Pod asking for it would be denied as ambiguous);
+gpuPods: Enforce written with reachablePods unset (node agents denied on GPU nodes); GPU node
+taints missing. Tolerations need no lint: a policy declares taints (a pool's
 taints, gpuNodeTaints) and the tolerations it injects are derived from them, so they always
 match.
 --manifests DIR: every kind the policy judges must be sent to the validating webhook (CREATE

@@ -131,6 +131,13 @@ def _select(view: PodView, policy: Policy) -> Selection:
         return Selection((), (), (problem,), requested)
     allowed = tuple(p for p in candidates if policy.may_use(p, view.namespace))
     closed = tuple(p for p in candidates if not policy.may_use(p, view.namespace))
+    if len(allowed) > 1:
+        # The tenant's preferred pool decides among those it may use, before the Pod is found
+        # ambiguous or confined to all of them.
+        preference = policy.pool_preference(view.namespace)
+        preferred = next((p for name in preference for p in allowed if p.name == name), None)
+        if preferred is not None:
+            allowed = (preferred,)
     problems: list[Problem] = []
     if not allowed:
         problems.append(ClosedToNamespace(requested, candidates))

@@ -112,12 +112,21 @@ def _grants(raw: dict[str, Any]) -> Grants:
 
 
 def _tenants(spec: dict[str, Any]) -> tuple[Tenant, ...]:
-    if "tenants" not in spec:
-        default = {"capabilities": list(DEFAULT_GRANTED_CAPABILITIES)}
-        return (Tenant(_namespaces(["*"]), _grants(default)),)
-    return tuple(
-        Tenant(_namespaces(t["namespaces"]), _grants(t["grants"])) for t in spec["tenants"]
+    """The tenants entries; while none of them states grants, every namespace keeps the
+    default grants (a tenants block written for pool preferences takes nothing away). An
+    empty block grants nothing: that is how the defaults are taken away."""
+    tenants = tuple(
+        Tenant(
+            _namespaces(t["namespaces"]),
+            _grants(t.get("grants", {})),
+            tuple(t.get("poolPreference", ())),
+        )
+        for t in spec.get("tenants", ())
     )
+    if spec.get("tenants") == [] or any("grants" in t for t in spec.get("tenants", ())):
+        return tenants
+    default = {"capabilities": list(DEFAULT_GRANTED_CAPABILITIES)}
+    return (*tenants, Tenant(_namespaces(["*"]), _grants(default)))
 
 
 def _scope_mode(

@@ -53,7 +53,7 @@ def host_path_findings(doc: dict[str, Any], lines: LineFinder) -> list[PolicyWar
     for i, tenant in enumerate(spec.get("tenants", [])):
         listed += [
             (["spec", "tenants", i, "grants", "hostPaths", j], raw, "hostPaths")
-            for j, raw in enumerate(tenant["grants"].get("hostPaths", []))
+            for j, raw in enumerate(tenant.get("grants", {}).get("hostPaths", []))
         ]
     found: list[PolicyWarning] = []
     for path, raw, where in listed:

@@ -25,6 +25,7 @@ from webhook.policy.model import (
     PolicyWarning,
     RuleSet,
 )
+from webhook.policy.pool_lint import pool_warnings
 from webhook.policy.workloads import (
     BUILTIN_WORKLOADS,
     TemplatePathError,
@@ -67,6 +68,18 @@ def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
 
     def err(path: list[Any], message: str) -> None:
         errors.append(lines.error(path, message))
+
+    pool_names = [pool["name"] for pool in spec.get("pools", [])]
+    for i, tenant in enumerate(spec.get("tenants", [])):
+        for j, name in enumerate(tenant.get("poolPreference", [])):
+            if name not in pool_names:
+                close = difflib.get_close_matches(name, pool_names, 1, 0.5)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                err(
+                    ["spec", "tenants", i, "poolPreference", j],
+                    f"no pool is named {name!r}{hint}; declared pools: "
+                    + (", ".join(pool_names) or "none"),
+                )
 
     mig_spec = spec.get("migCatalogue", {})
     custom_products = mig_spec.get("customProducts", [])
@@ -232,7 +245,7 @@ def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
         path = ["spec", "tenants", i]
         for j, pattern in enumerate(tenant["namespaces"]):
             _lint_glob(pattern, [*path, "namespaces", j], err)
-        grant_errors(tenant["grants"], [*path, "grants"], err)
+        grant_errors(tenant.get("grants", {}), [*path, "grants"], err)
     return errors
 
 
@@ -287,7 +300,7 @@ def warnings(policy: Policy, lines: LineFinder) -> tuple[PolicyWarning, ...]:
     def inform(path: list[Any], message: str) -> None:
         found.append(PolicyWarning(lines.line(path), render_path(path), message, level="info"))
 
-    _lint_pool_overlap(policy, warn)
+    pool_warnings(policy, warn)
     _lint_overrides(policy, warn)
     _lint_exemptions(policy, warn)
     _lint_pool_namespaces(policy, warn)
@@ -403,33 +416,6 @@ def _exempt_from(exemption: Exemption, rule: str | None) -> bool:
     return exemption.service_accounts is None and (
         exemption.rules is None or (rule is not None and rule in exemption.rules)
     )
-
-
-def _lint_pool_overlap(policy: Policy, warn: Report) -> None:
-    pools = policy.pools
-    for j, later in enumerate(pools):
-        for earlier in pools[:j]:
-            a, b = set(earlier.node_selector.items()), set(later.node_selector.items())
-            if not (a <= b or b <= a):
-                continue  # some label has different values in the two: no node has both
-            overlap = (
-                "equal nodeSelectors"
-                if a == b
-                else f"every node of pool {later.name!r} also matches pool {earlier.name!r}"
-                if a <= b
-                else f"every node of pool {earlier.name!r} also matches pool {later.name!r}"
-            )
-            for k, (name, spec) in enumerate(later.resources.items()):
-                other = earlier.resources.get(name)
-                if other is not None and other.sharing != spec.sharing:
-                    warn(
-                        ["spec", "pools", j, "resources", k, "sharing"],
-                        f"pools {earlier.name!r} and {later.name!r} can select the same nodes "
-                        f"({overlap}) but declare {name} as {other.sharing} and {spec.sharing}: "
-                        "a node runs one device-plugin configuration, so one of them is wrong "
-                        "for it; make the nodeSelectors exclusive (one label key with "
-                        "different values)",
-                    )
 
 
 def _lint_overrides(policy: Policy, warn: Report) -> None:

@@ -216,10 +216,12 @@ NO_GRANTS = Grants()
 
 @dataclass(frozen=True, slots=True)
 class Tenant:
-    """A ``tenants`` entry: the namespaces (names or globs) and what they are granted."""
+    """A ``tenants`` entry: the namespaces (names or globs), what they are granted and the
+    pools they prefer, in order."""
 
     namespaces: NamespaceMatcher
     grants: Grants
+    pool_preference: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,6 +440,14 @@ class Policy:
             if tenant.namespaces.matches(namespace):
                 found = tenant.grants if found is NO_GRANTS else found.merged(tenant.grants)
         return found
+
+    def pool_preference(self, namespace: str) -> tuple[str, ...]:
+        """The pools the namespace's tenant prefers, in order: the first matching ``tenants``
+        entry that states a preference."""
+        for tenant in self.tenants:
+            if tenant.pool_preference and tenant.namespaces.matches(namespace):
+                return tenant.pool_preference
+        return ()
 
     def may_use(self, pool: Pool, namespace: str) -> bool:
         """Whether Pods of the namespace may land in the pool."""
