@@ -1011,3 +1011,44 @@ def test_match_conditions_that_miss_pods_needing_void_fail(
     line = next(line for line in out.splitlines() if "matchConditions" in line)
     assert ": spec.deviceVisibility.injectVoid: the matchConditions of the" in line
     assert reason in line and "delete the matchConditions" in line
+
+
+EXCEPTION = """
+exceptions:
+  - name: {name}
+    owner: ml-platform@example.com
+    expires: "{expires}"
+    namespace: ml
+    match: {{selector: {{matchLabels: {{app: llama}}}}}}
+    rules: [privileged]"""
+
+
+def test_an_expired_exception_is_warned_naming_its_owner(tmp_path: Path, capsys) -> None:
+    spec = TAINTED + EXCEPTION.format(name="old", expires="2020-01-31")
+    spec += EXCEPTION.format(name="current", expires="2999-01-31").replace("exceptions:", "")
+    path = policy_file(tmp_path, spec)
+    code, out, _ = run(capsys, "policy", "validate", "--strict", str(path))
+    assert code == 1
+    [line] = [line for line in out.splitlines() if ": warning: exception " in line]
+    assert re.search(r":\d+: spec.exceptions\[0\]: warning: exception 'old' expired", line)
+    assert "renew it with its owner ml-platform@example.com, or delete it" in line
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (
+            EXCEPTION.format(name="a", expires="2027-13-01"),
+            "spec.exceptions[0].expires: not a date or time",
+        ),
+        (
+            EXCEPTION.format(name="a", expires="2999-01-01")
+            + EXCEPTION.format(name="a", expires="2999-01-01").replace("exceptions:", ""),
+            "spec.exceptions[1].name: duplicate exception 'a'",
+        ),
+    ],
+    ids=["no such date", "duplicate name"],
+)
+def test_a_broken_exception_is_refused(tmp_path: Path, capsys, spec: str, message: str) -> None:
+    code, out, _ = run(capsys, "policy", "validate", str(policy_file(tmp_path, TAINTED + spec)))
+    assert code == 1 and message in out

@@ -156,12 +156,13 @@ def with_rule_table(text: str, rules: Iterable[Rule]) -> str:
 
 
 def with_rule_names(schema_text: str, rules: Iterable[Rule]) -> str:
-    """The policy schema with the rule ids it accepts (exemptions' ``rules``, the rule modes'
-    properties) those of the declarations, in their order."""
+    """The policy schema with the rule ids it accepts (exemptions' ``rules``, ``ruleId`` for
+    exceptions', the rule modes' properties) those of the declarations, in their order."""
     schema = json.loads(schema_text)
     ids = [rule.id for rule in rules]
     exemption = schema["properties"]["spec"]["properties"]["exemptions"]["items"]
     exemption["properties"]["rules"]["items"]["enum"] = ids
+    schema["$defs"]["ruleId"]["enum"] = ids
     rule_set = schema["$defs"]["ruleSet"]
     rule_set["properties"] = {
         "default": rule_set["properties"]["default"],

@@ -12,6 +12,7 @@ runs (the quantity rule), so that the user sees the policy's message instead.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -26,7 +27,15 @@ from webhook.core.pods import PodView, attach_nodes
 from webhook.core.pools import select_pool
 from webhook.core.scope import reach
 from webhook.core.targets import walk_views
-from webhook.policy.model import RULE_IDS, SECURITY_RULES, Mode, Policy, Scope, WorkloadKind
+from webhook.policy.model import (
+    RULE_IDS,
+    SECURITY_RULES,
+    Mode,
+    Policy,
+    PolicyException,
+    Scope,
+    WorkloadKind,
+)
 
 # One more than the denial message lists: past that, judging a review stops (see decide()).
 STOP_AFTER_DENIALS = response.MAX_DENIAL_ERRORS + 1
@@ -91,12 +100,15 @@ def decide(
     encode_json: response.JsonEncoder = response.compact_json,
     limits: WorkLimits | None = None,
     nodes: NodeSnapshot | None = None,
+    now: float | None = None,
 ) -> Decision:
     """The decision on a request: its response, and the findings and patch behind it.
     ``encode_json`` writes the patch into the response (see ``response.JsonEncoder``).
     With ``limits``, an object (or old object) past them raises :class:`TooMuchWork`.
     ``nodes``: the node inventory's snapshot (``webhook.core.inventory``), where the cluster
-    is watched; it can add warnings and tell where ``nodeName`` puts a Pod."""
+    is watched; it can add warnings and tell where ``nodeName`` puts a Pod. ``now``: the time
+    the policy's exceptions are judged at (seconds since the epoch; the clock's when not
+    given, and read only where the policy has exceptions)."""
     request = parse_request(admission_review)
     uid = request["uid"]
     operation = request.get("operation")
@@ -120,7 +132,13 @@ def decide(
 
     # A review with thousands of violations (the API server passes objects of up to 3 MiB)
     # is judged only until its denial message is full: the verdict is certain by then.
-    judging = _judge(views, policy)
+    excepting = None
+    if policy.exceptions:
+        name = request.get("name") or metadata.get("name")
+        excepting = Excepting(
+            name if isinstance(name, str) else "", time.time() if now is None else now
+        )
+    judging = _judge(views, policy, excepting=excepting)
     findings, complete = _take(judging, STOP_AFTER_DENIALS)
     old = request.get("oldObject")
     if (
@@ -236,11 +254,23 @@ def _take(judging: Iterator[Finding], denials: int) -> tuple[list[Finding], bool
     return findings, True
 
 
+class Excepting(NamedTuple):
+    """What the policy's exceptions are matched with: the name of the object under review
+    and the time of the decision (seconds since the epoch)."""
+
+    object_name: str
+    now: float
+
+
 def _judge(
-    views: Iterable[PodView], policy: Policy, rules: Iterable[str] | None = None
+    views: Iterable[PodView],
+    policy: Policy,
+    rules: Iterable[str] | None = None,
+    excepting: Excepting | None = None,
 ) -> Iterator[Finding]:
     """The findings, template by template and check by check, as they are found: whoever
-    reads them stops judging by not reading on."""
+    reads them stops judging by not reading on. With ``excepting``, a denial a current
+    exception lifts is a warning that names it."""
     only = None if rules is None else frozenset(rules)
     # A template's reach is the scope of the security rules alone: not worked out without one.
     security = only is None or not only.isdisjoint(SECURITY_RULES)
@@ -248,6 +278,11 @@ def _judge(
         exempt = _exempt_rules(policy, view)
         if exempt is EVERY_RULE:
             continue
+        excepted = (
+            _excepted(policy, view, excepting)
+            if excepting is not None and view.namespace in policy.excepted_namespaces
+            else None
+        )
         ruleset = policy.rule_modes(view.namespace) if policy.namespace_overrides else policy.rules
         needs_reach = security and ruleset.needs_reach
         reach_scope = reach(view, policy).scope if needs_reach else None
@@ -255,9 +290,27 @@ def _judge(
         for rule, mode, scope in ruleset.steps[relevance, reach_scope]:
             if (exempt and rule in exempt) or (only is not None and rule not in only):
                 continue
+            exception = excepted.get(rule) if excepted else None
             for violation in _RUNS[rule](view, policy):
                 effective: Mode = "Warn" if violation.advisory and mode == "Enforce" else mode
-                yield Finding(violation, effective, view.identity, scope)
+                if exception is not None and effective == "Enforce":
+                    yield Finding(violation, "Warn", view.identity, scope, exception.describe())
+                else:
+                    yield Finding(violation, effective, view.identity, scope)
+
+
+def _excepted(policy: Policy, view: PodView, excepting: Excepting) -> dict[str, PolicyException]:
+    """The rules a current exception lifts for this template, each with the first such."""
+    labels = view.metadata.get("labels")
+    labels = labels if isinstance(labels, dict) else {}
+    lifted: dict[str, PolicyException] = {}
+    for exception in policy.exceptions:
+        if excepting.now < exception.expires and exception.matches(
+            view.namespace, excepting.object_name, labels
+        ):
+            for rule in exception.rules:
+                lifted.setdefault(rule, exception)
+    return lifted
 
 
 def _exempt_rules(policy: Policy, view: PodView) -> frozenset[str]:

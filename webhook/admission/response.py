@@ -34,6 +34,10 @@ def _clip(text: str, limit: int) -> str:
 def _warning(finding: Finding) -> str:
     """One warning line. Past the limit the message is shortened, not the fix: what to write
     instead is what the reader needs most."""
+    if finding.exception:
+        # Said first, so that no shortening hides why a denial is only a warning.
+        allowed = f"{finding.path}: allowed by {finding.exception}: {finding.message}"
+        return _clip(allowed, MAX_WARNING_CHARS)
     text = f"{finding.path}: {finding.message}"
     hint = finding.violation.hint
     if len(text) <= MAX_WARNING_CHARS or not hint:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any, TextIO
 
 from webhook.audit.cluster import audit_cluster
@@ -21,7 +22,13 @@ from webhook.audit.judging import Audit
 from webhook.audit.preflight import Change, Preflight, preflight_cluster, preflight_files
 from webhook.audit.reports import REPORT_APIS, ReportAPI, apply_reports, iter_policy_reports
 from webhook.cli import junit, output, sarif
-from webhook.cli.common import add_command, add_policy_argument, error, policy_from
+from webhook.cli.common import (
+    add_command,
+    add_policy_argument,
+    error,
+    expired_message,
+    policy_from,
+)
 from webhook.cluster.connection import ClusterError, connect
 from webhook.cluster.listing import Problem
 from webhook.core.findings import MODE_WORD
@@ -149,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpu-admission audit: error: {usage}", file=sys.stderr)
         return 2
     policy = policy_from(args)
+    _notes([expired_message(e) for _, e in policy.expired_exceptions(time.time())])
     if args.against:
         return _preflight(policy, args)
     # A policy report says what the webhook would do: the policy's own modes.

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from webhook.policy.load import default_policy_path, load_policy
-from webhook.policy.model import Policy
+from webhook.policy.model import Policy, PolicyException
 
 
 def error(message: str) -> None:
@@ -59,3 +59,12 @@ def add_policy_argument(parser: argparse.ArgumentParser) -> None:
 def policy_from(args: argparse.Namespace) -> Policy:
     """The policy ``--policy`` names, else the packaged default."""
     return load_policy(args.policy or default_policy_path())
+
+
+def expired_message(exception: PolicyException) -> str:
+    """What validate and the audit say of an exception past its expiry."""
+    return (
+        f"exception {exception.name!r} expired ({exception.expires_text}): it applies no more, "
+        f"so what it lifted ({', '.join(sorted(exception.rules))}) denies again; renew it "
+        f"with its owner {exception.owner}, or delete it"
+    )

@@ -15,6 +15,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 from webhook.audit import suites
 from webhook.audit.documents import Document, DocumentError, discover, parse, read_text
 from webhook.cli import output, workloads
-from webhook.cli.common import add_command, add_command_group, error
+from webhook.cli.common import add_command, add_command_group, error, expired_message
 from webhook.policy.files import missing_file
 from webhook.policy.load import PolicyError, load_policy, schema
 from webhook.policy.model import Policy
@@ -225,6 +226,11 @@ def run_validate(args: argparse.Namespace) -> int:
             f"{source}:{w.line}: {w.path}: {output.paint('warning', 'yellow', colour)}: {w.message}"
             for w in policy.warnings
             if w.level == "warning"
+        ]
+        warnings += [
+            f"{source}:{e.line}: spec.exceptions[{i}]: "
+            f"{output.paint('warning', 'yellow', colour)}: {expired_message(e)}"
+            for i, e in policy.expired_exceptions(time.time())
         ]
         notes = [
             f"{source}:{w.line}: {w.path}: {output.paint('info', 'dim', colour)}: {w.message}"

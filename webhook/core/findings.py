@@ -78,6 +78,8 @@ class Finding:
     template: str = ""  # the pod template's identity (list items by name): part of the key
     # How its template reaches GPU nodes (security rules; None for the others).
     scope: Scope | None = None
+    # The policy exception that made this denial a warning, as decisions name it; "" for none.
+    exception: str = ""
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -104,6 +106,7 @@ class Finding:
             "value": v.value if isinstance(v.value, (int, float, bool)) else shown(str(v.value)),
             "message": v.message,
             "hint": v.hint,
+            **({"exception": self.exception} if self.exception else {}),
         }
 
 

@@ -3,6 +3,7 @@ the request path never parses, validates or looks anything up twice."""
 
 from __future__ import annotations
 
+import datetime
 import fnmatch
 import re
 from collections.abc import Mapping
@@ -19,9 +20,11 @@ from webhook.policy.model import (
     Exemption,
     Grants,
     InventoryUse,
+    LabelSelector,
     NamespaceMatcher,
     NamespaceOverride,
     Policy,
+    PolicyException,
     Pool,
     ResourceSpec,
     RuleMode,
@@ -109,6 +112,41 @@ def _grants(raw: dict[str, Any]) -> Grants:
         toolkit_variables=frozenset(raw.get("toolkitVariables", [])),
         host_paths=allowed_host_paths(raw.get("hostPaths", [])),
     )
+
+
+def _exception(raw: dict[str, Any]) -> PolicyException:
+    selector = raw["match"].get("selector")
+    return PolicyException(
+        name=raw["name"],
+        owner=raw["owner"],
+        expires=expiry(raw["expires"]),
+        expires_text=raw["expires"],
+        namespace=raw["namespace"],
+        names=frozenset(raw["match"].get("names", ())),
+        selector=LabelSelector(
+            tuple(sorted(selector.get("matchLabels", {}).items())),
+            tuple(
+                (e["key"], e["operator"], frozenset(e.get("values", ())))
+                for e in selector.get("matchExpressions", ())
+            ),
+        )
+        if selector is not None
+        else None,
+        rules=frozenset(raw["rules"]),
+        reason=raw.get("reason", ""),
+    )
+
+
+def expiry(text: str) -> float:
+    """When an exception's ``expires`` ends it (seconds since the epoch): a date lasts
+    through that day, UTC. ``ValueError`` for one that is no date (the schema checks only
+    its shape: month 13)."""
+    if "T" not in text:
+        day = datetime.date.fromisoformat(text)
+        return datetime.datetime.combine(
+            day + datetime.timedelta(days=1), datetime.time(), tzinfo=datetime.UTC
+        ).timestamp()
+    return datetime.datetime.fromisoformat(text).timestamp()
 
 
 def _tenants(spec: dict[str, Any]) -> tuple[Tenant, ...]:
@@ -212,6 +250,7 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
     every_pod_reaches = not spec.get("gpuNodesTainted", True) or not classes or not all(classes)
     host_devices = spec.get("hostDevices", {})
     inventory_use = spec.get("nodeInventory", {})
+    exceptions = tuple(_exception(e) for e in spec.get("exceptions", []))
     return Policy(
         name=doc["metadata"]["name"],
         source=source,
@@ -260,6 +299,8 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
         exempts_by_glob=any(e.namespaces.regex is not None for e in exemptions),
         tenants=_tenants(spec),
         new_checks=spec.get("newChecks", "Warn"),
+        exceptions=exceptions,
+        excepted_namespaces=frozenset(e.namespace for e in exceptions),
         node_inventory=InventoryUse(
             advertised_names=inventory_use.get("advertisedNames", True),
             observed_node_sizes=inventory_use.get("observedNodeSizes", True),

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from webhook.policy import mig
+from webhook.policy.compile import expiry
 from webhook.policy.grant_lint import grant_errors
 from webhook.policy.lines import LineFinder, render_path
 from webhook.policy.model import (
@@ -68,6 +69,16 @@ def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
 
     def err(path: list[Any], message: str) -> None:
         errors.append(lines.error(path, message))
+
+    exception_names: set[str] = set()
+    for i, exception in enumerate(spec.get("exceptions", [])):
+        if exception["name"] in exception_names:
+            err(["spec", "exceptions", i, "name"], f"duplicate exception {exception['name']!r}")
+        exception_names.add(exception["name"])
+        try:
+            expiry(exception["expires"])
+        except ValueError as exc:
+            err(["spec", "exceptions", i, "expires"], f"not a date or time: {exc}")
 
     pool_names = [pool["name"] for pool in spec.get("pools", [])]
     for i, tenant in enumerate(spec.get("tenants", [])):

@@ -87,7 +87,13 @@ def _parse_policy(text: str, source: str) -> Policy:
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     policy = compile_policy(document, source, digest)
     found = lint.warnings(policy, lines) + tuple(host_path_findings(document, lines))
-    return dataclasses.replace(policy, warnings=tuple(sorted(found, key=lambda w: w.line)))
+    exceptions = tuple(
+        dataclasses.replace(e, line=lines.line(["spec", "exceptions", i]))
+        for i, e in enumerate(policy.exceptions)
+    )
+    return dataclasses.replace(
+        policy, warnings=tuple(sorted(found, key=lambda w: w.line)), exceptions=exceptions
+    )
 
 
 # --- YAML with line numbers -------------------------------------------------------------

@@ -337,6 +337,57 @@ class PolicyWarning:
 
 
 @dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A Kubernetes label selector: ``matchLabels`` and ``matchExpressions`` (In, NotIn,
+    Exists, DoesNotExist), all of which must hold."""
+
+    match_labels: tuple[tuple[str, str], ...]
+    expressions: tuple[tuple[str, str, frozenset[str]], ...]  # (key, operator, values)
+
+    def matches(self, labels: Mapping[str, Any]) -> bool:
+        if any(labels.get(key) != value for key, value in self.match_labels):
+            return False
+        for key, operator, values in self.expressions:
+            present = key in labels
+            if operator == "Exists" and not present or operator == "DoesNotExist" and present:
+                return False
+            if operator == "In" and (not present or str(labels[key]) not in values):
+                return False
+            if operator == "NotIn" and present and str(labels[key]) in values:
+                return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyException:
+    """An exception for one workload: ``rules`` stop denying the objects of ``namespace``
+    named ``names`` or whose (Pod or Pod template) labels ``selector`` matches, until
+    ``expires`` (seconds since the epoch, UTC)."""
+
+    name: str
+    owner: str
+    expires: float
+    expires_text: str  # as the policy writes it, for messages
+    namespace: str
+    names: frozenset[str]
+    selector: LabelSelector | None
+    rules: frozenset[str]
+    reason: str = ""
+    line: int = 0  # in the policy file, for what validate and the audit say of it
+
+    def matches(self, namespace: str, object_name: str, labels: Mapping[str, Any]) -> bool:
+        if namespace != self.namespace:
+            return False
+        return object_name in self.names or (
+            self.selector is not None and self.selector.matches(labels)
+        )
+
+    def describe(self) -> str:
+        """How a decision it changed names it."""
+        return f"exception {self.name!r} (owner {self.owner}, until {self.expires_text})"
+
+
+@dataclass(frozen=True, slots=True)
 class InventoryUse:
     """What the node inventory (``serve --inventory``) may add to decisions: the policy's
     ``nodeInventory`` switches, each on by default."""
@@ -417,6 +468,8 @@ class Policy:
     # their rule's mode. Each such check marks its violations advisory by it.
     new_checks: Literal["Warn", "Enforce"] = "Warn"
     node_inventory: InventoryUse = InventoryUse()
+    exceptions: tuple[PolicyException, ...] = ()
+    excepted_namespaces: frozenset[str] = frozenset()  # where some exception applies
     # The device plugin DaemonSets cluster check compares with the GPU nodes (none: not compared).
     device_plugin_daemonsets: tuple[DaemonSetName, ...] = ()
     warnings: tuple[PolicyWarning, ...] = ()  # whole-policy lints, in line order
@@ -440,6 +493,11 @@ class Policy:
             if tenant.namespaces.matches(namespace):
                 found = tenant.grants if found is NO_GRANTS else found.merged(tenant.grants)
         return found
+
+    def expired_exceptions(self, now: float) -> list[tuple[int, PolicyException]]:
+        """The exceptions that apply no more at ``now`` (seconds since the epoch), with their
+        index in ``spec.exceptions``."""
+        return [(i, e) for i, e in enumerate(self.exceptions) if now >= e.expires]
 
     def pool_preference(self, namespace: str) -> tuple[str, ...]:
         """The pools the namespace's tenant prefers, in order: the first matching ``tenants``

@@ -91,6 +91,7 @@ class _Outcome(NamedTuple):
     violations: tuple[tuple[str, str], ...]
     mutation: str
     request: dict[str, Any]  # the request's identifying fields, for the log line
+    exceptions: tuple[str, ...] = ()  # the policy exceptions that made denials warnings
 
 
 def _json_response(status: int, payload: dict[str, Any]) -> Response:
@@ -257,6 +258,7 @@ def _decide_body(
         violations=tuple((f.rule, f.mode) for f in findings),
         mutation=mutation,
         request={field: admission_request.get(field) for field in LOGGED_REQUEST_FIELDS},
+        exceptions=tuple(dict.fromkeys(f.exception for f in findings if f.exception)),
     )
 
 
@@ -358,6 +360,7 @@ def create_app(
             violations=outcome.violations,
             mutation=outcome.mutation,
             duration_ms=elapsed * 1000,
+            exceptions=outcome.exceptions,
         )
         return Response(outcome.body, status=200, mimetype=JSON)
 

@@ -179,11 +179,14 @@ def log_decision(
     violations: Iterable[tuple[str, str]],
     mutation: str,
     duration_ms: float,
+    exceptions: Iterable[str] = (),
 ) -> None:
     """Write the one line for an admission decision.
 
     ``request`` is the AdmissionReview's ``request``: only its identifying fields are read.
     ``violations`` are (rule id, mode) pairs, logged as two lists in the same order.
+    ``exceptions``: the policy exceptions that made denials warnings, as decisions name them
+    (the field is there only when one did).
     """
     if not logger.isEnabledFor(logging.INFO):
         return
@@ -203,6 +206,9 @@ def log_decision(
         "duration_ms": round(duration_ms, 3),  # to the microsecond
         "dry_run": request.get("dryRun") is True,
     }
+    excepted = list(exceptions)
+    if excepted:
+        fields["exceptions"] = excepted
     logger.info("admission decision", extra={"fields": fields})
 
 
