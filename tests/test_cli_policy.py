@@ -1046,9 +1046,55 @@ def test_an_expired_exception_is_warned_naming_its_owner(tmp_path: Path, capsys)
             + EXCEPTION.format(name="a", expires="2999-01-01").replace("exceptions:", ""),
             "spec.exceptions[1].name: duplicate exception 'a'",
         ),
+        (
+            EXCEPTION.format(name="a", expires="9999-12-31"),
+            "spec.exceptions[0].expires: not a date or time this policy can hold",
+        ),
+        (
+            EXCEPTION.format(name="a", expires="2999-01-01").replace(
+                "{matchLabels: {app: llama}}", "{matchLabels: {}}"
+            ),
+            "spec.exceptions[0].match.selector: this selector matches Pods that carry no label",
+        ),
+        (
+            EXCEPTION.format(name="a", expires="2999-01-01").replace(
+                "{matchLabels: {app: llama}}",
+                "{matchExpressions: [{key: app, operator: NotIn, values: [x]}]}",
+            ),
+            "this selector matches Pods that carry no label",
+        ),
+        (
+            EXCEPTION.format(name="a", expires="2999-01-01").replace(
+                "{matchLabels: {app: llama}}",
+                "{matchExpressions: [{key: app, operator: Exists, values: [llama]}]}",
+            ),
+            "spec.exceptions[0].match.selector.matchExpressions[0]: operator Exists takes no "
+            "values",
+        ),
+        (
+            EXCEPTION.format(name="a", expires="2999-01-01").replace(
+                "rules: [privileged]", "rules: [topology, gpu-quantity]"
+            ),
+            "spec.exceptions[0].rules[1]: gpu-quantity cannot be excepted",
+        ),
     ],
-    ids=["no such date", "duplicate name"],
+    ids=[
+        "no such date",
+        "duplicate name",
+        "past the calendar",
+        "empty selector",
+        "only NotIn",
+        "Exists with values",
+        "gpu-quantity",
+    ],
 )
 def test_a_broken_exception_is_refused(tmp_path: Path, capsys, spec: str, message: str) -> None:
     code, out, _ = run(capsys, "policy", "validate", str(policy_file(tmp_path, TAINTED + spec)))
     assert code == 1 and message in out
+
+
+def test_an_exception_lifting_a_security_rule_says_what_it_gives(tmp_path: Path, capsys) -> None:
+    path = policy_file(tmp_path, TAINTED + EXCEPTION.format(name="dbg", expires="2999-01-01"))
+    code, out, _ = run(capsys, "policy", "validate", "--strict", str(path))
+    assert code == 0
+    assert "spec.exceptions[0]: info: exception 'dbg' lifts privileged whole" in out

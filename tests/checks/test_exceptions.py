@@ -164,3 +164,52 @@ def test_the_decision_log_line_names_the_exception(
         "exception 'llama-debug' (owner ml-platform@example.com, until 2999-01-31)"
     ]
     assert (entry["rules"], entry["modes"]) == (["privileged"], ["Warn"])
+
+
+RESERVED = f"""
+gpuNodeTaints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]
+pools:
+  - name: team
+    nodeSelector: {{example.com/pool: team}}
+    taints: [{{key: example.com/pool, value: team, effect: NoSchedule}}]
+    namespaces: [team-a]
+    resources: [{{name: nvidia.com/gpu, sharing: Exclusive}}]
+{SPEC.split("exceptions:")[0].split("gpuNodeTaints")[0]}exceptions:{SPEC.split("exceptions:")[1]}"""
+
+
+def test_no_exception_is_carried_onto_a_pool_closed_to_its_namespace() -> None:
+    """A wildcard toleration, which pool-access only warns about (node agents), would take
+    the excepted privileged Pod onto another tenant's reserved nodes: nothing is lifted."""
+    reserved = policy(RESERVED, name="reserved")
+    roaming = privileged_llama()
+    roaming["spec"]["containers"][0]["resources"] = {}
+    roaming["spec"]["tolerations"] = [{"operator": "Exists"}]
+    decision = webhook.decide(
+        admission(roaming, namespace="ml"), reserved, mutate=False, now=BEFORE
+    )
+    assert "privileged" in {r for r, _ in denied(decision)}
+    kept_home = privileged_llama()
+    kept_home["spec"]["containers"][0]["resources"] = {}
+    decision = webhook.decide(
+        admission(kept_home, namespace="ml"), reserved, mutate=False, now=BEFORE
+    )
+    assert decision.allowed
+
+
+def test_kubectl_debug_is_not_covered() -> None:
+    old = privileged_llama()
+    new = privileged_llama()
+    new["spec"]["ephemeralContainers"] = [
+        {"name": "debug", "image": "busybox", "securityContext": {"privileged": True}}
+    ]
+    review = admission(new, operation="UPDATE", namespace="ml", old=old)
+    review["request"]["subResource"] = "ephemeralcontainers"
+    decision = webhook.decide(review, excepting(), mutate=False, now=BEFORE)
+    assert not decision.allowed
+
+
+def test_the_api_servers_audit_log_records_the_exception() -> None:
+    annotations = judge(privileged_llama(), BEFORE).response["response"]["auditAnnotations"]
+    assert json.loads(annotations["exceptions"]) == [
+        "exception 'llama-debug' (owner ml-platform@example.com, until 2027-01-31)"
+    ]

@@ -24,15 +24,15 @@ from webhook.checks.registry import CHECKS
 from webhook.core.findings import Finding
 from webhook.core.inventory import NodeSnapshot
 from webhook.core.pods import PodView, attach_nodes
-from webhook.core.pools import select_pool
+from webhook.core.pools import closed_pools_tolerated, reachable_closed_pools, select_pool
 from webhook.core.scope import reach
 from webhook.core.targets import walk_views
+from webhook.policy.exceptions import PolicyException
 from webhook.policy.model import (
     RULE_IDS,
     SECURITY_RULES,
     Mode,
     Policy,
-    PolicyException,
     Scope,
     WorkloadKind,
 )
@@ -133,7 +133,9 @@ def decide(
     # A review with thousands of violations (the API server passes objects of up to 3 MiB)
     # is judged only until its denial message is full: the verdict is certain by then.
     excepting = None
-    if policy.exceptions:
+    # An exception covers the workload, not whoever may debug it later (kubectl debug adds
+    # ephemeral containers with another permission).
+    if policy.exceptions and request.get("subResource", "") != updates.EPHEMERAL:
         name = request.get("name") or metadata.get("name")
         excepting = Excepting(
             name if isinstance(name, str) else "", time.time() if now is None else now
@@ -166,7 +168,9 @@ def decide(
     if findings and workload.kind == "Pod" and MIRROR_ANNOTATION in _annotations(obj):
         # The kubelet never runs a Pod it receives with this annotation (it runs static Pods
         # from its own files and only mirrors them here): denying the mirror changes nothing.
-        findings = [Finding(f.violation, "Audit", f.template, f.scope) for f in findings]
+        findings = [
+            Finding(f.violation, "Audit", f.template, f.scope, f.exception) for f in findings
+        ]
     if not findings:
         return Decision(response.build(uid))
     return Decision(
@@ -176,6 +180,7 @@ def decide(
             warnings=[f for f in findings if f.mode == "Warn"],
             audits=[f for f in findings if f.mode == "Audit"],
             stopped=not complete,
+            exceptions=tuple(dict.fromkeys(f.exception for f in findings if f.exception)),
         ),
         findings=tuple(findings),
     )
@@ -310,6 +315,15 @@ def _excepted(policy: Policy, view: PodView, excepting: Excepting) -> dict[str, 
         ):
             for rule in exception.rules:
                 lifted.setdefault(rule, exception)
+    if (
+        lifted
+        and policy.has_reserved_pools
+        and (reachable_closed_pools(view, policy) or closed_pools_tolerated(view, policy))
+    ):
+        # A Pod that can land in a pool closed to its namespace (a wildcard toleration, which
+        # pool-access only warns about for node agents) is lifted nothing: an exception must
+        # not carry what it lifts onto another tenant's nodes.
+        return {}
     return lifted
 
 

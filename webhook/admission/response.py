@@ -137,9 +137,12 @@ def build(
     would_patch: Sequence[dict[str, Any]] = (),
     stopped: bool = False,
     encode_json: JsonEncoder = compact_json,
+    exceptions: Sequence[str] = (),
 ) -> AdmissionReviewResponse:
     """The AdmissionReview response. ``stopped``: judging stopped after the denials given,
-    and the message says that there may be more. ``encode_json`` writes the patch."""
+    and the message says that there may be more. ``encode_json`` writes the patch.
+    ``exceptions``: the policy exceptions that made denials warnings, recorded in the API
+    server's audit log (``exceptions``) as well as told to the user."""
     response: dict[str, Any] = {"uid": uid, "allowed": not denials}
     if denials:
         violations = [f.violation for f in denials]
@@ -156,6 +159,10 @@ def build(
         response["warnings"] = warnings_for(warnings)
     if audits or would_patch:
         response["auditAnnotations"] = audit_annotations(audits, would_patch)
+    if exceptions:
+        response.setdefault("auditAnnotations", {})["exceptions"] = _clip(
+            json.dumps(list(exceptions), ensure_ascii=False), MAX_AUDIT_VALUE
+        )
     if patch and not denials:
         response["patchType"] = "JSONPatch"
         encoded = encode_json(list(patch))

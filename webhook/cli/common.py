@@ -7,8 +7,9 @@ import argparse
 import sys
 from typing import Any
 
+from webhook.policy.exceptions import PolicyException
 from webhook.policy.load import default_policy_path, load_policy
-from webhook.policy.model import Policy, PolicyException
+from webhook.policy.model import Policy
 
 
 def error(message: str) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from webhook.policy import mig
 from webhook.policy.capabilities import capability_name
+from webhook.policy.exceptions import LabelSelector, PolicyException
 from webhook.policy.hostpaths import canonical, unsafe_to_allow
 from webhook.policy.model import (
     DEFAULT_GRANTED_CAPABILITIES,
@@ -20,11 +21,9 @@ from webhook.policy.model import (
     Exemption,
     Grants,
     InventoryUse,
-    LabelSelector,
     NamespaceMatcher,
     NamespaceOverride,
     Policy,
-    PolicyException,
     Pool,
     ResourceSpec,
     RuleMode,

@@ -72,13 +72,20 @@ def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
 
     exception_names: set[str] = set()
     for i, exception in enumerate(spec.get("exceptions", [])):
+        path = ["spec", "exceptions", i]
         if exception["name"] in exception_names:
-            err(["spec", "exceptions", i, "name"], f"duplicate exception {exception['name']!r}")
+            err([*path, "name"], f"duplicate exception {exception['name']!r}")
         exception_names.add(exception["name"])
         try:
             expiry(exception["expires"])
-        except ValueError as exc:
-            err(["spec", "exceptions", i, "expires"], f"not a date or time: {exc}")
+        except (ValueError, OverflowError) as exc:
+            err([*path, "expires"], f"not a date or time this policy can hold: {exc}")
+        _lint_exception_match(exception["match"], [*path, "match"], err)
+        if "gpu-quantity" in exception["rules"]:
+            err(
+                [*path, "rules", exception["rules"].index("gpu-quantity")],
+                "gpu-quantity cannot be excepted: the API server refuses those quantities itself",
+            )
 
     pool_names = [pool["name"] for pool in spec.get("pools", [])]
     for i, tenant in enumerate(spec.get("tenants", [])):
@@ -279,6 +286,27 @@ def _lint_reserved_pools(pools: list[dict[str, Any]], err: Report) -> None:
             )
 
 
+def _lint_exception_match(match: dict[str, Any], path: list[Any], err: Report) -> None:
+    """An exception's selector says as Kubernetes would which labels it needs, and needs one:
+    a selector that matches Pods without labels (empty, only NotIn or DoesNotExist) would
+    except every unlabelled Pod of the namespace, an exemption in disguise."""
+    selector = match.get("selector")
+    if selector is None:
+        return
+    expressions = selector.get("matchExpressions", [])
+    for k, expr in enumerate(expressions):
+        _lint_expression(expr, [*path, "selector", "matchExpressions", k], err)
+    if not selector.get("matchLabels") and not any(
+        e["operator"] in ("In", "Exists") for e in expressions
+    ):
+        err(
+            [*path, "selector"],
+            "this selector matches Pods that carry no label at all, so it would except every "
+            "such Pod of the namespace: require a label (matchLabels, In or Exists), or use an "
+            "exemption if the whole namespace is meant",
+        )
+
+
 def _lint_expression(expr: dict[str, Any], path: list[Any], err: Report) -> None:
     operator, values = expr["operator"], expr.get("values")
     if operator in ("In", "NotIn") and not values:
@@ -318,6 +346,7 @@ def warnings(policy: Policy, lines: LineFinder) -> tuple[PolicyWarning, ...]:
     _lint_taints(policy, warn)
     _lint_reachable_pods(policy, lines, warn)
     _note_exemptions(policy, inform)
+    _note_exceptions(policy, inform)
     return tuple(sorted(found, key=lambda w: w.line))
 
 
@@ -402,6 +431,21 @@ def _note_exemptions(policy: Policy, inform: Report) -> None:
             f"trusts {who}; delete the names you do not use and keep tenants from creating "
             "namespaces with these names",
         )
+
+
+def _note_exceptions(policy: Policy, inform: Report) -> None:
+    """An exception that lifts a security rule lifts all of it: say what that gives."""
+    for i, exception in enumerate(policy.exceptions):
+        lifted = sorted(exception.rules & SECURITY_RULES)
+        if lifted:
+            inform(
+                ["spec", "exceptions", i],
+                f"exception {exception.name!r} lifts {', '.join(lifted)} whole for what it "
+                f"matches in namespace {exception.namespace!r}: those Pods may do all these "
+                "rules refuse (privileged, host paths, node-control paths) on the GPU nodes "
+                "they reach, until it expires; it trusts whoever may create Pods there with "
+                "those names or labels",
+            )
 
 
 def covers(broad: str, narrow: str) -> bool:
