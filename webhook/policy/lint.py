@@ -18,13 +18,12 @@ from webhook.policy import mig
 from webhook.policy.compile import expiry
 from webhook.policy.grant_lint import grant_errors
 from webhook.policy.lines import LineFinder, render_path
+from webhook.policy.mode_lint import exception_notes, reachable_pods_warnings
 from webhook.policy.model import (
-    SECURITY_RULES,
     SOFTWARE_SHARING,
     Exemption,
     Policy,
     PolicyWarning,
-    RuleSet,
 )
 from webhook.policy.pool_lint import pool_warnings
 from webhook.policy.workloads import (
@@ -344,49 +343,10 @@ def warnings(policy: Policy, lines: LineFinder) -> tuple[PolicyWarning, ...]:
     _lint_exemptions(policy, warn)
     _lint_pool_namespaces(policy, warn)
     _lint_taints(policy, warn)
-    _lint_reachable_pods(policy, lines, warn)
+    reachable_pods_warnings(policy, lines, warn)
     _note_exemptions(policy, inform)
-    _note_exceptions(policy, inform)
+    exception_notes(policy, inform)
     return tuple(sorted(found, key=lambda w: w.line))
-
-
-def _lint_reachable_pods(policy: Policy, lines: LineFinder, warn: Report) -> None:
-    """An unset ``reachablePods`` follows ``gpuPods``: where a policy writes ``gpuPods:
-    Enforce`` for a security rule (or its default) and never names ``reachablePods``, node
-    agents (DaemonSets that reach every node through a wildcard toleration: CNI, CSI,
-    node-exporter, logging) are denied on GPU nodes, which examples copied without a thought
-    do. Said once for the policy's rules, and for a namespace override only where the
-    policy's own do not say it already. (A policy that writes no modes gets the built-in
-    ones, which deny there too, and says nothing it could have meant otherwise.)"""
-    layers: list[tuple[list[Any], RuleSet]] = [(["spec", "rules"], policy.rules)]
-    layers += [
-        (["spec", "namespaceOverrides", i, "rules"], override.rules)
-        for i, override in enumerate(policy.namespace_overrides)
-    ]
-    said: set[str] = set()
-    for path, rules in layers:
-        following = sorted(
-            rule
-            for rule in SECURITY_RULES
-            if rules[rule].reachable_pods is None
-            and rules[rule].gpu_pods == "Enforce"
-            and (lines.has([*path, "default", "gpuPods"]) or lines.has([*path, rule, "gpuPods"]))
-        )
-        if not following or said.issuperset(following):
-            continue
-        said.update(following)
-        warn(
-            path,
-            "reachablePods is unset, so it follows gpuPods: Pods that reach GPU nodes only "
-            "through a wildcard toleration, as node agents' DaemonSets do (CNI, CSI, "
-            f"node-exporter, logging), are denied by {_rules_named(following)} unless their "
-            "namespaces are exempt; set reachablePods: Warn (as the default policy does), or "
-            "Enforce to say that is meant",
-        )
-
-
-def _rules_named(rules: list[str]) -> str:
-    return "every security rule" if set(rules) == SECURITY_RULES else ", ".join(rules)
 
 
 def _lint_taints(policy: Policy, warn: Report) -> None:
@@ -431,21 +391,6 @@ def _note_exemptions(policy: Policy, inform: Report) -> None:
             f"trusts {who}; delete the names you do not use and keep tenants from creating "
             "namespaces with these names",
         )
-
-
-def _note_exceptions(policy: Policy, inform: Report) -> None:
-    """An exception that lifts a security rule lifts all of it: say what that gives."""
-    for i, exception in enumerate(policy.exceptions):
-        lifted = sorted(exception.rules & SECURITY_RULES)
-        if lifted:
-            inform(
-                ["spec", "exceptions", i],
-                f"exception {exception.name!r} lifts {', '.join(lifted)} whole for what it "
-                f"matches in namespace {exception.namespace!r}: those Pods may do all these "
-                "rules refuse (privileged, host paths, node-control paths) on the GPU nodes "
-                "they reach, until it expires; it trusts whoever may create Pods there with "
-                "those names or labels",
-            )
 
 
 def covers(broad: str, narrow: str) -> bool:

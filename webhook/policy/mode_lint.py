@@ -1,0 +1,66 @@
+"""The lint of how a policy judges who: rule modes that deny more than they seem to, and
+exceptions that lift more than they seem to."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from webhook.policy.lines import LineFinder
+from webhook.policy.model import SECURITY_RULES, Policy, RuleSet
+
+Report = Callable[[list[Any], str], None]
+
+
+def reachable_pods_warnings(policy: Policy, lines: LineFinder, warn: Report) -> None:
+    """An unset ``reachablePods`` follows ``gpuPods``: where a policy writes ``gpuPods:
+    Enforce`` for a security rule (or its default) and never names ``reachablePods``, node
+    agents (DaemonSets that reach every node through a wildcard toleration: CNI, CSI,
+    node-exporter, logging) are denied on GPU nodes, which examples copied without a thought
+    do. Said once for the policy's rules, and for a namespace override only where the
+    policy's own do not say it already. (A policy that writes no modes gets the built-in
+    ones, which deny there too, and says nothing it could have meant otherwise.)"""
+    layers: list[tuple[list[Any], RuleSet]] = [(["spec", "rules"], policy.rules)]
+    layers += [
+        (["spec", "namespaceOverrides", i, "rules"], override.rules)
+        for i, override in enumerate(policy.namespace_overrides)
+    ]
+    said: set[str] = set()
+    for path, rules in layers:
+        following = sorted(
+            rule
+            for rule in SECURITY_RULES
+            if rules[rule].reachable_pods is None
+            and rules[rule].gpu_pods == "Enforce"
+            and (lines.has([*path, "default", "gpuPods"]) or lines.has([*path, rule, "gpuPods"]))
+        )
+        if not following or said.issuperset(following):
+            continue
+        said.update(following)
+        warn(
+            path,
+            "reachablePods is unset, so it follows gpuPods: Pods that reach GPU nodes only "
+            "through a wildcard toleration, as node agents' DaemonSets do (CNI, CSI, "
+            f"node-exporter, logging), are denied by {_rules_named(following)} unless their "
+            "namespaces are exempt; set reachablePods: Warn (as the default policy does), or "
+            "Enforce to say that is meant",
+        )
+
+
+def _rules_named(rules: list[str]) -> str:
+    return "every security rule" if set(rules) == SECURITY_RULES else ", ".join(rules)
+
+
+def exception_notes(policy: Policy, inform: Report) -> None:
+    """An exception that lifts a security rule lifts all of it: say what that gives."""
+    for i, exception in enumerate(policy.exceptions):
+        lifted = sorted(exception.rules & SECURITY_RULES)
+        if lifted:
+            inform(
+                ["spec", "exceptions", i],
+                f"exception {exception.name!r} lifts {', '.join(lifted)} whole for what it "
+                f"matches in namespace {exception.namespace!r}: those Pods may do all these "
+                "rules refuse (privileged, host paths, node-control paths) on the GPU nodes "
+                "they reach, until it expires; it trusts whoever may create Pods there with "
+                "those names or labels",
+            )
