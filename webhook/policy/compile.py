@@ -18,6 +18,7 @@ from webhook.policy.model import (
     DEFAULT_GRANTED_CAPABILITIES,
     RULE_IDS,
     DaemonSetName,
+    Entitlements,
     Exemption,
     Grants,
     InventoryUse,
@@ -148,6 +149,14 @@ def expiry(text: str) -> float:
     return datetime.datetime.fromisoformat(text).timestamp()
 
 
+def _entitlements(raw: dict[str, Any]) -> Entitlements:
+    return Entitlements(
+        frozenset(raw["resources"]) if "resources" in raw else None,
+        raw.get("maxGPUsPerContainer"),
+        raw.get("maxGPUsPerPod"),
+    )
+
+
 def _tenants(spec: dict[str, Any]) -> tuple[Tenant, ...]:
     """The tenants entries; while none of them states grants, every namespace keeps the
     default grants (a tenants block written for pool preferences takes nothing away). An
@@ -157,8 +166,11 @@ def _tenants(spec: dict[str, Any]) -> tuple[Tenant, ...]:
             _namespaces(t["namespaces"]),
             _grants(t.get("grants", {})),
             tuple(t.get("poolPreference", ())),
+            _entitlements(t["entitlements"]) if "entitlements" in t else None,
+            t.get("contact", ""),
+            i,
         )
-        for t in spec.get("tenants", ())
+        for i, t in enumerate(spec.get("tenants", ()))
     )
     if spec.get("tenants") == [] or any("grants" in t for t in spec.get("tenants", ())):
         return tenants

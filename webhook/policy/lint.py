@@ -18,7 +18,11 @@ from webhook.policy import mig
 from webhook.policy.compile import expiry
 from webhook.policy.grant_lint import grant_errors
 from webhook.policy.lines import LineFinder, render_path
-from webhook.policy.mode_lint import exception_notes, reachable_pods_warnings
+from webhook.policy.mode_lint import (
+    entitlement_warnings,
+    exception_notes,
+    reachable_pods_warnings,
+)
 from webhook.policy.model import (
     SOFTWARE_SHARING,
     Exemption,
@@ -346,6 +350,7 @@ def warnings(policy: Policy, lines: LineFinder) -> tuple[PolicyWarning, ...]:
     reachable_pods_warnings(policy, lines, warn)
     _note_exemptions(policy, inform)
     exception_notes(policy, inform)
+    entitlement_warnings(policy, warn)
     return tuple(sorted(found, key=lambda w: w.line))
 
 

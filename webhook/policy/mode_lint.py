@@ -1,5 +1,5 @@
-"""The lint of how a policy judges who: rule modes that deny more than they seem to, and
-exceptions that lift more than they seem to."""
+"""The lint of how a policy judges who: rule modes that deny more than they seem to,
+exceptions that lift more than they seem to, entitlements to names it does not declare."""
 
 from __future__ import annotations
 
@@ -64,3 +64,18 @@ def exception_notes(policy: Policy, inform: Report) -> None:
                 "they reach, until it expires; it trusts whoever may create Pods there with "
                 "those names or labels",
             )
+
+
+def entitlement_warnings(policy: Policy, warn: Report) -> None:
+    """An entitlement that lists a name the policy does not declare entitles to nothing: the
+    entitlement rule judges declared GPU resources only."""
+    for tenant in policy.tenants:
+        entitled = tenant.entitlements
+        for name in sorted(entitled.resources or ()) if entitled is not None else ():
+            if name not in policy.declared_names:
+                warn(
+                    ["spec", "tenants", tenant.index, "entitlements", "resources"],
+                    f"{name} is not a GPU resource this policy declares, so no Pod is "
+                    "entitled to it by this entry: declare it (resources, a pool, the MIG "
+                    "catalogue) or correct the name",
+                )

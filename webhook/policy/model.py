@@ -216,13 +216,27 @@ NO_GRANTS = Grants()
 
 
 @dataclass(frozen=True, slots=True)
+class Entitlements:
+    """What a tenant may use: the declared GPU resources (None: any) and the most GPU devices
+    per container and per Pod (None: no limit)."""
+
+    resources: frozenset[str] | None
+    max_per_container: int | None
+    max_per_pod: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Tenant:
-    """A ``tenants`` entry: the namespaces (names or globs), what they are granted and the
-    pools they prefer, in order."""
+    """A ``tenants`` entry: the namespaces (names or globs), what they are granted, the pools
+    they prefer (in order), what they are entitled to, and whom they ask; ``index`` is its
+    place in ``spec.tenants``, for messages (-1 for the default grants' entry)."""
 
     namespaces: NamespaceMatcher
     grants: Grants
     pool_preference: tuple[str, ...] = ()
+    entitlements: Entitlements | None = None
+    contact: str = ""
+    index: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,6 +462,13 @@ class Policy:
         """The exceptions that apply no more at ``now`` (seconds since the epoch), with their
         index in ``spec.exceptions``."""
         return [(i, e) for i, e in enumerate(self.exceptions) if now >= e.expires]
+
+    def entitlements(self, namespace: str) -> Tenant | None:
+        """The first ``tenants`` entry that matches the namespace and states entitlements."""
+        for tenant in self.tenants:
+            if tenant.entitlements is not None and tenant.namespaces.matches(namespace):
+                return tenant
+        return None
 
     def pool_preference(self, namespace: str) -> tuple[str, ...]:
         """The pools the namespace's tenant prefers, in order: the first matching ``tenants``

@@ -165,6 +165,17 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        id="entitlement",
+        title="A tenant uses the GPU resources and counts it is entitled to.",
+        severity="medium",
+        security=False,
+        restricts=(
+            "where the policy states a tenant's entitlements: a declared GPU resource they do "
+            "not list, more GPU devices in one container or one Pod than they allow (warned "
+            "while `newChecks` is Warn)"
+        ),
+    ),
+    Rule(
         id="topology",
         title="A Pod must fit on one node.",
         severity="low",

@@ -1,0 +1,106 @@
+"""A tenant uses the GPU resources and counts it is entitled to.
+
+Restricted, where the policy states a tenant's entitlements (the first ``tenants`` entry that
+matches the namespace and states them): a GPU resource the policy declares that they do not
+list, and more GPU devices (full cards, MIG instances and shared replicas alike) in one
+container, or in one Pod as the scheduler counts them, than they allow. Allowed: namespaces
+no entry states entitlements for; companion resources (NICs beside GPUs); names the policy
+does not declare (the resource-name rule's). New in this release: warned while ``newChecks``
+is Warn. A ResourceQuota limits how many GPUs a namespace requests in all, not which kind nor
+how many one Pod asks for: this is the per-Pod side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import NamedTuple
+
+from webhook.checks.topology import effective_requests
+from webhook.core.findings import Violation, quote
+from webhook.core.pods import PodView
+from webhook.policy.model import Policy
+from webhook.policy.quantity import Quantity
+
+RULE = "entitlement"
+
+
+def check(view: PodView, policy: Policy) -> Iterator[Violation]:
+    tenant = policy.entitlements(view.namespace)
+    if tenant is None or tenant.entitlements is None:
+        return
+    entitled = tenant.entitlements
+    said = _Said(
+        f"tenants[{tenant.index}].entitlements ({', '.join(tenant.namespaces.patterns)})",
+        f"ask {tenant.contact}" if tenant.contact else "ask the platform team",
+        policy.new_checks_advisory,
+    )
+    for container in view.gpu_containers:
+        devices: Quantity = 0
+        for name, quantity in container.gpu_quantity.items():
+            if quantity is None or quantity <= 0 or name not in policy.declared_names:
+                continue
+            devices += quantity
+            if entitled.resources is not None and name not in entitled.resources:
+                yield Violation(
+                    rule=RULE,
+                    path=container.resource_path(name),
+                    value=name,
+                    message=f"namespace {quote(view.namespace)} may not use {name}: "
+                    f"{said.setting} lists {', '.join(sorted(entitled.resources))}",
+                    hint=f"request one of those, or {said.ask} to be entitled to {name}",
+                    error_type="Forbidden",
+                    subject=container.name,
+                    field=f"{container.list_name}.resources[{name}]",
+                    advisory=said.advisory,
+                )
+        limit = entitled.max_per_container
+        if limit is not None and devices > limit:
+            yield said.too_many(
+                f"{container.path}.{container.resources_field}",
+                f"container {quote(container.name)}",
+                devices,
+                limit,
+                "container",
+                container.name,
+            )
+    if entitled.max_per_pod is not None:
+        totals = effective_requests(view)
+        counted = [name for name in totals if name in policy.declared_names]
+        devices = sum((totals[name] for name in counted), Fraction(0))
+        if devices > entitled.max_per_pod:
+            yield said.too_many(
+                view.first_request_path(counted[0]),
+                "the Pod",
+                devices,
+                entitled.max_per_pod,
+                "Pod",
+                "pod",
+            )
+
+
+class _Said(NamedTuple):
+    """What every finding of one tenant's entitlements says: the setting, whom to ask, and
+    whether it is a warning at most (a check new in this release)."""
+
+    setting: str
+    ask: str
+    advisory: bool
+
+    def too_many(
+        self, path: str, who: str, devices: Quantity, limit: int, per: str, subject: str
+    ) -> Violation:
+        shown = int(devices) if devices == int(devices) else float(devices)
+        return Violation(
+            rule=RULE,
+            path=path,
+            value=shown,
+            message=f"{who} requests {shown} GPU devices in all, above the {limit} per {per} "
+            f"that {self.setting} allows",
+            hint=f"request at most {limit} (more Pods, or a training controller), or "
+            f"{self.ask} for more",
+            error_type="Forbidden",
+            subject=subject,
+            field=f"maxGPUsPer{per.capitalize()}",
+            advisory=self.advisory,
+        )
