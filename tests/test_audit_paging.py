@@ -242,7 +242,9 @@ def test_reports_are_written_as_they_are_built(
 def test_what_waits_for_its_owner_is_placed_when_the_owner_is() -> None:
     """Held whole only until the owner comes: the Pods listed after it wait for nothing."""
     audit = Audit(POLICY, True)
-    judging = _Judging([audit], ["PyTorchJob", "TFJob", "Pod"], raise_errors=True)
+    judging = _Judging(
+        [audit], ["PyTorchJob", "TFJob", "Pod"], raise_errors=True, keep_mutated=False
+    )
     outer = training_job("TFJob", "outer")
     inner = training_job("PyTorchJob", "inner", owner=outer)
     judging.place(inner)

@@ -1077,6 +1077,12 @@ def test_an_expired_exception_is_warned_naming_its_owner(tmp_path: Path, capsys)
             ),
             "spec.exceptions[0].rules[1]: gpu-quantity cannot be excepted",
         ),
+        (
+            EXCEPTION.format(name="a", expires="2999-01-01").replace(
+                "rules: [privileged]", "rules: [pool-access]"
+            ),
+            "spec.exceptions[0].rules[0]: pool-access cannot be excepted",
+        ),
     ],
     ids=[
         "no such date",
@@ -1086,6 +1092,7 @@ def test_an_expired_exception_is_warned_naming_its_owner(tmp_path: Path, capsys)
         "only NotIn",
         "Exists with values",
         "gpu-quantity",
+        "pool-access",
     ],
 )
 def test_a_broken_exception_is_refused(tmp_path: Path, capsys, spec: str, message: str) -> None:

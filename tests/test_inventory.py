@@ -295,8 +295,9 @@ def check_policy_changes(
     wait_until(lambda: inventory.nodes(), timeout=10, what="the first list")
     assert "example.com/pool" not in labels()
     snapshot = inventory.snapshot()
-    assert snapshot is not None and snapshot.node("gpu-0", plain) is not None
-    assert snapshot.node("gpu-0", pools) is None  # kept without the pool's label key
+    assert snapshot is not None and snapshot.node("gpu-0") is not None
+    assert snapshot.covers(plain)
+    assert not snapshot.covers(pools)  # kept without the pool's label key
     restarts = [inventory.figures()[2]]
     policies.append(pools)
     wait_until(

@@ -213,3 +213,13 @@ def test_the_api_servers_audit_log_records_the_exception() -> None:
     assert json.loads(annotations["exceptions"]) == [
         "exception 'llama-debug' (owner ml-platform@example.com, until 2027-01-31)"
     ]
+
+
+def test_a_pod_naming_its_node_is_lifted_nothing_where_pools_are_reserved() -> None:
+    """Without the node inventory the webhook cannot tell whose node it is."""
+    reserved = policy(RESERVED, name="reserved")
+    bound = privileged_llama()
+    bound["spec"]["containers"][0]["resources"] = {}
+    bound["spec"]["nodeName"] = "gpu-7"
+    decision = webhook.decide(admission(bound, namespace="ml"), reserved, mutate=False, now=BEFORE)
+    assert "privileged" in {r for r, _ in denied(decision)}

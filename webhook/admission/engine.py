@@ -12,6 +12,7 @@ runs (the quantity rule), so that the user sees the policy's message instead.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -21,10 +22,15 @@ from webhook.admission import mutation, response, updates
 from webhook.admission.request import RequestError, parse_request, workload_kind
 from webhook.admission.wire import AdmissionReviewResponse
 from webhook.checks.registry import CHECKS
-from webhook.core.findings import Finding
-from webhook.core.inventory import NodeSnapshot
+from webhook.core.findings import Finding, exceptions_of
+from webhook.core.inventory import NodeSnapshot, pools_of
 from webhook.core.pods import PodView, attach_nodes
-from webhook.core.pools import closed_pools_tolerated, reachable_closed_pools, select_pool
+from webhook.core.pools import (
+    closed_pools_tolerated,
+    named_node_pools,
+    reachable_closed_pools,
+    select_pool,
+)
 from webhook.core.scope import reach
 from webhook.core.targets import walk_views
 from webhook.policy.exceptions import PolicyException
@@ -168,9 +174,7 @@ def decide(
     if findings and workload.kind == "Pod" and MIRROR_ANNOTATION in _annotations(obj):
         # The kubelet never runs a Pod it receives with this annotation (it runs static Pods
         # from its own files and only mirrors them here): denying the mirror changes nothing.
-        findings = [
-            Finding(f.violation, "Audit", f.template, f.scope, f.exception) for f in findings
-        ]
+        findings = [dataclasses.replace(f, mode="Audit") for f in findings]
     if not findings:
         return Decision(response.build(uid))
     return Decision(
@@ -180,7 +184,7 @@ def decide(
             warnings=[f for f in findings if f.mode == "Warn"],
             audits=[f for f in findings if f.mode == "Audit"],
             stopped=not complete,
-            exceptions=tuple(dict.fromkeys(f.exception for f in findings if f.exception)),
+            exceptions=exceptions_of(findings),
         ),
         findings=tuple(findings),
     )
@@ -194,7 +198,7 @@ def _views(
     limits: WorkLimits | None,
     nodes: NodeSnapshot | None,
 ) -> list[PodView]:
-    if nodes is not None:
+    if nodes is not None and nodes.covers(policy):
         views = _views(obj, workload, namespace, policy, limits, None)
         for view in views:
             attach_nodes(view, nodes, policy)
@@ -304,6 +308,20 @@ def _judge(
                     yield Finding(violation, effective, view.identity, scope)
 
 
+def _may_reach_closed_pool(view: PodView, policy: Policy) -> bool:
+    """Whether the template can land in a pool closed to its namespace: by its tolerations
+    and node selection, or by naming a node (unless the inventory places that node in pools
+    its namespace may use, or on a CPU node)."""
+    if reachable_closed_pools(view, policy) or closed_pools_tolerated(view, policy):
+        return True
+    if not view.spec.get("nodeName") or policy.is_binder(view.namespace):
+        return False
+    placed = named_node_pools(view, policy)
+    return placed is None or not all(
+        policy.may_use(pool, view.namespace) for pool in pools_of(placed[0], policy)
+    )
+
+
 def _excepted(policy: Policy, view: PodView, excepting: Excepting) -> dict[str, PolicyException]:
     """The rules a current exception lifts for this template, each with the first such."""
     labels = view.metadata.get("labels")
@@ -315,14 +333,10 @@ def _excepted(policy: Policy, view: PodView, excepting: Excepting) -> dict[str, 
         ):
             for rule in exception.rules:
                 lifted.setdefault(rule, exception)
-    if (
-        lifted
-        and policy.has_reserved_pools
-        and (reachable_closed_pools(view, policy) or closed_pools_tolerated(view, policy))
-    ):
+    if lifted and policy.has_reserved_pools and _may_reach_closed_pool(view, policy):
         # A Pod that can land in a pool closed to its namespace (a wildcard toleration, which
-        # pool-access only warns about for node agents) is lifted nothing: an exception must
-        # not carry what it lifts onto another tenant's nodes.
+        # pool-access only warns about for node agents, or a named node) is lifted nothing:
+        # an exception must not carry what it lifts onto another tenant's nodes.
         return {}
     return lifted
 

@@ -59,7 +59,7 @@ def judge_cluster(
     namespace: str | None,
     *,
     raise_errors: bool,
-    keep_mutated: bool = False,
+    keep_mutated: bool,
 ) -> None:
     """One listing, judged into every audit with its policy as it is (the kinds of all their
     policies are listed). What the listing skipped is noted in the first audit, and what it
@@ -124,7 +124,7 @@ class _Judging:
         kinds: list[str],
         *,
         raise_errors: bool,
-        keep_mutated: bool = False,
+        keep_mutated: bool,
     ) -> None:
         self.audits = audits
         self.raise_errors = raise_errors

@@ -139,5 +139,5 @@ def preflight_cluster(
 ) -> Preflight:
     """The pre-flight over one listing of a cluster's workloads (None: every namespace)."""
     new, old = Audit(new_policy, True), Audit(old_policy, True)
-    judge_cluster([new, old], cluster, namespace, raise_errors=raise_errors)
+    judge_cluster([new, old], cluster, namespace, raise_errors=raise_errors, keep_mutated=False)
     return Preflight(new, old, compare(old.items, new.items))

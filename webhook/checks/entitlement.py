@@ -16,9 +16,8 @@ from collections.abc import Iterator
 from fractions import Fraction
 from typing import NamedTuple
 
-from webhook.checks.topology import effective_requests
 from webhook.core.findings import Violation, quote
-from webhook.core.pods import PodView
+from webhook.core.pods import PodView, effective_requests
 from webhook.policy.model import Policy
 from webhook.policy.quantity import Quantity
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from webhook.core.findings import Violation, quote
-from webhook.core.inventory import bound_to_cpu_node, named_node, pools_of
+from webhook.core.inventory import pools_of
 from webhook.core.pods import PodView
 from webhook.core.pools import (
     Ambiguous,
@@ -33,6 +33,7 @@ from webhook.core.pools import (
     Problem,
     UnknownPool,
     closed_pools_tolerated,
+    named_node_pools,
     reachable_closed_pools,
     select_pool,
 )
@@ -78,13 +79,12 @@ def _named_node(
     view: PodView, policy: Policy, node_name: Any, asks_gpu: bool
 ) -> Iterator[Violation]:
     """A Pod that names its node skips the scheduler and every taint: refused when the node
-    is in a pool closed to its namespace, or when the node inventory cannot place the node (it
-    has not heard of it, or it is a GPU node in no pool: its pool's label may be on its way);
-    allowed on a CPU node and on a node of pools open to the namespace."""
+    is in a pool closed to its namespace (any of its pools, whatever the annotation says), or
+    when the node inventory cannot place it (``named_node_pools``); allowed on a CPU node and
+    on a node of pools open to the namespace."""
     path = f"{view.spec_path}.nodeName"
-    node = named_node(view.nodes, node_name, policy)
-    pools = pools_of(node, policy) if node is not None else ()
-    if node is None or not (pools or bound_to_cpu_node(view.nodes, node_name, policy)):
+    placed = named_node_pools(view, policy)
+    if placed is None:
         yield Violation(
             rule=RULE,
             path=path,
@@ -98,7 +98,8 @@ def _named_node(
             field="nodeName",
         )
         return
-    for pool in pools:
+    node = placed[0]
+    for pool in pools_of(node, policy):
         if policy.may_use(pool, view.namespace):
             continue
         label, _ = _labels(pool)

@@ -17,36 +17,13 @@ from collections.abc import Iterator
 from decimal import Decimal
 
 from webhook.core.findings import Violation, quote
-from webhook.core.pods import PodView
+from webhook.core.pods import PodView, effective_requests
 from webhook.core.pools import resource_spec, select_pool
 from webhook.policy import mig
 from webhook.policy.model import Policy
 from webhook.policy.quantity import Quantity
 
 RULE = "topology"
-
-
-def effective_requests(view: PodView) -> dict[str, Quantity]:
-    """The scheduler's view of the Pod's request of each vendor resource."""
-    init_peak: dict[str, Quantity] = {}
-    sidecars: dict[str, Quantity] = {}
-    apps: dict[str, Quantity] = {}
-    for container in view.containers:
-        for name, quantity in container.gpu_quantity.items():
-            if quantity is None or quantity <= 0:
-                continue
-            if container.list_name == "containers":
-                apps[name] = apps.get(name, 0) + quantity
-            elif container.list_name == "initContainers":
-                if container.is_sidecar:
-                    sidecars[name] = sidecars.get(name, 0) + quantity
-                else:
-                    running = quantity + sidecars.get(name, 0)
-                    init_peak[name] = max(init_peak.get(name, 0), running)
-    totals: dict[str, Quantity] = {}
-    for name in {*init_peak, *sidecars, *apps}:
-        totals[name] = max(init_peak.get(name, 0), apps.get(name, 0) + sidecars.get(name, 0))
-    return totals
 
 
 def _node_capacity(view: PodView, policy: Policy, name: str) -> tuple[Quantity, str, bool] | None:

@@ -15,8 +15,9 @@ import threading
 from webhook.server.node_feed import follow, parse_fields
 
 # Background work: on a busy core, the worker's reviews come first. Measured with the 5,000
-# Nodes listed again and again: at nice 10, /validate's p99 rose 1.12x to 1.44x; at 19, 1.21x
-# and 1.33x. A starved inventory grows old, and decisions then go on without it.
+# Nodes listed again and again (bench_inventory): at nice 10, /validate's p99 rose 1.12x to
+# 1.44x over three runs; at nice 19, 1.21x and 1.33x. A starved inventory grows old, and
+# decisions then go on without it.
 NICENESS = 19
 
 

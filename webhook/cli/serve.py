@@ -82,8 +82,9 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--inventory",
         action="store_true",
         default=None,
-        help="keep an inventory of the cluster's Nodes, with its metrics (needs list and watch "
-        "on nodes; env GPU_ADMISSION_INVENTORY=true; default off)",
+        help="keep an inventory of the cluster's Nodes, which decisions read (nodeName, "
+        "advertised names, node sizes; README, Node inventory) and metrics expose (needs list "
+        "and watch on nodes; env GPU_ADMISSION_INVENTORY=true; default off)",
     )
     # Deliberately no environment variable: turning TLS off must be visible in the command.
     parser.add_argument(

@@ -60,6 +60,9 @@ class WatchOptions:
     watch_floor_seconds: float = 1.0
     # Events handled before other threads (greenlets) get a turn.
     events_per_turn: int = 50
+    # A pause between the pages of a list, so that a list of thousands of objects spreads
+    # its reading and decoding over time instead of taking a core while it lasts.
+    page_pause_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +160,8 @@ class WatchCache(Generic[T]):
             version = str((page.get("metadata") or {}).get("resourceVersion") or "")
             if stop.is_set():
                 return False
-            time.sleep(0)  # a turn for other threads (greenlets) between pages
+            # A turn for other threads (greenlets) between pages, or a pause.
+            time.sleep(self._options.page_pause_seconds)
         # What was kept of each object is often what was kept before (a relist after 410 Gone):
         # then readers keep their snapshot, and what they worked out from it.
         changed = items != self._items or not self._state.listed

@@ -10,6 +10,7 @@ omit the value.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -155,3 +156,8 @@ def render_all(
             "fix these and apply again to see the rest"
         )
     return rendered[0] if len(rendered) == 1 else "[" + ", ".join(rendered) + "]"
+
+
+def exceptions_of(findings: Iterable[Finding]) -> tuple[str, ...]:
+    """The policy exceptions that made these findings warnings, each once, in order."""
+    return tuple(dict.fromkeys(f.exception for f in findings if f.exception))

@@ -316,8 +316,8 @@ class NodeSnapshot:
     What decisions read of all of them (the names nodes advertise, the largest node of each
     pool) is worked out on first use and kept with the snapshot, which is replaced as a whole
     when a Node changes what is kept of it. ``fields``: what its Nodes were kept for (a
-    policy with other pool label keys or vendor domains is judged without the snapshot's
-    nodes until the inventory has listed them again)."""
+    policy with other pool label keys or vendor domains is judged without the snapshot until
+    the inventory has listed them again: ``covers``)."""
 
     __slots__ = ("_nodes", "fields", "_advertised", "_sizes")
 
@@ -335,16 +335,17 @@ class NodeSnapshot:
         """Every node, by name."""
         return self._nodes
 
-    def node(self, name: str, policy: Policy) -> NodeInfo | None:
-        """The named node, if known and kept with every label key and vendor domain the
-        policy uses."""
-        fields = self.fields
-        if not (
-            policy.gpu_label_keys <= fields.gpu_label_keys
-            and set(policy.vendor_domains) <= set(fields.vendor_domains)
-        ):
-            return None
+    def node(self, name: str) -> NodeInfo | None:
+        """The named node, if known."""
         return self._nodes.get(name)
+
+    def covers(self, policy: Policy) -> bool:
+        """Whether its Nodes were kept with every pool label key and vendor domain the policy
+        uses: decisions read no other snapshot (``webhook.admission.engine``)."""
+        fields = self.fields
+        return policy.gpu_label_keys <= fields.gpu_label_keys and set(policy.vendor_domains) <= set(
+            fields.vendor_domains
+        )
 
     def advertised(self) -> frozenset[str]:
         """The vendor resources some node's capacity lists above zero."""
@@ -399,7 +400,7 @@ def named_node(nodes: NodeSnapshot | None, name: Any, policy: Policy) -> NodeInf
     inventory, with the policy's ``nodeInventory.nodeName`` off, or for a node not known."""
     if nodes is None or not policy.node_inventory.node_name or not isinstance(name, str):
         return None
-    return nodes.node(name, policy) if name else None
+    return nodes.node(name) if name else None
 
 
 def _vendor(resources: Any, domains: tuple[str, ...]) -> dict[str, str]:

@@ -208,6 +208,29 @@ def attach_nodes(view: PodView, nodes: NodeSnapshot, policy: Policy) -> None:
         view.gpu_relevant = _gpu_relevant(view, policy)
 
 
+def effective_requests(view: PodView) -> dict[str, Quantity]:
+    """The scheduler's view of the Pod's request of each vendor resource."""
+    init_peak: dict[str, Quantity] = {}
+    sidecars: dict[str, Quantity] = {}
+    apps: dict[str, Quantity] = {}
+    for container in view.containers:
+        for name, quantity in container.gpu_quantity.items():
+            if quantity is None or quantity <= 0:
+                continue
+            if container.list_name == "containers":
+                apps[name] = apps.get(name, 0) + quantity
+            elif container.list_name == "initContainers":
+                if container.is_sidecar:
+                    sidecars[name] = sidecars.get(name, 0) + quantity
+                else:
+                    running = quantity + sidecars.get(name, 0)
+                    init_peak[name] = max(init_peak.get(name, 0), running)
+    totals: dict[str, Quantity] = {}
+    for name in {*init_peak, *sidecars, *apps}:
+        totals[name] = max(init_peak.get(name, 0), apps.get(name, 0) + sidecars.get(name, 0))
+    return totals
+
+
 def grants_of(view: PodView, policy: Policy) -> Grants:
     """What the policy's tenants block grants the template's namespace; looked up once per
     view, and only by a check that found something a grant could cover."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from webhook.core.inventory import NodeInfo, named_node, pools_of
+from webhook.core.inventory import NodeInfo, bound_to_cpu_node, named_node, pools_of
 from webhook.core.pods import PodView
 from webhook.core.scheduling import expression_matches, term_allows_labels, tolerates
 from webhook.policy.model import POOL_ANNOTATION, Policy, Pool, ResourceSpec
@@ -106,10 +106,9 @@ def _select(view: PodView, policy: Policy) -> Selection:
     requested = tuple(filter(policy.declared_names.__contains__, view.requested_gpu_names))
     if not requested:
         return NO_GPU
-    node = named_node(view.nodes, view.spec.get("nodeName"), policy)
-    on_node = _on_node(view, policy, node, requested) if node is not None else None
-    if on_node is not None:
-        return on_node
+    placed = named_node_pools(view, policy)
+    if placed is not None and placed[1]:
+        return _on_node(view, policy, *placed, requested)
     annotation = view.annotations.get(POOL_ANNOTATION)
     if annotation is not None and policy.pools:
         return _explicit(view, policy, str(annotation), requested)
@@ -164,29 +163,48 @@ def _explicit(view: PodView, policy: Policy, name: str, requested: tuple[str, ..
     return Selection((pool,), pool.taints, (PoolClosed(pool),), requested)
 
 
-def _on_node(
-    view: PodView, policy: Policy, node: NodeInfo, requested: tuple[str, ...]
-) -> Selection | None:
-    """Where a Pod bound by ``nodeName`` to a node the inventory knows lands: that node's
-    pools (narrowed by the pool annotation). None, judged as without the inventory, unless
-    the node gives one clear answer: it is in no pool (a CPU node, or a GPU node whose pool
-    label may be on its way), the annotation names another pool, or its pools give the
-    Pod's resources different sharing modes. Whether the namespace may use the pools is the
-    pool-access rule's ``nodeName`` finding for a Pod; a template, whose Pods that finding
-    will refuse, is told now."""
+def named_node_pools(view: PodView, policy: Policy) -> tuple[NodeInfo, tuple[Pool, ...]] | None:
+    """Where ``spec.nodeName`` puts the Pod, as far as the node inventory can tell: the node
+    and its pools, narrowed by the Pod's pool annotation (none for a CPU node). None where it
+    cannot tell, and the Pod is judged as without the inventory: no inventory or a node it
+    does not know, a GPU node no pool selects (its pool label may be on its way), a pool
+    annotation naming none of the node's pools, pools that give the Pod's GPU resources
+    different sharing modes. The one answer for pool selection and the pool-access rule."""
+    name = view.spec.get("nodeName")
+    node = named_node(view.nodes, name, policy)
+    if node is None:
+        return None
     pools = pools_of(node, policy)
+    if not pools:
+        return (node, ()) if bound_to_cpu_node(view.nodes, name, policy) else None
     annotation = view.annotations.get(POOL_ANNOTATION)
     if annotation is not None:
         pools = tuple(p for p in pools if p.name == str(annotation))
-    if not pools:
+        if not pools:
+            return None
+    requested = tuple(filter(policy.declared_names.__contains__, view.requested_gpu_names))
+    offering = tuple(p for p in pools if all(n in p.resources for n in requested))
+    if requested and _mode_conflict(offering, requested) is not None:
         return None
+    return node, pools
+
+
+def _on_node(
+    view: PodView,
+    policy: Policy,
+    node: NodeInfo,
+    pools: tuple[Pool, ...],
+    requested: tuple[str, ...],
+) -> Selection:
+    """The selection of a Pod that ``nodeName`` puts in ``pools`` (``named_node_pools``):
+    those that offer what it asks for, or a warning that none does. Whether the namespace may
+    use them is the pool-access rule's ``nodeName`` finding for a Pod; a template, whose Pods
+    that finding will refuse, is told now."""
     offering = tuple(p for p in pools if all(n in p.resources for n in requested))
     if not offering:
         missing = tuple(n for n in requested if n not in pools[0].resources)
         problem = PoolLacks(pools[0], missing, requested, node.name)
         return Selection((), (), (problem,), requested)
-    if _mode_conflict(offering, requested) is not None:
-        return None
     problems: tuple[Problem, ...] = ()
     is_pod = view.kind == "Pod" and view.spec_path == "spec"
     if not is_pod and not any(policy.may_use(p, view.namespace) for p in offering):

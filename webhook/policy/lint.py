@@ -38,6 +38,12 @@ from webhook.policy.workloads import (
     entry_paths,
 )
 
+# Rules no exception may lift, and why.
+UNEXCEPTED_RULES = {
+    "gpu-quantity": "cannot be excepted: the API server refuses those quantities itself",
+    "pool-access": "cannot be excepted: a pool reserved for other namespaces stays theirs "
+    "(grant the namespace access to the pool instead)",
+}
 LABEL_SELECTOR_KEYS = ("labels", "matchLabels", "objectSelector", "podSelector", "selector")
 _GLOB = re.compile(r"[*?\[]")
 
@@ -84,11 +90,9 @@ def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
         except (ValueError, OverflowError) as exc:
             err([*path, "expires"], f"not a date or time this policy can hold: {exc}")
         _lint_exception_match(exception["match"], [*path, "match"], err)
-        if "gpu-quantity" in exception["rules"]:
-            err(
-                [*path, "rules", exception["rules"].index("gpu-quantity")],
-                "gpu-quantity cannot be excepted: the API server refuses those quantities itself",
-            )
+        for rule, why in UNEXCEPTED_RULES.items():
+            if rule in exception["rules"]:
+                err([*path, "rules", exception["rules"].index(rule)], f"{rule} {why}")
 
     pool_names = [pool["name"] for pool in spec.get("pools", [])]
     for i, tenant in enumerate(spec.get("tenants", [])):

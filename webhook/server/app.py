@@ -31,6 +31,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from webhook.admission.engine import TooMuchWork, WorkLimits, decide
 from webhook.admission.request import RequestError
 from webhook.admission.response import compact_json
+from webhook.core.findings import exceptions_of
 from webhook.core.inventory import NodeSnapshot
 from webhook.policy.model import Policy
 from webhook.server.child import ChildDecisionLost
@@ -258,7 +259,7 @@ def _decide_body(
         violations=tuple((f.rule, f.mode) for f in findings),
         mutation=mutation,
         request={field: admission_request.get(field) for field in LOGGED_REQUEST_FIELDS},
-        exceptions=tuple(dict.fromkeys(f.exception for f in findings if f.exception)),
+        exceptions=exceptions_of(findings),
     )
 
 

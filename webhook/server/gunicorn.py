@@ -4,8 +4,10 @@ Processes
     gunicorn's arbiter and one worker (:class:`~webhook.server.worker.AdmissionWorker`). The
     manifests give the container one CPU, where a second worker adds no throughput, only
     switching between processes (measured in ``settings.py``): the server scales with
-    replicas. The worker serves every connection, owns the policy, the metrics and anything
-    the server watches in the cluster; the arbiter only starts it, replaces it within about
+    replicas. The worker serves every connection, owns the policy, the metrics and the node
+    inventory, whose list and watch run in a process the worker starts
+    (``webhook.server.inventory``); long decisions run in forked children
+    (``webhook.server.child``). The arbiter only starts the worker, replaces it within about
     0.2 s if it dies (meanwhile the Service sends reviews to the other replicas) and passes
     the stop signals on.
 
@@ -134,7 +136,8 @@ class AdmissionServer(BaseApplication):
         store = PolicyStore(self._settings.policy, metrics=metrics)
         store.watch()
         if self._settings.inventory:
-            # The worker owns the cluster's watches: one per replica, off the request path.
+            # The worker owns the node inventory; its process lists and watches, one per
+            # replica, off the request path.
             self.inventory = NodeInventory(lambda: store.policy)
             metrics.watch_inventory(self.inventory.figures)
             self.inventory.start()

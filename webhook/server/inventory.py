@@ -96,15 +96,16 @@ class _Feed:
 
     def _read(self, process: subprocess.Popen[bytes]) -> None:
         stdout: IO[bytes] | None = process.stdout
+        garbled = ""
         try:
             for line in stdout or ():
                 self._apply(orjson.loads(line))
                 time.sleep(0)  # a turn for the connections (greenlets) after each line
-        except (OSError, orjson.JSONDecodeError) as exc:
-            self.last_error = f"reading the inventory process: {exc}"
+        except (OSError, ValueError, TypeError, AttributeError) as exc:  # not its protocol
+            garbled = f" after it wrote what is not its protocol ({type(exc).__name__}: {exc})"
             process.kill()  # nobody reads it any more: it is started again
         status = process.wait()
-        self.last_error = f"the inventory process ended (exit status {status})"
+        self.last_error = f"the inventory process ended (exit status {status}){garbled}"
         self.ended = True
 
     def _apply(self, message: Any) -> None:
