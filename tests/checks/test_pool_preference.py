@@ -9,6 +9,7 @@ import json
 from functools import cache
 
 import webhook
+from tests.patching import apply_jsonpatch
 from tests.support.admission import (
     POOL_LABEL,
     assert_allowed_clean,
@@ -91,3 +92,16 @@ def test_a_tenants_block_of_preferences_keeps_the_default_grants() -> None:
         preferring().grants("ml").capabilities
         == policy("vendorDomains: [nvidia.com]", name="plain").grants("ml").capabilities
     )
+
+
+def test_without_the_mutation_a_pod_that_can_land_in_the_pool_passed_over_is_refused() -> None:
+    """The mutating webhook confines a Pod to its tenant's pool; where it did not run (timed
+    out, Record mode), a Pod that tolerates both pools could land where its GPU is shared."""
+    roaming = pod(container(gpu=1), tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])
+    decision = validate(roaming, preferring(), namespace="ml")
+    assert denied(decision) == [("pool-access", "spec.affinity.nodeAffinity")]
+    assert 'can land in pool "l4"' in decision.response["response"]["status"]["message"]
+    confined = mutate(roaming, preferring(), namespace="ml")
+    assert validate(
+        apply_jsonpatch(roaming, patch_of(confined)), preferring(), namespace="ml"
+    ).allowed

@@ -35,6 +35,7 @@ from webhook.core.pools import (
     closed_pools_tolerated,
     named_node_pools,
     reachable_closed_pools,
+    reachable_passed_over_pools,
     select_pool,
 )
 from webhook.policy.model import POOL_ANNOTATION, Policy, Pool
@@ -48,7 +49,11 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         found = _problem(view, policy, problem)
         if found is not None:
             yield found
-    if not policy.has_reserved_pools or view.kind != "Pod" or view.spec_path != "spec":
+    if view.kind != "Pod" or view.spec_path != "spec":
+        return
+    if selection.passed_over and not view.spec.get("nodeName"):
+        yield from _passed_over(view, policy, selection.pools)
+    if not policy.has_reserved_pools:
         return
     node_name = view.spec.get("nodeName")
     if node_name and not policy.is_binder(view.namespace):
@@ -69,6 +74,30 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             hint="add to every requiredDuringSchedulingIgnoredDuringExecution nodeSelectorTerm "
             f"an expression that excludes the pool, e.g. {exclusion} (the mutating webhook "
             "adds it when it runs)",
+            error_type="Forbidden",
+            subject=pool.name,
+            field="pool-confinement",
+        )
+
+
+def _passed_over(view: PodView, policy: Policy, chosen: tuple[Pool, ...]) -> Iterator[Violation]:
+    """A Pod its tenant's preference sent to one pool that can still land in another it may
+    use, where its resources mean another sharing mode (the mutating webhook confines it when
+    it runs; this holds when it did not)."""
+    preferred = chosen[0].name if chosen else ""
+    for pool in reachable_passed_over_pools(view, policy):
+        label, exclusion = _labels(pool)
+        yield Violation(
+            rule=RULE,
+            path=f"{view.spec_path}.affinity.nodeAffinity",
+            value=pool.name,
+            message=f"the Pod can land in pool {quote(pool.name)} ({label}), where what it asks "
+            f"for is shared differently than in pool {quote(preferred)}, which its tenant "
+            "prefers: neither its required node affinity nor its tolerations keep it off those "
+            "nodes",
+            hint="add to every requiredDuringSchedulingIgnoredDuringExecution nodeSelectorTerm "
+            f"{exclusion}, or choose the pool with the {POOL_ANNOTATION} annotation (the "
+            "mutating webhook confines the Pod to its tenant's pool when it runs)",
             error_type="Forbidden",
             subject=pool.name,
             field="pool-confinement",

@@ -79,7 +79,9 @@ class Selection(NamedTuple):
     use none, every candidate: a Pod admitted anyway still gets a place); empty when no
     declared pool applies. ``taints``: what it must tolerate there; ``problems``: why the
     choice is impossible, forbidden or ambiguous; ``requested``: the declared GPU resources it
-    asks for; ``closed``: candidates its namespace may not use, which it must be kept off.
+    asks for; ``closed``: candidates its namespace may not use, which it must be kept off;
+    ``passed_over``: candidates it may use that its tenant's preference did not choose and that
+    give its resources another sharing mode, which it must be kept off too.
     """
 
     pools: tuple[Pool, ...]
@@ -87,6 +89,7 @@ class Selection(NamedTuple):
     problems: tuple[Problem, ...]
     requested: tuple[str, ...]
     closed: tuple[Pool, ...] = ()
+    passed_over: tuple[Pool, ...] = ()
 
 
 NO_GPU = Selection((), (), (), ())
@@ -130,12 +133,18 @@ def _select(view: PodView, policy: Policy) -> Selection:
         return Selection((), (), (problem,), requested)
     allowed = tuple(p for p in candidates if policy.may_use(p, view.namespace))
     closed = tuple(p for p in candidates if not policy.may_use(p, view.namespace))
+    passed_over: tuple[Pool, ...] = ()
     if len(allowed) > 1:
         # The tenant's preferred pool decides among those it may use, before the Pod is found
         # ambiguous or confined to all of them.
         preference = policy.pool_preference(view.namespace)
         preferred = next((p for name in preference for p in allowed if p.name == name), None)
         if preferred is not None:
+            passed_over = tuple(
+                p
+                for p in allowed
+                if p is not preferred and _mode_conflict((preferred, p), requested) is not None
+            )
             allowed = (preferred,)
     problems: list[Problem] = []
     if not allowed:
@@ -147,7 +156,12 @@ def _select(view: PodView, policy: Policy) -> Selection:
     if conflict is not None:
         problems.append(conflict)
     return Selection(
-        chosen, _union_taints(chosen), tuple(problems), requested, closed if allowed else ()
+        chosen,
+        _union_taints(chosen),
+        tuple(problems),
+        requested,
+        closed if allowed else (),
+        passed_over,
     )
 
 
@@ -320,26 +334,36 @@ def _identifying_label(pool: Pool, others: tuple[Pool, ...]) -> tuple[str, str] 
 
 def reachable_closed_pools(view: PodView, policy: Policy) -> list[Pool]:
     """Pools closed to the Pod's namespace that offer what it asks for and that its final spec
-    does not keep it off: neither its required node selection excludes them, nor a NoSchedule
-    or NoExecute taint of theirs that it does not tolerate."""
+    does not keep it off (``_can_land``)."""
     requested = select_pool(view, policy).requested
     if not requested:
         return []
+    return [
+        pool
+        for pool in policy.pools
+        if not policy.may_use(pool, view.namespace)
+        and all(n in pool.resources for n in requested)
+        and _can_land(view, pool)
+    ]
+
+
+def reachable_passed_over_pools(view: PodView, policy: Policy) -> list[Pool]:
+    """Pools its tenant's preference passed over (``Selection.passed_over``) that the Pod's
+    final spec does not keep it off: there its resources would mean another sharing mode."""
+    return [pool for pool in select_pool(view, policy).passed_over if _can_land(view, pool)]
+
+
+def _can_land(view: PodView, pool: Pool) -> bool:
+    """Whether the Pod's final spec lets it land in the pool: its required node selection
+    admits the pool's nodes and it tolerates their NoSchedule and NoExecute taints."""
+    if not _compatible(view, pool):
+        return False
     tolerations = view.tolerations()
-    found = []
-    for pool in policy.pools:
-        if policy.may_use(pool, view.namespace) or not all(n in pool.resources for n in requested):
-            continue
-        if not _compatible(view, pool):
-            continue
-        if any(
-            t["effect"] in ("NoSchedule", "NoExecute")
-            and not any(tolerates(tol, t) for tol in tolerations)
-            for t in pool.taints
-        ):
-            continue
-        found.append(pool)
-    return found
+    return not any(
+        t["effect"] in ("NoSchedule", "NoExecute")
+        and not any(tolerates(tol, t) for tol in tolerations)
+        for t in pool.taints
+    )
 
 
 def closed_pools_tolerated(view: PodView, policy: Policy) -> list[tuple[Pool, bool]]:
