@@ -25,7 +25,7 @@ RULE = "entitlement"
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
-    tenant = policy.entitlements(view.namespace)
+    tenant = policy.entitled_tenant(view.namespace)
     if tenant is None or tenant.entitlements is None:
         return
     entitled = tenant.entitlements

@@ -281,11 +281,12 @@ def mig_capable(node: NodeInfo) -> bool:
     return node.labels.get(MIG_CAPABLE) == "true" or bool(mig_profiles(node))
 
 
-def is_cpu_node(node: NodeInfo, policy: Policy) -> bool:
+def surely_cpu_node(node: NodeInfo, policy: Policy) -> bool:
     """A node with no sign of a GPU: none of a declared GPU taint (by key), a pool's label
     key, a GPU feature-discovery label, an NVIDIA PCI label, a label under a vendor domain, a
     cloud's GPU label, a vendor resource in its capacity (even at zero), nor the taint of a
-    node still starting. Any one of them and the node may be a GPU node."""
+    node still starting. Any one of them and the node may be a GPU node. Not the opposite of
+    ``is_gpu_node``: a node still starting, GPU-tainted with nothing advertised, is neither."""
     return not (
         node.capacity
         or node.gpu_labelled
@@ -392,7 +393,11 @@ def bound_to_cpu_node(nodes: NodeSnapshot | None, name: Any, policy: Policy) -> 
     never where GPU nodes are not told apart by taints (``gpuNodesTainted: false``, or no hard
     taint declared)."""
     node = named_node(nodes, name, policy)
-    return node is not None and not policy.every_pod_reaches_gpu_nodes and is_cpu_node(node, policy)
+    return (
+        node is not None
+        and not policy.every_pod_reaches_gpu_nodes
+        and surely_cpu_node(node, policy)
+    )
 
 
 def named_node(nodes: NodeSnapshot | None, name: Any, policy: Policy) -> NodeInfo | None:

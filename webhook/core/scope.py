@@ -8,9 +8,9 @@ GPU-relevance read from what a Pod asks for is the tenant's to choose, so the se
   container-toolkit variable, mounts a GPU device node or the toolkit's device-list directory,
   carries a DRA claim or a CDI annotation; or it sets ``spec.nodeName`` (the scheduler, and
   with it every NoSchedule taint, is skipped) to a node the node inventory does not know to
-  be a CPU node (``webhook.core.inventory.is_cpu_node``; never where GPU nodes are untainted);
-  or its keyed tolerations tolerate every NoSchedule and NoExecute taint of one class of GPU
-  node; or the policy says GPU nodes are not tainted.
+  be a CPU node (``webhook.core.inventory.surely_cpu_node``; never where GPU nodes are
+  untainted); or its keyed tolerations tolerate every NoSchedule and NoExecute taint of one
+  class of GPU node; or the policy says GPU nodes are not tainted.
 - ``reachablePods``: only a wildcard toleration (no key) gets it onto a GPU node, as node agents
   (CNI, CSI, node-exporter, logging) do on every node.
 - ``otherPods``: nothing gets it onto a GPU node; a Pod bound by ``nodeName`` to a CPU node

@@ -21,9 +21,9 @@ from webhook.policy.model import (
     Entitlements,
     Exemption,
     Grants,
-    InventoryUse,
     NamespaceMatcher,
     NamespaceOverride,
+    NodeInventorySwitches,
     Policy,
     Pool,
     ResourceSpec,
@@ -312,7 +312,7 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
         new_checks=spec.get("newChecks", "Warn"),
         exceptions=exceptions,
         excepted_namespaces=frozenset(e.namespace for e in exceptions),
-        node_inventory=InventoryUse(
+        node_inventory=NodeInventorySwitches(
             advertised_names=inventory_use.get("advertisedNames", True),
             observed_node_sizes=inventory_use.get("observedNodeSizes", True),
             node_name=inventory_use.get("nodeName", True),

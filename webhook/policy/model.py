@@ -352,7 +352,7 @@ class PolicyWarning:
 
 
 @dataclass(frozen=True, slots=True)
-class InventoryUse:
+class NodeInventorySwitches:
     """What the node inventory (``serve --inventory``) may add to decisions: the policy's
     ``nodeInventory`` switches, each on by default."""
 
@@ -431,7 +431,7 @@ class Policy:
     # most, whatever their rule's mode (an upgrade warns before it denies); Enforce gives them
     # their rule's mode. Each such check marks its violations advisory by it.
     new_checks: Literal["Warn", "Enforce"] = "Warn"
-    node_inventory: InventoryUse = InventoryUse()
+    node_inventory: NodeInventorySwitches = NodeInventorySwitches()
     exceptions: tuple[PolicyException, ...] = ()
     excepted_namespaces: frozenset[str] = frozenset()  # where some exception applies
     # The device plugin DaemonSets cluster check compares with the GPU nodes (none: not compared).
@@ -463,7 +463,7 @@ class Policy:
         index in ``spec.exceptions``."""
         return [(i, e) for i, e in enumerate(self.exceptions) if now >= e.expires]
 
-    def entitlements(self, namespace: str) -> Tenant | None:
+    def entitled_tenant(self, namespace: str) -> Tenant | None:
         """The first ``tenants`` entry that matches the namespace and states entitlements."""
         for tenant in self.tenants:
             if tenant.entitlements is not None and tenant.namespaces.matches(namespace):
