@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from webhook.cli import audit, certs, cluster, policy, review, serve, webhooks
+from webhook.cli import audit, certs, cluster, policy, quota, review, serve, webhooks
 from webhook.cli.common import add_command, error
 from webhook.policy.load import PolicyError
 
@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_subcommands(commands)
     policy.add_subcommands(commands)
     cluster.add_subcommands(commands)
+    quota.add_subcommands(commands)
     webhooks.add_subcommands(commands)
     version_command = add_command(
         commands,

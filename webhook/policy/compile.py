@@ -154,6 +154,7 @@ def _entitlements(raw: dict[str, Any]) -> Entitlements:
         frozenset(raw["resources"]) if "resources" in raw else None,
         raw.get("maxGPUsPerContainer"),
         raw.get("maxGPUsPerPod"),
+        MappingProxyType(dict(raw.get("maxGPUs", {}))),
     )
 
 

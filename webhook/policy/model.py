@@ -223,6 +223,8 @@ class Entitlements:
     resources: frozenset[str] | None
     max_per_container: int | None
     max_per_pod: int | None
+    # The most of each resource a namespace requests at once: a ResourceQuota's to hold.
+    max_gpus: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
