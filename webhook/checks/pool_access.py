@@ -63,20 +63,12 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         yield from _tolerated_pools(view, policy)
         return
     for pool in reachable_closed_pools(view, policy):
-        label, exclusion = _labels(pool)
-        yield Violation(
-            rule=RULE,
-            path=f"{view.spec_path}.affinity.nodeAffinity",
-            value=pool.name,
-            message=f"the Pod can land in pool {quote(pool.name)} ({label}), which namespace "
-            f"{quote(view.namespace)} may not use: neither its required node affinity nor its "
-            "tolerations keep it off those nodes",
-            hint="add to every requiredDuringSchedulingIgnoredDuringExecution nodeSelectorTerm "
-            f"an expression that excludes the pool, e.g. {exclusion} (the mutating webhook "
+        yield _can_land(
+            view,
+            pool,
+            f"which namespace {quote(view.namespace)} may not use",
+            "an expression that excludes the pool, e.g. {exclusion} (the mutating webhook "
             "adds it when it runs)",
-            error_type="Forbidden",
-            subject=pool.name,
-            field="pool-confinement",
         )
 
 
@@ -86,22 +78,33 @@ def _passed_over(view: PodView, policy: Policy, chosen: tuple[Pool, ...]) -> Ite
     it runs; this holds when it did not)."""
     preferred = chosen[0].name if chosen else ""
     for pool in reachable_passed_over_pools(view, policy):
-        label, exclusion = _labels(pool)
-        yield Violation(
-            rule=RULE,
-            path=f"{view.spec_path}.affinity.nodeAffinity",
-            value=pool.name,
-            message=f"the Pod can land in pool {quote(pool.name)} ({label}), where what it asks "
-            f"for is shared differently than in pool {quote(preferred)}, which its tenant "
-            "prefers: neither its required node affinity nor its tolerations keep it off those "
-            "nodes",
-            hint="add to every requiredDuringSchedulingIgnoredDuringExecution nodeSelectorTerm "
-            f"{exclusion}, or choose the pool with the {POOL_ANNOTATION} annotation (the "
+        yield _can_land(
+            view,
+            pool,
+            f"where what it asks for is shared differently than in pool {quote(preferred)}, "
+            "which its tenant prefers",
+            f"{{exclusion}}, or choose the pool with the {POOL_ANNOTATION} annotation (the "
             "mutating webhook confines the Pod to its tenant's pool when it runs)",
-            error_type="Forbidden",
-            subject=pool.name,
-            field="pool-confinement",
         )
+
+
+def _can_land(view: PodView, pool: Pool, why: str, fix: str) -> Violation:
+    """The Pod's final spec lets it land in a pool it must be kept off: ``why`` it must,
+    and ``fix``, where ``{exclusion}`` stands for a node affinity expression that excludes the
+    pool."""
+    label, exclusion = _labels(pool)
+    return Violation(
+        rule=RULE,
+        path=f"{view.spec_path}.affinity.nodeAffinity",
+        value=pool.name,
+        message=f"the Pod can land in pool {quote(pool.name)} ({label}), {why}: neither its "
+        "required node affinity nor its tolerations keep it off those nodes",
+        hint="add to every requiredDuringSchedulingIgnoredDuringExecution nodeSelectorTerm "
+        + fix.format(exclusion=exclusion),
+        error_type="Forbidden",
+        subject=pool.name,
+        field="pool-confinement",
+    )
 
 
 def _named_node(
