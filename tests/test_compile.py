@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 
 import webhook
-from webhook.policy.model import DEFAULT_GRANTED_CAPABILITIES
+from webhook.policy.tenants import DEFAULT_GRANTED_CAPABILITIES
 
 
 def compiled(*parts: str) -> webhook.Policy:

@@ -23,7 +23,8 @@ from webhook.policy.hostpaths import (
     touched,
     touches,
 )
-from webhook.policy.model import Grants, Policy
+from webhook.policy.model import Policy
+from webhook.policy.tenants import Grants
 
 RefusalKind = Literal["node-control", "tenant-data", "unlisted"]
 

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from webhook.core.inventory import NodeSnapshot, bound_to_cpu_node
 from webhook.policy.annotations import Injection
-from webhook.policy.model import Grants, Policy
+from webhook.policy.model import Policy
 from webhook.policy.quantity import Quantity, parse_quantity
+from webhook.policy.tenants import Grants
 
 if TYPE_CHECKING:
     # For the memo fields' types only: pools and scope work on views, so importing them at

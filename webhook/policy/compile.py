@@ -15,13 +15,9 @@ from webhook.policy.capabilities import capability_name
 from webhook.policy.exceptions import LabelSelector, PolicyException
 from webhook.policy.hostpaths import canonical, unsafe_to_allow
 from webhook.policy.model import (
-    DEFAULT_GRANTED_CAPABILITIES,
     RULE_IDS,
     DaemonSetName,
-    Entitlements,
     Exemption,
-    Grants,
-    NamespaceMatcher,
     NamespaceOverride,
     NodeInventorySwitches,
     Policy,
@@ -30,9 +26,15 @@ from webhook.policy.model import (
     RuleMode,
     RuleModes,
     RuleSet,
-    Tenant,
 )
 from webhook.policy.names import NearMisses, normalise_host_path
+from webhook.policy.tenants import (
+    DEFAULT_GRANTED_CAPABILITIES,
+    Entitlements,
+    Grants,
+    NamespaceMatcher,
+    Tenant,
+)
 from webhook.policy.workloads import compile_workloads
 
 DEFAULT_RULE_MODES: dict[str, RuleMode] = {"gpuPods": "Enforce", "otherPods": "Audit"}

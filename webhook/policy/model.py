@@ -6,15 +6,15 @@ Nothing here parses YAML or validates a schema; ``webhook.policy.load`` does tha
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
 from webhook.policy.exceptions import PolicyException
 from webhook.policy.names import NearMisses
 from webhook.policy.rules import RULES
+from webhook.policy.tenants import NO_GRANTS, Grants, NamespaceMatcher, Tenant
 
 RuleMode = Literal["Enforce", "Warn", "Audit", "Off"]
 # The mode of a rule that is on: what a finding is reported in.
@@ -57,22 +57,6 @@ class Pool:
 
     def allows_namespace(self, namespace: str) -> bool:
         return self.namespaces is None or self.namespaces.matches(namespace)
-
-
-@dataclass(frozen=True, slots=True)
-class NamespaceMatcher:
-    """Namespace names and fnmatch globs: the plain names as a set, the globs compiled to one
-    regular expression (None without a glob). Matched for every template judged: a set
-    lookup is a tenth of a regular expression's cost."""
-
-    patterns: tuple[str, ...]
-    names: frozenset[str]
-    regex: re.Pattern[str] | None = field(compare=False)
-
-    def matches(self, namespace: str) -> bool:
-        if namespace in self.names:
-            return True
-        return self.regex is not None and self.regex.match(namespace) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,102 +127,6 @@ class RuleSet(Mapping[str, RuleModes]):
 
     def __repr__(self) -> str:
         return f"RuleSet({self._modes!r})"
-
-
-# Granted to every namespace when a policy has no ``tenants`` block, as they were allowed before
-# grants existed: RDMA and NCCL need them (pinned memory, scheduling priority, resource limits).
-DEFAULT_GRANTED_CAPABILITIES = ("IPC_LOCK", "SYS_NICE", "SYS_RESOURCE")
-
-
-@dataclass(frozen=True, slots=True)
-class Grants:
-    """What a tenant's Pods may do beyond Pod Security baseline on GPU nodes. Never
-    ``privileged``, ``hostPID`` or a node-control host path: the policy has no field for the
-    first two, and the third is dropped at load (``policy validate`` refuses it).
-
-    ``capabilities``: capability name (upper case, no ``CAP_``) -> the containers it is granted
-    to (None: every container). ``annotations``: injection annotation key (NRI, GKE) -> the
-    exact values admitted (the value is what the node injects). ``toolkit_variables``: the
-    container toolkit's node-shared device variables (``NVIDIA_MOFED``...). ``host_paths``:
-    host paths (and below) its Pods may mount."""
-
-    capabilities: MappingProxyType[str, frozenset[str] | None] = field(
-        default_factory=lambda: MappingProxyType({})
-    )
-    host_network: bool = False
-    host_ipc: bool = False
-    annotations: MappingProxyType[str, frozenset[str]] = field(
-        default_factory=lambda: MappingProxyType({})
-    )
-    toolkit_variables: frozenset[str] = frozenset()
-    host_paths: tuple[str, ...] = ()
-
-    def allows_annotation(self, key: str, value: object) -> bool:
-        """Whether the annotation ``key`` is granted with this exact value."""
-        return isinstance(value, str) and value in self.annotations.get(key, ())
-
-    def allows_capability(self, name: str, container: str) -> bool:
-        """Whether capability ``name`` (normalised) is granted to ``container``."""
-        if name not in self.capabilities:
-            return False
-        containers = self.capabilities[name]
-        return containers is None or container in containers
-
-    def merged(self, other: Grants) -> Grants:
-        """Both grants: a namespace that several tenants match gets what each grants."""
-        capabilities = dict(self.capabilities)
-        for name, containers in other.capabilities.items():
-            mine = capabilities.get(name, frozenset())
-            if name in capabilities and mine is None or containers is None:
-                capabilities[name] = None  # every container
-            else:
-                capabilities[name] = (mine or frozenset()) | containers
-        return Grants(
-            MappingProxyType(capabilities),
-            self.host_network or other.host_network,
-            self.host_ipc or other.host_ipc,
-            MappingProxyType(_union_values(self.annotations, other.annotations)),
-            self.toolkit_variables | other.toolkit_variables,
-            tuple(dict.fromkeys(self.host_paths + other.host_paths)),
-        )
-
-
-def _union_values(
-    mine: Mapping[str, frozenset[str]], theirs: Mapping[str, frozenset[str]]
-) -> dict[str, frozenset[str]]:
-    merged = dict(mine)
-    for key, values in theirs.items():
-        merged[key] = merged.get(key, frozenset()) | values
-    return merged
-
-
-NO_GRANTS = Grants()
-
-
-@dataclass(frozen=True, slots=True)
-class Entitlements:
-    """What a tenant may use: the declared GPU resources (None: any) and the most GPU devices
-    per container and per Pod (None: no limit)."""
-
-    resources: frozenset[str] | None
-    max_per_container: int | None
-    max_per_pod: int | None
-    # The most of each resource a namespace requests at once: a ResourceQuota's to hold.
-    max_gpus: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Tenant:
-    """A ``tenants`` entry: the namespaces (names or globs), what they are granted, the pools
-    they prefer (in order), what they are entitled to, and whom they ask; ``index`` is its
-    place in ``spec.tenants``, for messages (-1 for the default grants' entry)."""
-
-    namespaces: NamespaceMatcher
-    grants: Grants
-    pool_preference: tuple[str, ...] = ()
-    entitlements: Entitlements | None = None
-    contact: str = ""
-    index: int = -1
 
 
 @dataclass(frozen=True, slots=True)
