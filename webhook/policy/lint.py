@@ -11,11 +11,10 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from webhook.policy import mig
-from webhook.policy.compile import expiry
 from webhook.policy.grant_lint import grant_errors
 from webhook.policy.lines import LineFinder, render_path
 from webhook.policy.mode_lint import (
@@ -30,6 +29,7 @@ from webhook.policy.model import (
     PolicyWarning,
 )
 from webhook.policy.pool_lint import pool_warnings
+from webhook.policy.tenant_lint import Report, lint_expression, tenant_errors
 from webhook.policy.workloads import (
     BUILTIN_WORKLOADS,
     TemplatePathError,
@@ -38,16 +38,8 @@ from webhook.policy.workloads import (
     entry_paths,
 )
 
-# Rules no exception may lift, and why.
-UNEXCEPTED_RULES = {
-    "gpu-quantity": "cannot be excepted: the API server refuses those quantities itself",
-    "pool-access": "cannot be excepted: a pool reserved for other namespaces stays theirs "
-    "(grant the namespace access to the pool instead)",
-}
 LABEL_SELECTOR_KEYS = ("labels", "matchLabels", "objectSelector", "podSelector", "selector")
 _GLOB = re.compile(r"[*?\[]")
-
-Report = Callable[[list[Any], str], None]
 
 
 # --- Errors -----------------------------------------------------------------------------
@@ -79,32 +71,7 @@ def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
     def err(path: list[Any], message: str) -> None:
         errors.append(lines.error(path, message))
 
-    exception_names: set[str] = set()
-    for i, exception in enumerate(spec.get("exceptions", [])):
-        path = ["spec", "exceptions", i]
-        if exception["name"] in exception_names:
-            err([*path, "name"], f"duplicate exception {exception['name']!r}")
-        exception_names.add(exception["name"])
-        try:
-            expiry(exception["expires"])
-        except (ValueError, OverflowError) as exc:
-            err([*path, "expires"], f"not a date or time this policy can hold: {exc}")
-        _lint_exception_match(exception["match"], [*path, "match"], err)
-        for rule, why in UNEXCEPTED_RULES.items():
-            if rule in exception["rules"]:
-                err([*path, "rules", exception["rules"].index(rule)], f"{rule} {why}")
-
-    pool_names = [pool["name"] for pool in spec.get("pools", [])]
-    for i, tenant in enumerate(spec.get("tenants", [])):
-        for j, name in enumerate(tenant.get("poolPreference", [])):
-            if name not in pool_names:
-                close = difflib.get_close_matches(name, pool_names, 1, 0.5)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                err(
-                    ["spec", "tenants", i, "poolPreference", j],
-                    f"no pool is named {name!r}{hint}; declared pools: "
-                    + (", ".join(pool_names) or "none"),
-                )
+    tenant_errors(spec, err)
 
     mig_spec = spec.get("migCatalogue", {})
     custom_products = mig_spec.get("customProducts", [])
@@ -225,7 +192,7 @@ def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
             )
         for j, pref in enumerate(pool.get("preferredAffinity", [])):
             for k, expr in enumerate(pref["matchExpressions"]):
-                _lint_expression(expr, [*path, "preferredAffinity", j, "matchExpressions", k], err)
+                lint_expression(expr, [*path, "preferredAffinity", j, "matchExpressions", k], err)
 
     _lint_reserved_pools(spec.get("pools", []), err)
 
@@ -291,37 +258,6 @@ def _lint_reserved_pools(pools: list[dict[str, Any]], err: Report) -> None:
                 "keep it off this pool alone; give it a label of its own, e.g. "
                 f"accelerator.example.com/pool: {pool['name']}",
             )
-
-
-def _lint_exception_match(match: dict[str, Any], path: list[Any], err: Report) -> None:
-    """An exception's selector says as Kubernetes would which labels it needs, and needs one:
-    a selector that matches Pods without labels (empty, only NotIn or DoesNotExist) would
-    except every unlabelled Pod of the namespace, an exemption in disguise."""
-    selector = match.get("selector")
-    if selector is None:
-        return
-    expressions = selector.get("matchExpressions", [])
-    for k, expr in enumerate(expressions):
-        _lint_expression(expr, [*path, "selector", "matchExpressions", k], err)
-    if not selector.get("matchLabels") and not any(
-        e["operator"] in ("In", "Exists") for e in expressions
-    ):
-        err(
-            [*path, "selector"],
-            "this selector matches Pods that carry no label at all, so it would except every "
-            "such Pod of the namespace: require a label (matchLabels, In or Exists), or use an "
-            "exemption if the whole namespace is meant",
-        )
-
-
-def _lint_expression(expr: dict[str, Any], path: list[Any], err: Report) -> None:
-    operator, values = expr["operator"], expr.get("values")
-    if operator in ("In", "NotIn") and not values:
-        err(path, f"operator {operator} needs at least one value")
-    if operator in ("Exists", "DoesNotExist") and values:
-        err(path, f"operator {operator} takes no values")
-    if operator in ("Gt", "Lt") and (not values or len(values) != 1 or not values[0].isdigit()):
-        err(path, f"operator {operator} takes exactly one integer value")
 
 
 def _lint_glob(pattern: str, path: list[Any], err: Report) -> None:
