@@ -23,7 +23,7 @@ from webhook.audit import suites as policy_tests
 from webhook.cli.main import main
 from webhook.cli.policy import rule_covers
 from webhook.policy import load as policy
-from webhook.policy.lint import covers
+from webhook.policy.namespace_lint import covers
 
 SHIPPED = [REPO / "policies" / "default.yaml", *sorted((REPO / "policies/examples").glob("*.yaml"))]
 TESTS = REPO / "policies" / "tests"
@@ -213,8 +213,7 @@ def test_override_after_a_broader_one_is_unreachable(tmp_path: Path, capsys) -> 
     )
     assert found == [
         "9: spec.namespaceOverrides[1]: warning: unreachable override, its rule modes never "
-        "apply: namespaceOverrides[0] ('*') matches 'ml-train' first, and the first matching "
-        "override wins"
+        "apply: namespaceOverrides[0] ('*') matches 'ml-train' first, and the first match wins"
     ]
 
 
@@ -316,7 +315,7 @@ def test_pool_open_only_to_exempt_namespaces_is_warned(tmp_path: Path, capsys) -
         """,
     )
     assert len(found) == 1
-    assert found[0].startswith("10: spec.pools[0].namespaces: warning: every namespace pool 'ops'")
+    assert found[0].startswith("10: spec.pools[0].namespaces: warning: pool 'ops' is reserved only")
 
 
 def test_strict_turns_warnings_into_failure(tmp_path: Path, capsys) -> None:

@@ -214,7 +214,7 @@ def test_privileged_cni_daemonset_with_a_wildcard_toleration_is_warned_by_defaul
     message = decision.findings[0].message
     assert "the Pod can reach GPU nodes (a wildcard toleration tolerates nvidia.com/gpu)" in message
     assert warnings(decision)[0].endswith(
-        "or, for a node agent, exempt its namespace (spec.exemptions)"
+        "or, for a node agent, exempt its namespace (spec.tenants[].exemptions)"
     )
 
 

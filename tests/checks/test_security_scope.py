@@ -464,7 +464,7 @@ def test_a_pod_without_a_gpu_gets_no_gpu_advice():
     message = status_message(decision)
     assert "request GPUs" not in message
     assert "spec.nodeName skips the scheduler's taint checks" in message
-    assert "exempt its namespace (spec.exemptions)" in message
+    assert "exempt its namespace (spec.tenants[].exemptions)" in message
 
 
 def test_a_gpu_pod_is_told_how_to_ask_for_a_gpu():

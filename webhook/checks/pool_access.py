@@ -8,14 +8,14 @@ that could still land in a pool closed to its namespace, GPU or not: one that as
 the pool offers, or asks for none and tolerates the pool's NoSchedule and NoExecute taints by
 key (it would take the reserved nodes' CPU and memory), when its required node selection does
 not exclude the pool and it tolerates the pool's taints; and a Pod that sets ``nodeName``
-outside a binder namespace to a node of a pool closed to it, or to a node the node inventory
-cannot place (without one, the webhook cannot tell which pool a node is in). A Pod that
-reaches a closed pool only through a wildcard toleration (node agents' DaemonSets) is warned,
-never denied. Allowed: a Pod with exactly one possible sharing mode, kept to pools its
-namespace may use. This is the decision the mutating webhook takes when it injects
-tolerations and affinity (``webhook.core.pools``), checked again on the final Pod, so a
-reserved pool stays reserved when the mutating webhook timed out, only recorded its patch or
-was told not to require affinity.
+outside a binder namespace (``tenants[].binder``) to a node of a pool closed to it, or to a
+node the node inventory cannot place (without one, the webhook cannot tell which pool a node
+is in). A Pod that reaches a closed pool only through a wildcard toleration (node agents'
+DaemonSets) is warned, never denied. Allowed: a Pod with exactly one possible sharing mode,
+kept to pools its namespace may use. This is the decision the mutating webhook takes when it
+injects tolerations and affinity (``webhook.core.pools``), checked again on the final Pod, so
+a reserved pool stays reserved when the mutating webhook timed out, only recorded its patch
+or was told not to require affinity.
 """
 
 from __future__ import annotations
@@ -124,8 +124,8 @@ def _named_node(
             message=("a GPU Pod" if asks_gpu else "a Pod")
             + " that names its node skips the scheduler and every taint, and the webhook "
             "cannot tell whether the node is in a pool reserved for other namespaces",
-            hint="remove nodeName and let the scheduler place the Pod, or declare the "
-            "namespace in the policy's binderNamespaces",
+            hint="remove nodeName and let the scheduler place the Pod, or make the namespace a "
+            "binder in the policy (spec.tenants[].binder)",
             subject="spec",
             field="nodeName",
         )
@@ -194,8 +194,9 @@ def _problem(view: PodView, policy: Policy, problem: Problem) -> Violation | Non
             value=requested[0],
             message=f"namespace {quote(view.namespace)} may not use the pool(s) that offer "
             f"{', '.join(requested)} ({names})",
-            hint="ask the platform team to grant the namespace access in the policy's pool "
-            "namespaces, or request a GPU resource of a pool the namespace may use",
+            hint="ask the platform team to reserve the pool for the namespace too "
+            "(spec.tenants[].reservedPools), or request a GPU resource of a pool the namespace "
+            "may use",
             subject=requested[0],
             field="pool",
         )

@@ -9,7 +9,7 @@ from webhook.core.pods import PodView
 from webhook.core.scope import asks_for_gpu, reach
 from webhook.policy.model import Policy
 
-EXEMPTION_HINT = "or, for a node agent, exempt its namespace (spec.exemptions)"
+EXEMPTION_HINT = "or, for a node agent, exempt its namespace (spec.tenants[].exemptions)"
 
 
 def why(view: PodView, policy: Policy, danger: str) -> str:

@@ -20,6 +20,7 @@ from webhook.policy.model import (
     Exemption,
     NamespaceOverride,
     NodeInventorySwitches,
+    Path,
     Policy,
     Pool,
     ResourceSpec,
@@ -30,6 +31,7 @@ from webhook.policy.model import (
 from webhook.policy.names import NearMisses, normalise_host_path
 from webhook.policy.tenants import (
     DEFAULT_GRANTED_CAPABILITIES,
+    NO_GRANTS,
     Entitlements,
     Grants,
     NamespaceMatcher,
@@ -160,18 +162,19 @@ def _entitlements(raw: dict[str, Any]) -> Entitlements:
     )
 
 
-def _tenants(spec: dict[str, Any]) -> tuple[Tenant, ...]:
+def _tenants(spec: dict[str, Any], matchers: list[NamespaceMatcher]) -> tuple[Tenant, ...]:
     """The tenants entries; while none of them states grants, every namespace keeps the
     default grants (a tenants block written for pool preferences takes nothing away). An
     empty block grants nothing: that is how the defaults are taken away."""
     tenants = tuple(
         Tenant(
-            _namespaces(t["namespaces"]),
-            _grants(t.get("grants", {})),
+            matchers[i],
+            _grants(t["grants"]) if "grants" in t else NO_GRANTS,
             tuple(t.get("poolPreference", ())),
             _entitlements(t["entitlements"]) if "entitlements" in t else None,
             t.get("contact", ""),
             i,
+            tuple(t.get("reservedPools", ())),
         )
         for i, t in enumerate(spec.get("tenants", ()))
     )
@@ -179,6 +182,76 @@ def _tenants(spec: dict[str, Any]) -> tuple[Tenant, ...]:
         return tenants
     default = {"capabilities": list(DEFAULT_GRANTED_CAPABILITIES)}
     return (*tenants, Tenant(_namespaces(["*"]), _grants(default)))
+
+
+def _pool_namespaces(
+    pool: dict[str, Any], spec: dict[str, Any], matchers: list[NamespaceMatcher]
+) -> NamespaceMatcher | None:
+    """The namespaces a pool is reserved for: its own ``namespaces`` (the field before
+    ``tenants[].reservedPools``) and those of every tenants entry that names it; None (open to
+    every namespace) where nothing reserves it."""
+    patterns = list(pool.get("namespaces", ()))
+    for i, tenant in enumerate(spec.get("tenants", ())):
+        if pool["name"] in tenant.get("reservedPools", ()):
+            patterns += matchers[i].patterns
+    return _namespaces(list(dict.fromkeys(patterns))) if patterns else None
+
+
+def _binder_namespaces(
+    spec: dict[str, Any], matchers: list[NamespaceMatcher]
+) -> NamespaceMatcher | None:
+    """``binderNamespaces`` (the field before ``tenants[].binder``) and the namespaces of every
+    tenants entry with ``binder: true``."""
+    patterns = list(spec.get("binderNamespaces", ()))
+    for i, tenant in enumerate(spec.get("tenants", ())):
+        if tenant.get("binder"):
+            patterns += matchers[i].patterns
+    return _namespaces(list(dict.fromkeys(patterns))) if patterns else None
+
+
+def _overrides(
+    spec: dict[str, Any], rules: RuleSet, matchers: list[NamespaceMatcher]
+) -> tuple[NamespaceOverride, ...]:
+    """The rule modes per namespace, in the order they are consulted (the first match wins):
+    ``namespaceOverrides`` (the field before ``tenants[].rules``), then the tenants entries
+    that state rules."""
+    overrides = [
+        NamespaceOverride(
+            _namespaces(o["namespaces"]),
+            _rule_modes(rules, o["rules"]),
+            ("spec", "namespaceOverrides", i),
+        )
+        for i, o in enumerate(spec.get("namespaceOverrides", ()))
+    ]
+    overrides += [
+        NamespaceOverride(matchers[i], _rule_modes(rules, t["rules"]), ("spec", "tenants", i))
+        for i, t in enumerate(spec.get("tenants", ()))
+        if "rules" in t
+    ]
+    return tuple(overrides)
+
+
+def _exemption(raw: dict[str, Any], namespaces: NamespaceMatcher, path: Path) -> Exemption:
+    return Exemption(
+        namespaces=namespaces,
+        service_accounts=frozenset(raw["serviceAccounts"]) if "serviceAccounts" in raw else None,
+        rules=frozenset(raw["rules"]) if "rules" in raw else None,
+        path=path,
+    )
+
+
+def _exemptions(spec: dict[str, Any], matchers: list[NamespaceMatcher]) -> tuple[Exemption, ...]:
+    """``exemptions`` (the field before ``tenants[].exemptions``), then the tenants'."""
+    exemptions = [
+        _exemption(e, _namespaces(e["namespaces"]), ("spec", "exemptions", i))
+        for i, e in enumerate(spec.get("exemptions", ()))
+    ]
+    exemptions += [
+        _exemption(e, matchers[i], ("spec", "tenants", i, "exemptions", j))
+        for i, t in enumerate(spec.get("tenants", ()))
+        for j, e in enumerate(t.get("exemptions", ()))
+    ]
+    return tuple(exemptions)
 
 
 def _scope_mode(
@@ -207,6 +280,8 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
     products = mig_spec.get("products", ["*"])
     profile_counts = mig.catalogued_profiles(catalogue, products)
 
+    # Each tenants entry's namespaces, compiled once for what it states.
+    matchers = [_namespaces(t["namespaces"]) for t in spec.get("tenants", ())]
     resources_ = {r["name"]: _resource(r) for r in spec.get("resources", [])}
     pools = tuple(
         Pool(
@@ -227,7 +302,7 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
                 for a in p.get("preferredAffinity", [])
             ),
             require_node_affinity=p.get("requireNodeAffinity", True),
-            namespaces=_namespaces(p["namespaces"]) if "namespaces" in p else None,
+            namespaces=_pool_namespaces(p, spec, matchers),
         )
         for p in spec.get("pools", [])
     )
@@ -236,18 +311,8 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
         for r in RULE_IDS
     }
     rules = _rule_modes(builtin, spec.get("rules", {}))
-    overrides = tuple(
-        NamespaceOverride(_namespaces(o["namespaces"]), _rule_modes(rules, o["rules"]))
-        for o in spec.get("namespaceOverrides", [])
-    )
-    exemptions = tuple(
-        Exemption(
-            namespaces=_namespaces(e["namespaces"]),
-            service_accounts=frozenset(e["serviceAccounts"]) if "serviceAccounts" in e else None,
-            rules=frozenset(e["rules"]) if "rules" in e else None,
-        )
-        for e in spec.get("exemptions", [])
-    )
+    overrides = _overrides(spec, rules, matchers)
+    exemptions = _exemptions(spec, matchers)
     workloads = compile_workloads(spec)
     domains = tuple(spec.get("vendorDomains", ["nvidia.com"]))
     declared = set(resources_)
@@ -299,9 +364,7 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
         declared_names=frozenset(declared),
         companion_names=frozenset(spec.get("companionResources", [])),
         near_misses=NearMisses(declared),
-        binder_namespaces=_namespaces(spec["binderNamespaces"])
-        if "binderNamespaces" in spec
-        else None,
+        binder_namespaces=_binder_namespaces(spec, matchers),
         gpu_label_keys=frozenset(k for pool in pools for k in pool.node_selector),
         gpu_taint_keys=frozenset(
             [t["key"] for t in spec.get("gpuNodeTaints", [])]
@@ -311,7 +374,7 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
         has_reserved_pools=any(pool.namespaces is not None for pool in pools),
         exempted_names=frozenset(name for e in exemptions for name in e.namespaces.names),
         exempts_by_glob=any(e.namespaces.regex is not None for e in exemptions),
-        tenants=_tenants(spec),
+        tenants=_tenants(spec, matchers),
         new_checks=spec.get("newChecks", "Warn"),
         exceptions=exceptions,
         excepted_namespaces=frozenset(e.namespace for e in exceptions),

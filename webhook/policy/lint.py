@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from webhook.policy import mig
@@ -22,12 +22,8 @@ from webhook.policy.mode_lint import (
     exception_notes,
     reachable_pods_warnings,
 )
-from webhook.policy.model import (
-    SOFTWARE_SHARING,
-    Exemption,
-    Policy,
-    PolicyWarning,
-)
+from webhook.policy.model import SOFTWARE_SHARING, Policy, PolicyWarning
+from webhook.policy.namespace_lint import exemption_notes, namespace_warnings
 from webhook.policy.pool_lint import pool_warnings
 from webhook.policy.tenant_lint import Report, lint_expression, tenant_errors
 from webhook.policy.workloads import (
@@ -39,7 +35,6 @@ from webhook.policy.workloads import (
 )
 
 LABEL_SELECTOR_KEYS = ("labels", "matchLabels", "objectSelector", "podSelector", "selector")
-_GLOB = re.compile(r"[*?\[]")
 
 
 # --- Errors -----------------------------------------------------------------------------
@@ -49,19 +44,34 @@ def pre_schema_errors(doc: Any, lines: LineFinder) -> list[str]:
     """Errors that deserve a better message than the schema's 'unknown field'."""
     errors: list[str] = []
     spec = doc.get("spec") if isinstance(doc, dict) else None
-    exemptions = spec.get("exemptions") if isinstance(spec, dict) else None
-    for index, exemption in enumerate(exemptions if isinstance(exemptions, list) else []):
+    spec = spec if isinstance(spec, dict) else {}
+    for path, exemption in _exemptions_written(spec):
         for key in LABEL_SELECTOR_KEYS:
             if isinstance(exemption, dict) and key in exemption:
                 errors.append(
                     lines.error(
-                        ["spec", "exemptions", index, key],
+                        [*path, key],
                         "exemptions cannot select by object label: whoever can create a Pod "
                         "sets its labels and would exempt themselves; exempt by namespace "
                         "(optionally narrowed to serviceAccounts) instead",
                     )
                 )
     return errors
+
+
+def _exemptions_written(spec: dict[str, Any]) -> Iterator[tuple[list[Any], Any]]:
+    """Every exemption of a document not yet checked by the schema, with its path: those of
+    ``exemptions`` and of each ``tenants`` entry."""
+
+    def items(value: Any) -> list[Any]:
+        return value if isinstance(value, list) else []
+
+    for i, exemption in enumerate(items(spec.get("exemptions"))):
+        yield ["spec", "exemptions", i], exemption
+    for i, tenant in enumerate(items(spec.get("tenants"))):
+        written = tenant.get("exemptions") if isinstance(tenant, dict) else None
+        for j, exemption in enumerate(items(written)):
+            yield ["spec", "tenants", i, "exemptions", j], exemption
 
 
 def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
@@ -194,7 +204,7 @@ def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
             for k, expr in enumerate(pref["matchExpressions"]):
                 lint_expression(expr, [*path, "preferredAffinity", j, "matchExpressions", k], err)
 
-    _lint_reserved_pools(spec.get("pools", []), err)
+    _lint_reserved_pools(spec, err)
 
     built_in = {(g, k) for g, k, _, _ in BUILTIN_WORKLOADS}
     seen_kinds: set[tuple[str, str]] = set()
@@ -241,12 +251,14 @@ def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
     return errors
 
 
-def _lint_reserved_pools(pools: list[dict[str, Any]], err: Report) -> None:
+def _lint_reserved_pools(spec: dict[str, Any], err: Report) -> None:
     """A pool reserved for some namespaces must be one the mutating webhook can keep other Pods
     off by adding to their node affinity (``key NotIn [value]``): it needs a label that no
     other pool sets to the same value."""
+    pools = spec.get("pools", [])
+    reserved = {name for t in spec.get("tenants", []) for name in t.get("reservedPools", [])}
     for i, pool in enumerate(pools):
-        if "namespaces" not in pool:
+        if "namespaces" not in pool and pool["name"] not in reserved:
             continue
         labels = pool["nodeSelector"].items()
         others = [p["nodeSelector"] for j, p in enumerate(pools) if j != i]
@@ -283,12 +295,10 @@ def warnings(policy: Policy, lines: LineFinder) -> tuple[PolicyWarning, ...]:
         found.append(PolicyWarning(lines.line(path), render_path(path), message, level="info"))
 
     pool_warnings(policy, warn)
-    _lint_overrides(policy, warn)
-    _lint_exemptions(policy, warn)
-    _lint_pool_namespaces(policy, warn)
+    namespace_warnings(policy, lines, warn)
     _lint_taints(policy, warn)
     reachable_pods_warnings(policy, lines, warn)
-    _note_exemptions(policy, inform)
+    exemption_notes(policy, inform)
     exception_notes(policy, inform)
     entitlement_warnings(policy, warn)
     return tuple(sorted(found, key=lambda w: w.line))
@@ -318,114 +328,4 @@ def _lint_taints(policy: Policy, warn: Report) -> None:
             warn(
                 ["spec", "pools", i],
                 f"pool {pool.name!r} declares no NoSchedule or NoExecute taint, {consequence}",
-            )
-
-
-def _note_exemptions(policy: Policy, inform: Report) -> None:
-    for i, exemption in enumerate(policy.exemptions):
-        rules = "every rule" if exemption.rules is None else ", ".join(sorted(exemption.rules))
-        who = (
-            "everyone who may create Pods there"
-            if exemption.service_accounts is None
-            else "everyone who may create Pods there that run as "
-            + ", ".join(sorted(exemption.service_accounts))
-        )
-        inform(
-            ["spec", "exemptions", i],
-            f"exempts namespaces {', '.join(exemption.namespaces.patterns)} from {rules}: it "
-            f"trusts {who}; delete the names you do not use and keep tenants from creating "
-            "namespaces with these names",
-        )
-
-
-def covers(broad: str, narrow: str) -> bool:
-    """Whether namespace pattern ``broad`` matches every name ``narrow`` matches.
-
-    Only the cases that are certain: equal patterns, ``*``, an exact name that ``broad``
-    matches, and a prefix glob (``ml-*``) over a pattern that starts with its prefix.
-    """
-    if broad in (narrow, "*"):
-        return True
-    if not _GLOB.search(narrow):
-        return fnmatch.fnmatchcase(narrow, broad)
-    prefix = broad[:-1]
-    return broad.endswith("*") and not _GLOB.search(prefix) and narrow.startswith(prefix)
-
-
-def _covering(patterns: Sequence[str], narrow: str) -> str | None:
-    return next((p for p in patterns if covers(p, narrow)), None)
-
-
-def _exempt_from(exemption: Exemption, rule: str | None) -> bool:
-    """Exempts every service account from ``rule`` (None: from every rule)."""
-    return exemption.service_accounts is None and (
-        exemption.rules is None or (rule is not None and rule in exemption.rules)
-    )
-
-
-def _lint_overrides(policy: Policy, warn: Report) -> None:
-    all_rules = [(i, e) for i, e in enumerate(policy.exemptions) if _exempt_from(e, rule=None)]
-    overrides = policy.namespace_overrides
-    for j, override in enumerate(overrides):
-        reasons: dict[int, str] = {}
-        for k, pattern in enumerate(override.namespaces.patterns):
-            for i, earlier in enumerate(overrides[:j]):
-                if (by := _covering(earlier.namespaces.patterns, pattern)) is not None:
-                    reasons[k] = (
-                        f"namespaceOverrides[{i}] ({by!r}) matches {pattern!r} first, and the "
-                        "first matching override wins"
-                    )
-                    break
-            else:
-                for i, exemption in all_rules:
-                    if (by := _covering(exemption.namespaces.patterns, pattern)) is not None:
-                        reasons[k] = f"exemptions[{i}] ({by!r}) exempts {pattern!r} from every rule"
-                        break
-        if len(reasons) == len(override.namespaces.patterns):
-            warn(
-                ["spec", "namespaceOverrides", j],
-                "unreachable override, its rule modes never apply: " + "; ".join(reasons.values()),
-            )
-        else:
-            for k, reason in reasons.items():
-                warn(
-                    ["spec", "namespaceOverrides", j, "namespaces", k],
-                    f"this pattern never reaches the override: {reason}",
-                )
-
-
-def _lint_exemptions(policy: Policy, warn: Report) -> None:
-    exemptions = policy.exemptions
-
-    def within(narrow: Exemption, broad: Exemption) -> bool:
-        return _exempt_from(broad, rule=None) and all(
-            _covering(broad.namespaces.patterns, p) is not None for p in narrow.namespaces.patterns
-        )
-
-    for j, exemption in enumerate(exemptions):
-        for i, other in enumerate(exemptions):
-            # Of two exemptions that cover each other, only the later one is redundant.
-            if i == j or not within(exemption, other) or (i > j and within(other, exemption)):
-                continue
-            warn(
-                ["spec", "exemptions", j],
-                f"redundant exemption: exemptions[{i}] already exempts every namespace it names "
-                f"({', '.join(exemption.namespaces.patterns)}) from every rule, for every "
-                "service account",
-            )
-            break
-
-
-def _lint_pool_namespaces(policy: Policy, warn: Report) -> None:
-    exempt = [e for e in policy.exemptions if _exempt_from(e, rule="pool-access")]
-    for i, pool in enumerate(policy.pools):
-        if pool.namespaces is None:
-            continue
-        patterns = pool.namespaces.patterns
-        if all(any(_covering(e.namespaces.patterns, p) for e in exempt) for p in patterns):
-            warn(
-                ["spec", "pools", i, "namespaces"],
-                f"every namespace pool {pool.name!r} admits ({', '.join(patterns)}) is exempt "
-                "from pool-access anyway, so the list grants nothing and every namespace the "
-                "policy checks is refused the pool; list the namespaces that should use it",
             )

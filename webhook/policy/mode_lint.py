@@ -19,11 +19,11 @@ def reachable_pods_warnings(policy: Policy, lines: LineFinder, warn: Report) -> 
     node-exporter, logging) are denied on GPU nodes, which examples copied without a thought
     do. Said once for the policy's rules, and for a namespace override only where the
     policy's own do not say it already. (A policy that writes no modes gets the built-in
-    ones, which deny there too, and says nothing it could have meant otherwise.)"""
+    ones, which deny there too, and says nothing it could have meant otherwise.) A tenants
+    entry's ``rules`` are a namespace override too."""
     layers: list[tuple[list[Any], RuleSet]] = [(["spec", "rules"], policy.rules)]
     layers += [
-        (["spec", "namespaceOverrides", i, "rules"], override.rules)
-        for i, override in enumerate(policy.namespace_overrides)
+        ([*override.path, "rules"], override.rules) for override in policy.namespace_overrides
     ]
     said: set[str] = set()
     for path, rules in layers:

@@ -30,6 +30,9 @@ SECURITY_RULES = frozenset(rule.id for rule in RULES if rule.security)
 Scope = Literal["gpuPods", "reachablePods", "otherPods"]
 SCOPES: tuple[Scope, ...] = ("gpuPods", "reachablePods", "otherPods")
 
+# Where a setting is in the policy document: ("spec", "tenants", 2, "exemptions", 0).
+Path = tuple[str | int, ...]
+
 SOFTWARE_SHARING = frozenset({"TimeSlicing", "MPS", "MIGTimeSlicing"})
 POOL_ANNOTATION = "gpu-admission.io/pool"
 INJECTED_ANNOTATION = "gpu-admission.io/injected"
@@ -131,15 +134,23 @@ class RuleSet(Mapping[str, RuleModes]):
 
 @dataclass(frozen=True, slots=True)
 class NamespaceOverride:
+    """Rule modes for some namespaces: a ``tenants`` entry's ``rules`` (``path`` is the entry's)
+    or a ``namespaceOverrides`` entry, the field before it."""
+
     namespaces: NamespaceMatcher
     rules: RuleSet  # already merged over the policy's
+    path: Path
 
 
 @dataclass(frozen=True, slots=True)
 class Exemption:
+    """An exemption: a ``tenants`` entry's (``path`` is ``("spec", "tenants", i, "exemptions",
+    j)``, ``namespaces`` the entry's) or a ``spec.exemptions`` entry, the field before it."""
+
     namespaces: NamespaceMatcher
     service_accounts: frozenset[str] | None
     rules: frozenset[str] | None  # None: every rule
+    path: Path
 
     def applies(self, namespace: str, service_account: str) -> bool:
         """Whether the exemption covers a template (for its ``rules``, or every rule)."""
@@ -344,7 +355,7 @@ class Policy:
         """What the tenants block grants the namespace: every matching entry's grants."""
         found = NO_GRANTS
         for tenant in self.tenants:
-            if tenant.namespaces.matches(namespace):
+            if tenant.grants is not NO_GRANTS and tenant.namespaces.matches(namespace):
                 found = tenant.grants if found is NO_GRANTS else found.merged(tenant.grants)
         return found
 

@@ -160,8 +160,8 @@ RULES: tuple[Rule, ...] = (
             "closed to it, GPU or not (a Pod asking for no GPU that tolerates the pool's taints by"
             " key; through a wildcard toleration, never denied: a warning, or an audit record "
             "where the policy audits Pods that ask for no GPU), or a Pod with `nodeName` outside "
-            "`binderNamespaces` (with the node inventory: only a node of a pool closed to it, "
-            "or a node it does not know)"
+            "the binder namespaces (`tenants[].binder`; with the node inventory: only a node of "
+            "a pool closed to it, or a node it does not know)"
         ),
     ),
     Rule(

@@ -1,6 +1,7 @@
 """Errors in what the policy says of tenants and of exceptions for one workload: what the
 schema cannot see (a duplicate exception name, a date past what the policy can hold, a
-selector that matches every unlabelled Pod, a preference for a pool that does not exist).
+selector that matches every unlabelled Pod, a preference for or a reservation of a pool that
+does not exist).
 """
 
 from __future__ import annotations
@@ -39,15 +40,16 @@ def tenant_errors(spec: dict[str, Any], err: Report) -> None:
 
     pool_names = [pool["name"] for pool in spec.get("pools", [])]
     for i, tenant in enumerate(spec.get("tenants", [])):
-        for j, name in enumerate(tenant.get("poolPreference", [])):
-            if name not in pool_names:
-                close = difflib.get_close_matches(name, pool_names, 1, 0.5)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                err(
-                    ["spec", "tenants", i, "poolPreference", j],
-                    f"no pool is named {name!r}{hint}; declared pools: "
-                    + (", ".join(pool_names) or "none"),
-                )
+        for field in ("poolPreference", "reservedPools"):
+            for j, name in enumerate(tenant.get(field, [])):
+                if name not in pool_names:
+                    close = difflib.get_close_matches(name, pool_names, 1, 0.5)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    err(
+                        ["spec", "tenants", i, field, j],
+                        f"no pool is named {name!r}{hint}; declared pools: "
+                        + (", ".join(pool_names) or "none"),
+                    )
 
 
 def _lint_exception_match(match: dict[str, Any], path: list[Any], err: Report) -> None:

@@ -114,7 +114,11 @@ class Entitlements:
 class Tenant:
     """A ``tenants`` entry: the namespaces (names or globs), what they are granted, the pools
     they prefer (in order), what they are entitled to, and whom they ask; ``index`` is its
-    place in ``spec.tenants``, for messages (-1 for the default grants' entry)."""
+    place in ``spec.tenants``, for messages (-1 for the default grants' entry). What else an
+    entry states is compiled where the request path reads it: the pools it reserves into each
+    ``Pool.namespaces`` (``reserved_pools`` stays for the lint), ``binder`` into
+    ``Policy.binder_namespaces``, its exemptions and rules into ``Policy.exemptions`` and
+    ``Policy.namespace_overrides``."""
 
     namespaces: NamespaceMatcher
     grants: Grants
@@ -122,3 +126,4 @@ class Tenant:
     entitlements: Entitlements | None = None
     contact: str = ""
     index: int = -1
+    reserved_pools: tuple[str, ...] = ()
