@@ -342,7 +342,7 @@ def test_other_pods_mode_can_be_enforce():
 
 # --- Namespace overrides ------------------------------------------------------------------
 
-OVERRIDES = policy(
+OVERRIDES_SPEC = (
     BASE_SPEC
     + """
 namespaceOverrides:
@@ -350,9 +350,9 @@ namespaceOverrides:
     rules: {privileged: {gpuPods: Warn}}
   - namespaces: [team-x, "lab-?"]
     rules: {default: {gpuPods: "Off"}}
-""",
-    name="overrides",
+"""
 )
+OVERRIDES = policy(OVERRIDES_SPEC, name="overrides")
 
 
 def bad_gpu_pod() -> dict:
@@ -388,7 +388,7 @@ def test_globs_match_whole_names(namespace):
 
 # --- Exemptions ---------------------------------------------------------------------------
 
-EXEMPTIONS = policy(
+EXEMPTIONS_SPEC = (
     BASE_SPEC
     + """
 exemptions:
@@ -397,9 +397,9 @@ exemptions:
   - namespaces: [monitoring]
     rules: [host-devices]
   - namespaces: ["sandbox-*"]
-""",
-    name="exemptions",
+"""
 )
+EXEMPTIONS = policy(EXEMPTIONS_SPEC, name="exemptions")
 
 
 def test_exemption_by_namespace_glob():

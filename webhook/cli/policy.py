@@ -22,7 +22,7 @@ from typing import Any
 
 from webhook.audit import suites
 from webhook.audit.documents import Document, DocumentError, discover, parse, read_text
-from webhook.cli import output, workloads
+from webhook.cli import migrate, output, workloads
 from webhook.cli.common import add_command, add_command_group, error, expired_message
 from webhook.policy.files import missing_file
 from webhook.policy.load import PolicyError, load_policy, schema
@@ -179,6 +179,7 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
     )
     schema_parser.set_defaults(func=run_schema)
     workloads.add_to(sub)
+    migrate.add_to(sub)
 
 
 # --- policy schema ----------------------------------------------------------------------
