@@ -382,6 +382,20 @@ def test_the_policy_keeps_its_indentation(written: str, migrated: str) -> None:
     assert migrate_policy(head + written).text == head + migrated
 
 
+def test_the_comment_about_the_next_field_stays_before_it() -> None:
+    text = document(
+        TAINTED
+        + "exemptions:\n  - namespaces: [kube-system]\n    reason: control plane\n"
+        + "# About the daemon sets.\ndevicePluginDaemonSets: [{namespace: a, name: b}]\n"
+    )
+    migrated = migrate_policy(text).text
+    assert migrated.endswith(
+        "  tenants:\n    - namespaces: [kube-system]\n      exemptions:\n"
+        "        - reason: control plane\n  # About the daemon sets.\n"
+        "  devicePluginDaemonSets: [{namespace: a, name: b}]\n"
+    )
+
+
 def test_the_lines_up_to_an_explicit_document_start_are_kept() -> None:
     head = "# yaml-language-server: $schema=policy.schema.json\n---\n"
     text = document(TAINTED + "binderNamespaces: [b]\n")

@@ -24,6 +24,7 @@ they were.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -68,15 +69,19 @@ def migrate_policy(text: str, source: str = "<policy>") -> Migration:
                 if "namespaces" in pool:
                     patterns = _remove(pool, "namespaces")
                     tenants.reserve(pool["name"], patterns, f"spec.pools[{i}].namespaces")
-        elif moved == "binderNamespaces":
-            tenants.bind(_remove(spec, moved))
+            continue
+        # A new tenants block takes the place of the first field it replaces, and the
+        # comment lines after that field (about the field after it) come after the block.
+        taken = _remove(spec, moved, keep_following=tenants.takes_place_of(moved))
+        tenants.following += taken.following
+        if moved == "binderNamespaces":
+            tenants.bind(dataclasses.replace(taken, following=[]))
         elif moved == "exemptions":
-            exemptions = _remove(spec, moved).value
-            leading = leading_comment(exemptions)
-            for i, exemption in enumerate(exemptions):
+            leading = leading_comment(taken.value)
+            for i, exemption in enumerate(taken.value):
                 tenants.exempt(exemption, f"spec.exemptions[{i}]", [] if i else leading)
         else:
-            overrides = _remove(spec, moved).value
+            overrides = taken.value
             leading = leading_comment(overrides)
             for i, override in enumerate(overrides):
                 where = f"spec.namespaceOverrides[{i}]"
@@ -152,6 +157,11 @@ class _Tenants:
         self.last_rules = -1
         self.moves: list[str] = []
         self.position = _first_moved_position(spec)
+        self.following: Comments = []  # comment lines to put after the block
+
+    def takes_place_of(self, key: str) -> bool:
+        """Whether a new block goes where ``key`` is."""
+        return "tenants" not in self.spec and list(self.spec).index(key) == self.position
 
     def reserve(self, pool: str, patterns: _Removed, where: str) -> None:
         index, entry = self._entry(patterns)
@@ -233,6 +243,8 @@ class _Tenants:
         already) shifts their places, which the report says."""
         if "tenants" not in self.spec:
             self.spec.insert(self.position, "tenants", self.entries)
+            if self.following:
+                _end_with(_last_collection(self.entries), self.following)
         elif self.entries.fa.flow_style():
             self.entries.fa.set_block_style()
         shifted = len(self.entries) - self.existing
@@ -282,7 +294,9 @@ class _Removed:
     following: Comments = field(default_factory=list)
 
 
-def _remove(mapping: CommentedMap, key: str) -> _Removed:
+def _remove(mapping: CommentedMap, key: str, *, keep_following: bool = False) -> _Removed:
+    """Take ``key`` out of ``mapping``; the comment lines that followed it go after the field
+    before it (with ``keep_following``, or where there is none, they stay in the result)."""
     value = mapping[key]
     keys = list(mapping)
     before = keys[keys.index(key) - 1] if keys.index(key) > 0 else None
@@ -297,10 +311,8 @@ def _remove(mapping: CommentedMap, key: str) -> _Removed:
     elif isinstance(value, (CommentedMap, CommentedSeq)):
         value.ca.comment = None  # a flow collection's copy of the slot: the slot goes with it
     del mapping[key]
-    if following and before is not None:
+    if following and before is not None and not keep_following:
         _append_following(mapping, before, following)
-    elif following and _is_block(value):
-        _end_with(_last_collection(value), following)
     else:
         removed.following = following
     return removed
