@@ -401,8 +401,9 @@ def test_store_logs_the_lint_warnings_of_a_policy_it_loads(
     path.write_text(
         "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
         "metadata: {name: warned}\nspec:\n"
-        "  gpuNodeTaints: [{key: nvidia.com/gpu, effect: NoSchedule}]\n  exemptions:\n"
-        "    - namespaces: [kube-system]\n    - namespaces: [kube-system]\n"
+        "  gpuNodeTaints: [{key: nvidia.com/gpu, effect: NoSchedule}]\n  tenants:\n"
+        "    - namespaces: [kube-system]\n      exemptions:\n"
+        "        - reason: operators\n        - reason: agents\n"
     )
     with caplog.at_level(logging.WARNING, logger="webhook.policy_store"):
         store = PolicyStore(path, check_interval=0)
@@ -411,10 +412,10 @@ def test_store_logs_the_lint_warnings_of_a_policy_it_loads(
     assert record.getMessage() == "policy lint warning"
     assert record.fields == {
         "source": str(path),
-        "line": 8,
-        "path": "spec.exemptions[1]",
-        "warning": "redundant exemption: exemptions[0] already exempts every namespace it names "
-        "(kube-system) from every rule, for every service account",
+        "line": 10,
+        "path": "spec.tenants[0].exemptions[1]",
+        "warning": "redundant exemption: tenants[0].exemptions[0] already exempts every namespace "
+        "it names (kube-system) from every rule, for every service account",
     }
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="webhook.policy_store"):

@@ -102,6 +102,9 @@ def test_missing_policy_file_exits_2_with_one_line(tmp_path: Path, capsys) -> No
 # The lint of policies that declare no GPU node taint, which most policies here do not: the
 # tests that use warnings_of are about other lints (test_untainted_* are about this one).
 UNTAINTED = ("no GPU node taint is declared", "declares no NoSchedule or NoExecute taint")
+# The fields these lints read before the tenants block took them are warned of each (tested in
+# tests/test_policy_migrate.py); the lints below keep working on them for this release.
+MOVED = "in this release; `gpu-admission policy migrate` rewrites it"
 
 
 def warnings_of(tmp_path: Path, capsys, spec: str) -> list[str]:
@@ -111,7 +114,7 @@ def warnings_of(tmp_path: Path, capsys, spec: str) -> list[str]:
     return [
         line.removeprefix(f"{path}:")
         for line in out.splitlines()
-        if ": warning: " in line and not any(u in line for u in UNTAINTED)
+        if ": warning: " in line and not any(u in line for u in (*UNTAINTED, MOVED))
     ]
 
 
@@ -322,7 +325,7 @@ def test_strict_turns_warnings_into_failure(tmp_path: Path, capsys) -> None:
     path = policy_file(
         tmp_path,
         "gpuNodeTaints: [{key: gpu, effect: NoSchedule}]\n"
-        "exemptions:\n  - namespaces: [a]\n  - namespaces: [a]\n",
+        "tenants: [{namespaces: [a], exemptions: [{reason: x}, {reason: y}]}]\n",
     )
     code, out, _ = run(capsys, "policy", "validate", "--strict", str(path))
     assert code == 1
@@ -897,7 +900,7 @@ def test_schema_of_suites_is_printed_and_is_a_valid_schema(capsys) -> None:
     jsonschema.validators.validator_for(policy_tests.schema()).check_schema(policy_tests.schema())
 
 
-@pytest.mark.parametrize("command", ["validate", "test", "schema"])
+@pytest.mark.parametrize("command", ["validate", "test", "schema", "migrate"])
 def test_every_command_has_help_with_examples(capsys, command: str) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["policy", command, "--help"])
@@ -912,7 +915,7 @@ def test_policy_help_has_examples_and_validate_says_why_tolerations_need_no_lint
     with pytest.raises(SystemExit):
         main(["policy", "validate", "--help"])
     # The policy has no tolerations to mismatch: they are derived from the declared taints.
-    assert "derived from them, so they always\nmatch" in capsys.readouterr().out
+    assert "derived from them, so they always match" in capsys.readouterr().out
 
 
 def test_a_directory_is_not_a_policy_file(tmp_path: Path, capsys) -> None:

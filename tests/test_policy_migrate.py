@@ -221,6 +221,12 @@ def has_old_fields(text: str) -> bool:
     )
 
 
+def deprecations(text: str) -> list[str]:
+    return [
+        w.message for w in webhook.parse_policy(text).warnings if "moves into tenants" in w.message
+    ]
+
+
 # --- The acceptance test --------------------------------------------------------------------
 
 
@@ -232,6 +238,9 @@ def test_a_migrated_policy_decides_the_corpus_as_before(name: str) -> None:
     assert bool(migration.moves) == has_old_fields(text)
     compared = assert_same_decisions(text, migration.text)
     assert compared > len(corpus())
+    # The old fields are warned of; the migrated policy has nothing to warn of.
+    assert bool(deprecations(text)) == has_old_fields(text)
+    assert deprecations(migration.text) == []
     # Idempotent: a migrated policy has nothing left to move.
     assert migrate_policy(migration.text, name) == type(migration)(migration.text, ())
 
@@ -245,6 +254,29 @@ def test_the_corpus_is_the_whole_corpus() -> None:
         assert len(corpus()) > 250
     assert any(has_old_fields(t) for t in POLICIES.values())
     assert len([n for n in POLICIES if n.startswith(("policies/", "tests/"))]) >= 8
+
+
+def test_each_old_field_is_warned_of_at_its_line() -> None:
+    found = [
+        (w.line, w.path, w.message)
+        for w in webhook.parse_policy(COMMENTED).warnings
+        if "moves into" in w.message
+    ]
+    then = "in this release; `gpu-admission policy migrate` rewrites it"
+    assert found == [
+        (
+            12,
+            "spec.pools[0].namespaces",
+            f"spec.pools[0].namespaces moves into tenants[].reservedPools {then}",
+        ),
+        (19, "spec.binderNamespaces", f"spec.binderNamespaces moves into tenants[].binder {then}"),
+        (
+            22,
+            "spec.namespaceOverrides",
+            f"spec.namespaceOverrides moves into tenants[].rules {then}",
+        ),
+        (30, "spec.exemptions", f"spec.exemptions moves into tenants[].exemptions {then}"),
+    ]
 
 
 # --- What the migration writes ----------------------------------------------------------------

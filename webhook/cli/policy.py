@@ -54,9 +54,9 @@ exemption makes unreachable; exemptions made redundant by another; pools whose n
 all exempt from pool-access; pools one tenant may use that offer a resource in two sharing
 modes with no poolPreference to choose (every Pod asking for it would be denied as ambiguous);
 gpuPods: Enforce written with reachablePods unset (node agents denied on GPU nodes); GPU node
-taints missing. Tolerations need no lint: a policy declares taints (a pool's
-taints, gpuNodeTaints) and the tolerations it injects are derived from them, so they always
-match.
+taints missing; fields that moved into tenants (policy migrate). Tolerations need no lint: a
+policy declares taints (a pool's taints, gpuNodeTaints) and the tolerations it injects are
+derived from them, so they always match.
 --manifests DIR: every kind the policy judges must be sent to the validating webhook (CREATE
 and UPDATE, and Pods' ephemeralcontainers on UPDATE) by the ValidatingWebhookConfiguration(s)
 in DIR, rendered with `kubectl kustomize` when DIR has a kustomization.

@@ -56,19 +56,37 @@ class LineFinder:
                 break
         return node.start_mark.line + 1
 
+    def key_line(self, path: list[Any]) -> int:
+        """The line of the key that ends ``path`` (a field written as a block starts below
+        it); the line of its value where the path does not end in a written key."""
+        parent = self.root
+        for step in path[:-1]:
+            found = self._child(parent, step)
+            if found is None:
+                return self.line(path)
+            parent = found
+        if isinstance(parent, yaml.MappingNode):
+            for key, _ in parent.value:
+                if key.value == path[-1]:
+                    return int(key.start_mark.line) + 1
+        return self.line(path)
+
     def has(self, path: list[Any]) -> bool:
         """Whether the document writes the field at ``path``."""
         node: yaml.Node | None = self.root
         for step in path:
-            if isinstance(node, yaml.MappingNode):
-                node = next((value for key, value in node.value if key.value == step), None)
-            elif isinstance(node, yaml.SequenceNode) and isinstance(step, int):
-                node = node.value[step] if 0 <= step < len(node.value) else None
-            else:
-                return False
+            node = self._child(node, step)
             if node is None:
                 return False
         return True
+
+    @staticmethod
+    def _child(node: yaml.Node | None, step: Any) -> yaml.Node | None:
+        if isinstance(node, yaml.MappingNode):
+            return next((value for key, value in node.value if key.value == step), None)
+        if isinstance(node, yaml.SequenceNode) and isinstance(step, int):
+            return node.value[step] if 0 <= step < len(node.value) else None
+        return None
 
     def error(self, path: list[Any], message: str) -> str:
         return f"{self.source}:{self.line(path)}: {render_path(path)}: {message}"

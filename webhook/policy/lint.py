@@ -23,7 +23,11 @@ from webhook.policy.mode_lint import (
     reachable_pods_warnings,
 )
 from webhook.policy.model import SOFTWARE_SHARING, Policy, PolicyWarning
-from webhook.policy.namespace_lint import exemption_notes, namespace_warnings
+from webhook.policy.namespace_lint import (
+    exemption_notes,
+    moved_field_warnings,
+    namespace_warnings,
+)
 from webhook.policy.pool_lint import pool_warnings
 from webhook.policy.tenant_lint import Report, lint_expression, tenant_errors
 from webhook.policy.workloads import (
@@ -294,6 +298,7 @@ def warnings(policy: Policy, lines: LineFinder) -> tuple[PolicyWarning, ...]:
     def inform(path: list[Any], message: str) -> None:
         found.append(PolicyWarning(lines.line(path), render_path(path), message, level="info"))
 
+    found += moved_field_warnings(policy, lines)
     pool_warnings(policy, warn)
     namespace_warnings(policy, lines, warn)
     _lint_taints(policy, warn)

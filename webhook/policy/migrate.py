@@ -36,9 +36,9 @@ from ruamel.yaml.error import CommentMark
 from ruamel.yaml.tokens import CommentToken
 
 from webhook.policy.load import parse_policy
+from webhook.policy.namespace_lint import MOVED_FIELDS
 
-# The spec fields that move, in the order a policy usually writes them.
-MOVED_SPEC_FIELDS = ("binderNamespaces", "exemptions", "namespaceOverrides")
+MOVED_SPEC_FIELDS = tuple(MOVED_FIELDS)
 
 
 @dataclass(frozen=True)

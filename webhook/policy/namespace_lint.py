@@ -13,11 +13,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from webhook.policy.lines import LineFinder, render_path
-from webhook.policy.model import Exemption, NamespaceOverride, Path, Policy
+from webhook.policy.model import Exemption, NamespaceOverride, Path, Policy, PolicyWarning
 
 Report = Callable[[list[Any], str], None]
 
 _GLOB = re.compile(r"[*?\[]")
+
+
+# The spec fields whose settings moved into ``tenants`` entries (spec field -> tenants field);
+# ``pools[].namespaces`` moved into ``reservedPools``. They work for one more release.
+MOVED_FIELDS = {
+    "binderNamespaces": "binder",
+    "exemptions": "exemptions",
+    "namespaceOverrides": "rules",
+}
 
 
 def namespace_warnings(policy: Policy, lines: LineFinder, warn: Report) -> None:
@@ -25,6 +34,25 @@ def namespace_warnings(policy: Policy, lines: LineFinder, warn: Report) -> None:
     _lint_overrides(policy, warn)
     _lint_exemptions(policy, warn)
     _lint_pool_namespaces(policy, lines, warn)
+
+
+def moved_field_warnings(policy: Policy, lines: LineFinder) -> list[PolicyWarning]:
+    """Each field the policy still writes where the tenants block has taken it, once, at the
+    line of its key."""
+    moved: list[tuple[list[Any], str]] = [(["spec", old], new) for old, new in MOVED_FIELDS.items()]
+    moved += [
+        (["spec", "pools", i, "namespaces"], "reservedPools") for i in range(len(policy.pools))
+    ]
+    return [
+        PolicyWarning(
+            lines.key_line(path),
+            render_path(path),
+            f"{render_path(path)} moves into tenants[].{new} in this release; "
+            "`gpu-admission policy migrate` rewrites it",
+        )
+        for path, new in moved
+        if lines.has(path)
+    ]
 
 
 def exemption_notes(policy: Policy, inform: Report) -> None:
