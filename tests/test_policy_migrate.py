@@ -709,3 +709,34 @@ def test_the_shipped_policies_decide_as_before_they_were_migrated(before: Path) 
     assert has_old_fields(before.read_text("utf-8"))
     assert not has_old_fields(shipped.read_text("utf-8"))
     assert_same_decisions(before.read_text("utf-8"), shipped.read_text("utf-8"))
+
+
+def test_the_report_names_each_entry_where_it_ends_up() -> None:
+    """A moved override put before the entries that state rules already shifts them and the
+    entries appended earlier: the report names every entry at its final place."""
+    text = document(
+        TAINTED
+        + """
+tenants:
+  - {namespaces: [x], grants: {hostIPC: true}}
+  - {namespaces: [r], rules: {privileged: {gpuPods: Warn}}}
+exemptions: [{namespaces: [e]}]
+namespaceOverrides: [{namespaces: [o], rules: {privileged: {gpuPods: Audit}}}]
+"""
+    )
+    migration = migrate_policy(text)
+    assert [t["namespaces"] for t in spec_of(migration.text)["tenants"]] == [
+        ["x"],
+        ["o"],
+        ["r"],
+        ["e"],
+    ]
+    assert migration.moves == (
+        "spec.exemptions[0] (e) -> spec.tenants[3].exemptions[0]",
+        "note: spec.exemptions[0] gave no reason, which an exemption now states: say whom it "
+        "trusts and why in spec.tenants[3].exemptions[0].reason",
+        "spec.namespaceOverrides[0] (o) -> spec.tenants[1].rules",
+        "note: the entries from spec.tenants[1] on are now spec.tenants[2] on (the moved "
+        "namespace overrides go first)",
+    )
+    assert_same_decisions(text, migration.text)

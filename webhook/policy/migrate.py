@@ -86,7 +86,8 @@ def migrate_policy(text: str, source: str = "<policy>") -> Migration:
             for i, override in enumerate(overrides):
                 where = f"spec.namespaceOverrides[{i}]"
                 tenants.override(override, where, [] if i else leading)
-    if not tenants.moves:
+    moves = tenants.report()
+    if not moves:
         return Migration(text, ())
     tenants.place()
     out = io.StringIO(start)
@@ -94,7 +95,7 @@ def migrate_policy(text: str, source: str = "<policy>") -> Migration:
     yaml.dump(document, out)
     migrated = out.getvalue()
     parse_policy(migrated, f"{source} (migrated)")
-    return Migration(migrated, tuple(tenants.moves))
+    return Migration(migrated, moves)
 
 
 def _document_start(text: str) -> tuple[str, str]:
@@ -149,13 +150,14 @@ class _Tenants:
         existing = spec.get("tenants")
         self.granted_nothing = existing is not None and len(existing) == 0
         self.entries: CommentedSeq = existing if existing is not None else CommentedSeq()
-        self.existing = len(self.entries)
-        # Moved overrides go before the first entry that states rules already, in order.
-        self.rules_before = next(
-            (i for i, entry in enumerate(self.entries) if "rules" in entry), None
+        # Moved overrides go, in order, before the first entry that states rules already.
+        self.rules_before: CommentedMap | None = next(
+            (entry for entry in self.entries if "rules" in entry), None
         )
-        self.last_rules = -1
-        self.moves: list[str] = []
+        self.last_rules: CommentedMap | None = None
+        self.inserted = 0
+        # What moved, with "{entry}" for the entry it went to (named once all are placed).
+        self._noted: list[tuple[str, CommentedMap]] = []
         self.position = _first_moved_position(spec)
         self.following: Comments = []  # comment lines to put after the block
 
@@ -164,96 +166,110 @@ class _Tenants:
         return "tenants" not in self.spec and list(self.spec).index(key) == self.position
 
     def reserve(self, pool: str, patterns: _Removed, where: str) -> None:
-        index, entry = self._entry(patterns)
+        entry = self._entry(patterns)
         names = entry.setdefault("reservedPools", _flow([]))
         if pool not in names:
             names.append(pool)
-        self._moved(where, f"tenants[{index}].reservedPools", patterns)
+        self._moved(where, patterns, entry, ".reservedPools")
 
     def bind(self, patterns: _Removed) -> None:
-        index, entry = self._entry(patterns)
+        entry = self._entry(patterns)
         entry["binder"] = True
-        self._moved("spec.binderNamespaces", f"tenants[{index}].binder", patterns)
+        self._moved("spec.binderNamespaces", patterns, entry, ".binder")
 
     def exempt(self, exemption: CommentedMap, where: str, leading: Comments) -> None:
         patterns = _remove(exemption, "namespaces")
         unexplained = not exemption.get("reason")
         if unexplained:
             exemption["reason"] = f"moved from {where}, which gave no reason"
-        index, entry = self._entry(patterns, leading=leading)
+        entry = self._entry(patterns, leading=leading)
         if "exemptions" not in entry:
             entry["exemptions"] = CommentedSeq()
         entry["exemptions"].append(exemption)
-        target = f"tenants[{index}].exemptions[{len(entry['exemptions']) - 1}]"
-        self._moved(where, target, patterns)
+        target = f".exemptions[{len(entry['exemptions']) - 1}]"
+        self._moved(where, patterns, entry, target)
         if unexplained:
-            self.moves.append(
-                f"note: {where} gave no reason, which an exemption now states: say whom it "
-                f"trusts and why in spec.{target}.reason"
+            self._noted.append(
+                (
+                    f"note: {where} gave no reason, which an exemption now states: say whom it "
+                    "trusts and why in {entry}" + target + ".reason",
+                    entry,
+                )
             )
 
     def override(self, override: CommentedMap, where: str, leading: Comments) -> None:
         patterns = _remove(override, "namespaces")
-        index, entry = self._entry(patterns, leading=leading, rules=True)
+        entry = self._entry(patterns, leading=leading, rules=True)
         _put(entry, "rules", _remove(override, "rules"))
-        self.last_rules = index
-        self._moved(where, f"tenants[{index}].rules", patterns)
+        self.last_rules = entry
+        self._moved(where, patterns, entry, ".rules")
 
     def _entry(
         self, patterns: _Removed, *, leading: Comments | None = None, rules: bool = False
-    ) -> tuple[int, CommentedMap]:
+    ) -> CommentedMap:
         """The entry for ``patterns``: one whose ``namespaces`` list is exactly equal (for rule
         modes: one that states none yet, after the last moved override and before the entries
         that state rules already), else a new one. ``leading``: comment lines to put before
         it."""
         wanted = [str(p) for p in patterns.value]
-        for index, entry in enumerate(self.entries):
-            if [str(p) for p in entry["namespaces"]] != wanted:
+        after = self._index(self.last_rules) if self.last_rules is not None else -1
+        before = self._index(self.rules_before) if self.rules_before is not None else None
+        for index, existing in enumerate(self.entries):
+            if [str(p) for p in existing["namespaces"]] != wanted:
                 continue
             if rules and (
-                "rules" in entry
-                or index <= self.last_rules
-                or (self.rules_before is not None and index >= self.rules_before)
+                "rules" in existing or index <= after or (before is not None and index >= before)
             ):
                 continue
             _put_before(self.entries, index, leading or [])
-            return index, entry
+            found: CommentedMap = existing
+            return found
         entry = CommentedMap()
         _put(entry, "namespaces", patterns)
         if self.granted_nothing:
             entry["grants"] = CommentedMap()  # an empty block granted nothing: so does this
             self.granted_nothing = False
-        if rules and self.rules_before is not None:
-            index = self.rules_before
+        if rules and before is not None:
+            index = before
             self.entries.insert(index, entry)
-            self.rules_before += 1
+            self.inserted += 1
         else:
             index = len(self.entries)
             self.entries.append(entry)
         _put_before(self.entries, index, leading or [])
-        return index, entry
+        return entry
 
-    def _moved(self, where: str, target: str, patterns: _Removed) -> None:
+    def _index(self, entry: CommentedMap) -> int:
+        return next(i for i, e in enumerate(self.entries) if e is entry)
+
+    def _moved(self, where: str, patterns: _Removed, entry: CommentedMap, target: str) -> None:
         names = ", ".join(str(p) for p in patterns.value)
-        self.moves.append(f"{where} ({names}) -> spec.{target}")
+        self._noted.append((f"{where} ({names}) -> {{entry}}{target}", entry))
 
     def place(self) -> None:
         """Put the block in the document where the first moved field was, if it was not in
-        it yet; an entry put before existing ones (moved overrides ahead of rules stated
-        already) shifts their places, which the report says."""
+        it yet."""
         if "tenants" not in self.spec:
             self.spec.insert(self.position, "tenants", self.entries)
             if self.following:
                 _end_with(_last_collection(self.entries), self.following)
         elif self.entries.fa.flow_style():
             self.entries.fa.set_block_style()
-        shifted = len(self.entries) - self.existing
-        if self.rules_before is not None and shifted:
-            first = self.rules_before - shifted
-            self.moves.append(
-                f"note: the entries from spec.tenants[{first}] on are now "
-                f"spec.tenants[{self.rules_before}] on (the moved namespace overrides go first)"
+
+    def report(self) -> tuple[str, ...]:
+        """What moved where, in the order it moved, naming the entries where they are now;
+        and which existing entries the moved overrides put after them."""
+        lines = [
+            text.replace("{entry}", f"spec.tenants[{self._index(entry)}]")
+            for text, entry in self._noted
+        ]
+        if self.inserted and self.rules_before is not None:
+            now = self._index(self.rules_before)
+            lines.append(
+                f"note: the entries from spec.tenants[{now - self.inserted}] on are now "
+                f"spec.tenants[{now}] on (the moved namespace overrides go first)"
             )
+        return tuple(lines)
 
 
 def _first_moved_position(spec: CommentedMap) -> int:
