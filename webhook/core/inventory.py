@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 from webhook.policy.mig import (
+    GPU_PRODUCT,
     MIG_PREFIX,
     SHARED_SUFFIX,
     GpuProduct,
@@ -35,7 +36,6 @@ from webhook.policy.quantity import Quantity, parse_quantity
 
 # Written by GPU feature discovery (the GPU Operator) on every node with an NVIDIA GPU.
 GPU_PRESENT = "nvidia.com/gpu.present"
-GPU_PRODUCT = "nvidia.com/gpu.product"
 GPU_REPLICAS = "nvidia.com/gpu.replicas"
 GPU_MEMORY = "nvidia.com/gpu.memory"  # MiB; with the MIG single strategy, one instance's
 MIG_CAPABLE = "nvidia.com/mig.capable"

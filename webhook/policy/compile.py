@@ -151,16 +151,23 @@ def expiry(text: str) -> float:
     return datetime.datetime.fromisoformat(text).timestamp()
 
 
-def _entitlements(raw: dict[str, Any]) -> Entitlements:
+def _entitlements(raw: dict[str, Any], catalogue: Mapping[str, Any]) -> Entitlements:
+    products = raw.get("products")
     return Entitlements(
         frozenset(raw["resources"]) if "resources" in raw else None,
         raw.get("maxGPUsPerContainer"),
         raw.get("maxGPUsPerPod"),
         MappingProxyType(dict(raw.get("maxGPUs", {}))),
+        tuple(products) if products is not None else None,
+        frozenset(
+            value
+            for product in products or ()
+            for value in mig.product_label_values(product, catalogue)
+        ),
     )
 
 
-def _tenants(spec: dict[str, Any]) -> tuple[Tenant, ...]:
+def _tenants(spec: dict[str, Any], catalogue: Mapping[str, Any]) -> tuple[Tenant, ...]:
     """The tenants entries; while none of them states grants, every namespace keeps the
     default grants (a tenants block written for pool preferences takes nothing away). An
     empty block grants nothing: that is how the defaults are taken away."""
@@ -169,7 +176,7 @@ def _tenants(spec: dict[str, Any]) -> tuple[Tenant, ...]:
             _namespaces(t["namespaces"]),
             _grants(t.get("grants", {})),
             tuple(t.get("poolPreference", ())),
-            _entitlements(t["entitlements"]) if "entitlements" in t else None,
+            _entitlements(t["entitlements"], catalogue) if "entitlements" in t else None,
             t.get("contact", ""),
             i,
         )
@@ -311,7 +318,7 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
         has_reserved_pools=any(pool.namespaces is not None for pool in pools),
         exempted_names=frozenset(name for e in exemptions for name in e.namespaces.names),
         exempts_by_glob=any(e.namespaces.regex is not None for e in exemptions),
-        tenants=_tenants(spec),
+        tenants=_tenants(spec, catalogue),
         new_checks=spec.get("newChecks", "Warn"),
         exceptions=exceptions,
         excepted_namespaces=frozenset(e.namespace for e in exceptions),

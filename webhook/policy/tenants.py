@@ -100,14 +100,18 @@ NO_GRANTS = Grants()
 
 @dataclass(frozen=True, slots=True)
 class Entitlements:
-    """What a tenant may use: the declared GPU resources (None: any) and the most GPU devices
-    per container and per Pod (None: no limit)."""
+    """What a tenant may use: the declared GPU resources (None: any), the most GPU devices
+    per container and per Pod (None: no limit), and the GPU products (None: any)."""
 
     resources: frozenset[str] | None
     max_per_container: int | None
     max_per_pod: int | None
     # The most of each resource a namespace requests at once: a ResourceQuota's to hold.
     max_gpus: Mapping[str, int] = field(default_factory=dict)
+    # The products as the policy names them, and every value the product label takes on
+    # their nodes (``webhook.policy.mig.product_label_values``): what a GPU Pod is confined to.
+    products: tuple[str, ...] | None = None
+    product_values: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
