@@ -283,7 +283,7 @@ def find_drift(
 def _product_label_drift(policy: Policy, nodes: list[NodeInfo]) -> list[Drift]:
     """GPU nodes a product entitlement cannot reach: they lack the label it confines by."""
     entitled = [
-        f"tenants[{t.index}] ({', '.join(t.namespaces.patterns)})"
+        f"tenants[{t.index}] ({t.named})"
         for t in policy.tenants
         if t.entitlements is not None and t.entitlements.products is not None
     ]

@@ -30,12 +30,12 @@ RULE = "entitlement"
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
-    tenant = policy.entitled_tenant(view.namespace)
+    tenant = policy.entitled_tenant(view.namespace, view.namespace_labels)
     if tenant is None or tenant.entitlements is None:
         return
     entitled = tenant.entitlements
     said = _Said(
-        f"tenants[{tenant.index}].entitlements ({', '.join(tenant.namespaces.patterns)})",
+        f"tenants[{tenant.index}].entitlements ({tenant.named})",
         f"ask {tenant.contact}" if tenant.contact else "ask the platform team",
         policy.new_checks_advisory,
     )

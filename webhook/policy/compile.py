@@ -12,7 +12,7 @@ from typing import Any
 
 from webhook.policy import mig
 from webhook.policy.capabilities import capability_name
-from webhook.policy.exceptions import LabelSelector, PolicyException
+from webhook.policy.exceptions import PolicyException
 from webhook.policy.hostpaths import canonical, unsafe_to_allow
 from webhook.policy.model import (
     RULE_IDS,
@@ -28,6 +28,7 @@ from webhook.policy.model import (
     RuleSet,
 )
 from webhook.policy.names import NearMisses, normalise_host_path
+from webhook.policy.selectors import compile_selector
 from webhook.policy.tenants import (
     DEFAULT_GRANTED_CAPABILITIES,
     Entitlements,
@@ -125,15 +126,7 @@ def _exception(raw: dict[str, Any]) -> PolicyException:
         expires_text=raw["expires"],
         namespace=raw["namespace"],
         names=frozenset(raw["match"].get("names", ())),
-        selector=LabelSelector(
-            tuple(sorted(selector.get("matchLabels", {}).items())),
-            tuple(
-                (e["key"], e["operator"], frozenset(e.get("values", ())))
-                for e in selector.get("matchExpressions", ())
-            ),
-        )
-        if selector is not None
-        else None,
+        selector=compile_selector(selector) if selector is not None else None,
         rules=frozenset(raw["rules"]),
         reason=raw.get("reason", ""),
     )
@@ -173,12 +166,13 @@ def _tenants(spec: dict[str, Any], catalogue: Mapping[str, Any]) -> tuple[Tenant
     empty block grants nothing: that is how the defaults are taken away."""
     tenants = tuple(
         Tenant(
-            _namespaces(t["namespaces"]),
+            _namespaces(t.get("namespaces", [])),
             _grants(t.get("grants", {})),
             tuple(t.get("poolPreference", ())),
             _entitlements(t["entitlements"], catalogue) if "entitlements" in t else None,
             t.get("contact", ""),
             i,
+            compile_selector(t["namespaceSelector"]) if "namespaceSelector" in t else None,
         )
         for i, t in enumerate(spec.get("tenants", ()))
     )
@@ -212,6 +206,7 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
     mig_spec = spec.get("migCatalogue", {})
     catalogue = mig.catalogue_with(mig_spec.get("customProducts", []))
     products = mig_spec.get("products", ["*"])
+    tenants = _tenants(spec, catalogue)
     profile_counts = mig.catalogued_profiles(catalogue, products)
 
     resources_ = {r["name"]: _resource(r) for r in spec.get("resources", [])}
@@ -318,7 +313,13 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
         has_reserved_pools=any(pool.namespaces is not None for pool in pools),
         exempted_names=frozenset(name for e in exemptions for name in e.namespaces.names),
         exempts_by_glob=any(e.namespaces.regex is not None for e in exemptions),
-        tenants=_tenants(spec, catalogue),
+        tenants=tenants,
+        namespace_label_keys=frozenset(
+            key
+            for tenant in tenants
+            if tenant.selector is not None
+            for key in tenant.selector.keys()
+        ),
         new_checks=spec.get("newChecks", "Warn"),
         exceptions=exceptions,
         excepted_namespaces=frozenset(e.namespace for e in exceptions),
