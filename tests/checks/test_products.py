@@ -172,6 +172,15 @@ def test_it_is_a_warning_while_new_checks_is_warn() -> None:
     assert any("can land on GPUs of any product" in w for w in warnings(decision))
 
 
+def test_a_vendor_resource_the_policy_does_not_declare_is_confined_too() -> None:
+    obj = pod(container(gpu=1, resource="nvidia.com/gpu.shared"))
+    decision = validate(obj, entitled(), namespace="vision")
+    assert ("entitlement", "spec.affinity.nodeAffinity") in denied(decision)
+    assert any(
+        PRODUCT in str(op["value"]) for op in mutate(obj, entitled(), namespace="vision").patch
+    )
+
+
 def test_pods_without_a_gpu_and_other_tenants_are_not_confined() -> None:
     assert_allowed_clean(validate(pod(container()), entitled(), namespace="vision"))
     assert_allowed_clean(validate(pod(container(gpu=1)), entitled(), namespace="training"))
