@@ -114,8 +114,12 @@ def test_a_snapshot_kept_without_the_namespace_label_keys_is_not_read() -> None:
             "entitlements: {maxGPUsPerPod: 1}}",
             "operator In needs at least one value",
         ),
+        (
+            "{namespaceSelector: {matchLabels: {}}, entitlements: {maxGPUsPerPod: 1}}",
+            "this selector reads no label",
+        ),
     ],
-    ids=["grants", "pool preference", "both", "neither", "bad expression"],
+    ids=["grants", "pool preference", "both", "neither", "bad expression", "no label"],
 )
 def test_what_a_selected_entry_may_not_say_is_refused(entry: str, says: str) -> None:
     text = (

@@ -395,7 +395,14 @@ def _mutate(
         # Planned whatever the selection's findings: the validate path decides whether they
         # deny, and a Pod admitted despite them is still confined to its pools.
         selection = select_pool(view, policy)
-        operations = mutation.plan(obj, view, selection, policy, inject_void=inject_void)
+        operations = mutation.plan(
+            obj,
+            view,
+            selection,
+            policy,
+            inject_void=inject_void,
+            confine_products=_confines_products(policy, view),
+        )
     if not operations:
         return Decision(response.build(uid))
     if policy.mutation_mode == "Record":
@@ -404,6 +411,18 @@ def _mutate(
         )
     applied = response.build(uid, patch=operations, encode_json=encode_json)
     return Decision(applied, patch=operations, patch_applied=True)
+
+
+def _confines_products(policy: Policy, view: PodView) -> bool:
+    """Whether the mutation confines the Pod to its tenant's products: only where the
+    pool-access rule would deny it unconfined (a check new in this release warns, and then
+    changes nothing, before it denies: a product misspelt in the policy would otherwise
+    leave the tenant's Pods pending)."""
+    return (
+        not policy.new_checks_advisory
+        and policy.rule_modes(view.namespace)["pool-access"].gpu_pods == "Enforce"
+        and "pool-access" not in _exempt_rules(policy, view)
+    )
 
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:

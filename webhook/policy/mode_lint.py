@@ -7,8 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 from webhook.policy.lines import LineFinder
-from webhook.policy.mig import gfd_product
+from webhook.policy.mig import catalogued_as, gfd_product
 from webhook.policy.model import SECURITY_RULES, Policy, RuleSet
+
+# What product names start with in GPU feature discovery's label (the driver's name).
+_MAKERS = ("NVIDIA-", "TESLA-", "QUADRO-")
 
 Report = Callable[[list[Any], str], None]
 
@@ -83,7 +86,18 @@ def entitlement_warnings(policy: Policy, warn: Report) -> None:
                 )
         for product in entitled.products or () if entitled is not None else ():
             bare = gfd_product(product)
-            if bare.name != product:
+            # The catalogue's own names (H100-80GB) are not labels: the driver's names are.
+            entry = catalogued_as(bare, None, policy.mig_catalogue)
+            labelled = entry is not None and entry.upper() != bare.name.upper()
+            if not labelled and not product.upper().startswith(_MAKERS):
+                warn(
+                    ["spec", "tenants", tenant.index, "entitlements", "products"],
+                    f"{product} does not look like a product GPU feature discovery labels "
+                    "(NVIDIA-H100-80GB-HBM3; A100-SXM4-40GB from drivers before R470): a name "
+                    "no node carries keeps the tenant's GPU Pods pending; see kubectl get "
+                    "nodes -L nvidia.com/gpu.product",
+                )
+            elif bare.name != product:
                 warn(
                     ["spec", "tenants", tenant.index, "entitlements", "products"],
                     f"{product} is a form of {bare.name} (GPU feature discovery adds "

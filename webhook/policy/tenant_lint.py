@@ -73,7 +73,14 @@ def _lint_namespaces(tenant: dict[str, Any], path: list[Any], err: Report) -> No
                 "may label a namespace would give it to themselves; a namespaceSelector "
                 "selects entitlements and requirements only",
             )
-    for k, expr in enumerate(tenant["namespaceSelector"].get("matchExpressions", [])):
+    selector = tenant["namespaceSelector"]
+    if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+        err(
+            [*path, "namespaceSelector"],
+            "this selector reads no label, so the inventory keeps none and it selects no "
+            "namespace; name every namespace with namespaces: ['*'] instead",
+        )
+    for k, expr in enumerate(selector.get("matchExpressions", [])):
         lint_expression(expr, [*path, "namespaceSelector", "matchExpressions", k], err)
 
 
