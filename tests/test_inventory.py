@@ -527,3 +527,50 @@ def running_inventory(policy: Any) -> Iterator[Any]:
     finally:
         inventory.close()
         running.join(timeout=10)
+
+
+def test_a_refused_namespace_watch_keeps_the_inventory_from_serving(
+    api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the policy selects namespaces by label, a Namespace list the API server refuses
+    (RBAC not updated) leaves the inventory unlisted, as a refused Node list would: decisions
+    go on without it and its age grows (the stale-inventory alert), instead of tenants
+    selected by label silently losing their entitlements. Allowed again, it lists."""
+    import time
+
+    from webhook import parse_policy
+    from webhook.server.inventory import NodeInventory
+
+    monkeypatch.setenv("KUBECONFIG", str(api.write_kubeconfig(tmp_path / "kubeconfig")))
+    api.add(gpu_node("gpu-0"))
+    api.add(namespace("vision", **{"example.com/tier": "inference"}))
+    api.forbid("/api/v1/namespaces")
+    selecting = parse_policy(
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
+        "metadata: {name: selecting}\nspec:\n  vendorDomains: [nvidia.com]\n"
+        "  tenants:\n    - namespaceSelector: {matchLabels: {example.com/tier: inference}}\n"
+        "      entitlements: {maxGPUsPerPod: 1}\n"
+    )
+    inventory = NodeInventory(lambda: selecting)
+    running = inventory.start()
+    try:
+        wait_until(
+            lambda: len(api.requests_to("GET", "/api/v1/namespaces")) >= 2,
+            timeout=10,
+            what="the refused Namespace list, tried again",
+        )
+        time.sleep(1)
+        assert inventory.snapshot() is None
+        assert inventory.figures()[0] == 0
+        api.clear_failures()
+        wait_until(
+            lambda: (
+                (snapshot := inventory.snapshot()) is not None
+                and snapshot.namespace_labels("vision") is not None
+            ),
+            timeout=10,
+            what="the Namespaces listed once allowed",
+        )
+    finally:
+        inventory.close()
+        running.join(timeout=10)

@@ -158,8 +158,12 @@ def _follow(
     namespaces: WatchCache[Mapping[str, str]] | None,
     out: IO[bytes],
 ) -> None:
-    """Send what changes in the caches, until the process ends. The state is the Nodes'; a
-    failure of the Namespaces' watch is its error while the Nodes' has none."""
+    """Send what changes in the caches, until the process ends. With Namespaces watched, the
+    state is both caches': listed once both have listed, heard from when the one heard from
+    longer ago was, their restarts added up, the Nodes' error first. So a Namespace watch
+    that is refused or fails makes the inventory stale, as a Node watch would: decisions go
+    on without it, and the stale-inventory alert fires, instead of tenants selected by label
+    silently losing their entitlements."""
     sent: Mapping[Key, NodeInfo] = {}
     sent_namespaces: Mapping[Key, Mapping[str, str]] = {}
     last: tuple[Any, ...] | None = None
@@ -169,20 +173,27 @@ def _follow(
         if state.items is not sent:
             _send_changes(out, sent, state.items)
             sent = state.items
-        error = state.last_error
+        listed, heard, restarts, error = (
+            state.listed,
+            state.heard_at,
+            state.restarts,
+            state.last_error,
+        )
         if namespaces is not None:
             known = namespaces.state
             if known.items is not sent_namespaces:
                 _send_namespaces(out, sent_namespaces, known.items)
                 sent_namespaces = known.items
+            listed = listed and known.listed
+            heard = None if heard is None or known.heard_at is None else min(heard, known.heard_at)
+            restarts += known.restarts
             if error is None and known.last_error is not None:
                 error = f"watching Namespaces: {known.last_error}"
         now = time.monotonic()
-        summary = (state.listed, state.restarts, error)
-        heard = state.heard_at
+        summary = (listed, restarts, error)
         if summary != last or (heard is not None and heard > heard_sent + HEARD_EVERY_SECONDS):
             ago = now - heard if heard is not None else None
-            _send(out, {"state": _state(state.listed, ago, state.restarts, error)})
+            _send(out, {"state": _state(listed, ago, restarts, error)})
             last, heard_sent = summary, heard if heard is not None else 0.0
         time.sleep(POLL_SECONDS)
 
