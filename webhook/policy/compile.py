@@ -28,6 +28,12 @@ from webhook.policy.model import (
     RuleSet,
 )
 from webhook.policy.names import NearMisses, normalise_host_path
+from webhook.policy.queues import (
+    DEFAULT_CONTROLLER_USERNAMES,
+    KUEUE_QUEUE_LABEL,
+    Controllers,
+    QueueRequirement,
+)
 from webhook.policy.tenants import (
     DEFAULT_GRANTED_CAPABILITIES,
     Entitlements,
@@ -160,6 +166,23 @@ def _entitlements(raw: dict[str, Any]) -> Entitlements:
     )
 
 
+def _queue(raw: dict[str, Any]) -> QueueRequirement:
+    return QueueRequirement(
+        raw.get("label", KUEUE_QUEUE_LABEL),
+        frozenset(raw["queues"]) if "queues" in raw else None,
+        frozenset(raw.get("schedulerNames", ())),
+    )
+
+
+def _controllers(raw: dict[str, Any]) -> Controllers:
+    """``spec.controllers``: its users and groups, with the built-in ones unless
+    ``includeDefaults`` is false."""
+    defaults = DEFAULT_CONTROLLER_USERNAMES if raw.get("includeDefaults", True) else ()
+    return Controllers(
+        frozenset((*defaults, *raw.get("usernames", ()))), frozenset(raw.get("groups", ()))
+    )
+
+
 def _tenants(spec: dict[str, Any]) -> tuple[Tenant, ...]:
     """The tenants entries; while none of them states grants, every namespace keeps the
     default grants (a tenants block written for pool preferences takes nothing away). An
@@ -172,6 +195,9 @@ def _tenants(spec: dict[str, Any]) -> tuple[Tenant, ...]:
             _entitlements(t["entitlements"]) if "entitlements" in t else None,
             t.get("contact", ""),
             i,
+            queue=_queue(t["requirements"]["queue"])
+            if "queue" in t.get("requirements", {})
+            else None,
         )
         for i, t in enumerate(spec.get("tenants", ()))
     )
@@ -265,6 +291,7 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
     host_devices = spec.get("hostDevices", {})
     inventory_use = spec.get("nodeInventory", {})
     exceptions = tuple(_exception(e) for e in spec.get("exceptions", []))
+    tenants = _tenants(spec)
     return Policy(
         name=doc["metadata"]["name"],
         source=source,
@@ -311,7 +338,9 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
         has_reserved_pools=any(pool.namespaces is not None for pool in pools),
         exempted_names=frozenset(name for e in exemptions for name in e.namespaces.names),
         exempts_by_glob=any(e.namespaces.regex is not None for e in exemptions),
-        tenants=_tenants(spec),
+        tenants=tenants,
+        requires_queues=any(t.queue is not None for t in tenants),
+        controllers=_controllers(spec.get("controllers", {})),
         new_checks=spec.get("newChecks", "Warn"),
         exceptions=exceptions,
         excepted_namespaces=frozenset(e.namespace for e in exceptions),

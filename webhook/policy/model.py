@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from webhook.policy.exceptions import PolicyException
 from webhook.policy.names import NearMisses
+from webhook.policy.queues import DEFAULT_CONTROLLERS, Controllers
 from webhook.policy.rules import RULES
 from webhook.policy.tenants import NO_GRANTS, Grants, NamespaceMatcher, Tenant
 
@@ -316,6 +317,9 @@ class Policy:
     exempted_names: frozenset[str]
     exempts_by_glob: bool
     tenants: tuple[Tenant, ...] = ()
+    requires_queues: bool = False  # some tenants entry states requirements.queue
+    # Whose requests create objects from workloads already judged: not asked for a queue again.
+    controllers: Controllers = DEFAULT_CONTROLLERS
     # The checks added or tightened in this release (the pod-security rule; unlisted host paths,
     # hostIPC, SYS_PTRACE, the node-shared toolkit variables): Warn reports them as warnings at
     # most, whatever their rule's mode (an upgrade warns before it denies); Enforce gives them
@@ -357,6 +361,14 @@ class Policy:
         """The first ``tenants`` entry that matches the namespace and states entitlements."""
         for tenant in self.tenants:
             if tenant.entitlements is not None and tenant.namespaces.matches(namespace):
+                return tenant
+        return None
+
+    def queue_tenant(self, namespace: str) -> Tenant | None:
+        """The first ``tenants`` entry that matches the namespace and states a queue
+        requirement."""
+        for tenant in self.tenants:
+            if tenant.queue is not None and tenant.namespaces.matches(namespace):
                 return tenant
         return None
 

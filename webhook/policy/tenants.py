@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from webhook.policy.queues import QueueRequirement
+
 
 @dataclass(frozen=True, slots=True)
 class NamespaceMatcher:
@@ -114,7 +116,8 @@ class Entitlements:
 class Tenant:
     """A ``tenants`` entry: the namespaces (names or globs), what they are granted, the pools
     they prefer (in order), what they are entitled to, and whom they ask; ``index`` is its
-    place in ``spec.tenants``, for messages (-1 for the default grants' entry)."""
+    place in ``spec.tenants``, for messages (-1 for the default grants' entry); ``queue``:
+    the queue its GPU workloads must go through (``requirements.queue``)."""
 
     namespaces: NamespaceMatcher
     grants: Grants
@@ -122,3 +125,4 @@ class Tenant:
     entitlements: Entitlements | None = None
     contact: str = ""
     index: int = -1
+    queue: QueueRequirement | None = None
