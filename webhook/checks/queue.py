@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from webhook.core.findings import Violation, quote
 from webhook.core.pods import PodView
 from webhook.core.queues import (
+    KAI_DEFAULT_QUEUE,
     KAI_QUEUE_LABEL,
     KAI_SCHEDULER,
     NOT_QUEUED,
@@ -55,33 +56,40 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         return
     requirement = tenant.queue
     advisory = policy.new_checks_advisory
-    scheduler, _ = scheduler_name(view, submission)
-    if scheduler in requirement.scheduler_names:
-        if scheduler == KAI_SCHEDULER and requirement.queues is not None:
-            queue, where = kai_queue(view, submission)
-            if queue not in requirement.queues:
-                yield _not_allowed(
-                    view, tenant, requirement, KAI_QUEUE_LABEL, queue, where, advisory
-                )
-        return
-    place = kueue_label_place(view, submission, requirement.label)
-    if place.shared and _first_unscheduled(submission, requirement) is not view:
+    label = _asked(view, submission, requirement)
+    if label is None:
+        return  # an allowed scheduler queues the Pods, and names no queue to check
+    if label == KAI_QUEUE_LABEL:
+        place = kai_queue(view, submission)
+        queue = KAI_DEFAULT_QUEUE if place.value is None else place.value
+    else:
+        place = kueue_label_place(view, submission, label)
+        queue = place.value
+    if place.shared and _first_asked(submission, requirement, label) is not view:
         return  # a label on the workload itself is asked for once, not per template
-    if place.value is None or place.value == "":
+    if queue is None or queue == "":
         yield _no_queue(view, tenant, requirement, place.path, advisory)
-    elif requirement.queues is not None and place.value not in requirement.queues:
-        label = requirement.label
-        yield _not_allowed(view, tenant, requirement, label, place.value, place.path, advisory)
+    elif requirement.queues is not None and queue not in requirement.queues:
+        yield _not_allowed(view, tenant, requirement, label, queue, place.path, advisory)
 
 
-def _first_unscheduled(submission: Submission, requirement: QueueRequirement) -> PodView | None:
-    """The first of the object's GPU templates whose Pods no allowed scheduler queues."""
+def _asked(view: PodView, submission: Submission, requirement: QueueRequirement) -> str | None:
+    """The label that names the view's queue: the requirement's, unless an allowed scheduler
+    queues its Pods (KAI's own label where the tenant's queues are listed, else none)."""
+    scheduler, _ = scheduler_name(view, submission)
+    if scheduler not in requirement.scheduler_names:
+        return requirement.label
+    if scheduler == KAI_SCHEDULER and requirement.queues is not None:
+        return KAI_QUEUE_LABEL
+    return None
+
+
+def _first_asked(
+    submission: Submission, requirement: QueueRequirement, label: str
+) -> PodView | None:
+    """The first of the object's GPU templates asked for the same label."""
     return next(
-        (
-            v
-            for v in submission.gpu_templates
-            if scheduler_name(v, submission)[0] not in requirement.scheduler_names
-        ),
+        (v for v in submission.gpu_templates if _asked(v, submission, requirement) == label),
         None,
     )
 
@@ -107,15 +115,17 @@ def _what_to_write(view: PodView, requirement: QueueRequirement, labels_path: st
         if name == KAI_SCHEDULER and requirement.queues is not None:
             also = f" with the label {KAI_QUEUE_LABEL}: {queue}"
         fixes.append(f"{view.field_path('schedulerName')}: {name}{also}")
-    return " or ".join(fixes)
+    return ", or ".join(fixes)
 
 
 def _no_queue(
     view: PodView, tenant: Tenant, requirement: QueueRequirement, labels_path: str, advisory: bool
 ) -> Violation:
-    schedulers = ", ".join(sorted(requirement.scheduler_names))
-    through = f"the label {requirement.label}" + (
-        f" or the scheduler {schedulers}" if schedulers else ""
+    through = " or ".join(
+        [
+            f"the queue label {requirement.label}",
+            *(f"the scheduler {name}" for name in sorted(requirement.scheduler_names)),
+        ]
     )
     return Violation(
         rule=RULE,
@@ -142,11 +152,12 @@ def _not_allowed(
     advisory: bool,
 ) -> Violation:
     allowed = ", ".join(sorted(requirement.queues or ()))
+    default = " (KAI's queue for Pods that name none)" if queue == KAI_DEFAULT_QUEUE else ""
     return Violation(
         rule=RULE,
         path=f"{labels_path}[{label}]",
         value=str(queue),
-        message=f"namespace {quote(view.namespace)} may not use queue {quote(queue)}: "
+        message=f"namespace {quote(view.namespace)} may not use queue {quote(queue)}{default}: "
         f"{_setting(tenant)} allows {allowed}",
         hint=f"name one of those in {label}, or {_ask(tenant)} for access to {quote(queue)}",
         error_type="Unsupported value",

@@ -134,15 +134,14 @@ def kueue_label_place(view: PodView, submission: Submission, label: str) -> Labe
     return LabelPlace(own, f"{view.metadata_path}.labels" if view.metadata_path else "labels")
 
 
-def kai_queue(view: PodView, submission: Submission) -> tuple[str, str]:
-    """The KAI queue of the view's Pods and where it is named: the top owner's label, else the
-    Pod's, else KAI's default queue."""
+def kai_queue(view: PodView, submission: Submission) -> LabelPlace:
+    """Where KAI reads the queue of the view's Pods: the top owner's label, else the Pod's
+    (value None where neither names one: KAI's default queue)."""
     value = _labels(submission.obj, ("metadata",)).get(KAI_QUEUE_LABEL)
-    if isinstance(value, str):
-        return value, "metadata.labels"
+    if value is not None:
+        return LabelPlace(value, "metadata.labels", shared=True)
     value = _label_of(view.metadata, KAI_QUEUE_LABEL)
-    path = f"{view.metadata_path}.labels" if view.metadata_path else "labels"
-    return (value, path) if isinstance(value, str) else (KAI_DEFAULT_QUEUE, path)
+    return LabelPlace(value, f"{view.metadata_path}.labels" if view.metadata_path else "labels")
 
 
 def scheduler_name(view: PodView, submission: Submission) -> tuple[str, str]:
