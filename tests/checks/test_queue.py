@@ -397,3 +397,23 @@ def test_a_workload_no_queue_admitted_gets_no_kueue_hint() -> None:
     message = status_message(judge(job(tmpl), pools()))
     assert "may not use the pool(s)" in message
     assert "Kueue" not in message
+
+
+# --- policy validate --------------------------------------------------------------------
+
+
+def test_validate_warns_where_the_job_controllers_pods_would_be_asked_again() -> None:
+    dropped = queued(controllers="controllers: {includeDefaults: false}")
+    [warning] = [w for w in dropped.warnings if w.path == "spec.controllers"]
+    assert "the Pods it creates from a queued Job or Deployment are asked for a queue" in (
+        warning.message
+    )
+    assert not [w for w in queued().warnings if w.path == "spec.controllers"]
+
+
+def test_validate_warns_that_default_scheduler_queues_nothing() -> None:
+    text = BASE_SPEC + SPEC.format(new_checks="Warn", controllers="").replace(
+        "schedulerNames: [kai-scheduler, volcano]", "schedulerNames: [default-scheduler]"
+    )
+    warned = [w.message for w in policy(text, name="default-scheduler").warnings]
+    assert any(m.startswith("default-scheduler schedules every Pod") for m in warned)
