@@ -19,9 +19,11 @@ from tests.conformance.corpus import (
     governance_files,
     judge,
     load_table,
+    policy,
     requires_corpus,
     requires_governance,
 )
+from webhook.admission.objects import decide_object
 
 TABLE = load_table()["files"]
 GOVERNED = load_table(GOVERNANCE_TABLE)["files"]
@@ -85,3 +87,21 @@ def test_the_queue_policy_adds_only_queue_findings_to_the_default_verdicts() -> 
         added = _found(row["queues"]) - _found(row["default"])
         assert {rule for _, rule in added} <= {"queue"}, row["why"]
     assert any(("denied", "queue") in _found(row["queues"]) for row in GOVERNED.values())
+
+
+@requires_corpus
+def test_the_queue_policy_asks_the_corpus_gpu_workloads_and_never_node_agents() -> None:
+    # Every file reviewed in a namespace whose tenant must queue its GPU workloads: the real
+    # GPU workloads without a queue are asked, a DaemonSet never (its Pods run on every node),
+    # and nothing a controller made.
+    queues = policy("queues")
+    asked: set[str] = set()
+    for name in TABLE:
+        for obj in documents(name):
+            outcome = decide_object(obj, queues, "ml", override=True)
+            if "queue" in {f.rule for f in outcome.findings}:
+                asked.add(obj["kind"])
+            made = decide_object(obj, queues, "ml", override=True, made_by_controller=True)
+            assert "queue" not in {f.rule for f in made.findings}, name
+    assert "DaemonSet" not in asked
+    assert {"Pod", "Job", "Deployment", "PyTorchJob", "LeaderWorkerSet", "RayJob"} <= asked
