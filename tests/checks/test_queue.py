@@ -28,6 +28,7 @@ from tests.support.admission import (
     warnings,
 )
 from webhook.admission.objects import decide_object
+from webhook.core.inventory import NodeFields, NodeSnapshot
 
 KUEUE = "kueue.x-k8s.io/queue-name"
 SPEC = """
@@ -417,3 +418,29 @@ def test_validate_warns_that_default_scheduler_queues_nothing() -> None:
     )
     warned = [w.message for w in policy(text, name="default-scheduler").warnings]
     assert any(m.startswith("default-scheduler schedules every Pod") for m in warned)
+
+
+def test_a_tenant_selected_by_namespace_labels_is_asked_where_the_inventory_knows_them() -> None:
+    selected = policy(
+        BASE_SPEC
+        + """
+newChecks: Enforce
+tenants:
+  - namespaceSelector: {matchLabels: {example.com/queued: "true"}}
+    contact: "#ml-platform"
+    requirements: {queue: {}}
+""",
+        name="selected-queue",
+    )
+    nodes = NodeSnapshot({}, NodeFields.of(selected), {"vision": {"example.com/queued": "true"}})
+    decision = webhook.decide(
+        admission(job(), namespace="vision"), selected, mutate=False, nodes=nodes
+    )
+    assert denied(decision) == [("queue", f"metadata.labels[{KUEUE}]")]
+    assert "tenants[0].requirements (namespaces selected by example.com/queued=true)" in (
+        status_message(decision)
+    )
+    # Without the inventory the namespace's labels are not known: judged by names only.
+    assert_allowed_clean(
+        webhook.decide(admission(job(), namespace="vision"), selected, mutate=False)
+    )

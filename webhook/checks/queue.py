@@ -51,7 +51,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         or not any(template is view for template in submission.gpu_templates)
     ):
         return
-    tenant = policy.queue_tenant(view.namespace)
+    tenant = policy.queue_tenant(view.namespace, view.namespace_labels)
     if tenant is None or tenant.queue is None:
         return
     requirement = tenant.queue
@@ -95,7 +95,7 @@ def _first_asked(
 
 
 def _setting(tenant: Tenant) -> str:
-    return f"tenants[{tenant.index}].requirements ({', '.join(tenant.namespaces.patterns)})"
+    return f"tenants[{tenant.index}].requirements ({tenant.named})"
 
 
 def _ask(tenant: Tenant) -> str:

@@ -179,6 +179,11 @@ class PodView:
                 return container.resource_path(name)
         return f"{self.spec_path}.containers"
 
+    @property
+    def namespace_labels(self) -> Mapping[str, str] | None:
+        """Its namespace's labels as the node inventory knows them (None: unknown)."""
+        return self.nodes.namespace_labels(self.namespace) if self.nodes is not None else None
+
     def node_selector(self) -> Mapping[str, Any]:
         selector = self.spec.get("nodeSelector")
         return selector if isinstance(selector, dict) else {}

@@ -12,7 +12,7 @@ from typing import Any
 
 from webhook.policy import mig
 from webhook.policy.capabilities import capability_name
-from webhook.policy.exceptions import LabelSelector, PolicyException
+from webhook.policy.exceptions import PolicyException
 from webhook.policy.hostpaths import canonical, unsafe_to_allow
 from webhook.policy.model import (
     RULE_IDS,
@@ -34,6 +34,7 @@ from webhook.policy.queues import (
     Controllers,
     QueueRequirement,
 )
+from webhook.policy.selectors import compile_selector
 from webhook.policy.tenants import (
     DEFAULT_GRANTED_CAPABILITIES,
     Entitlements,
@@ -131,15 +132,7 @@ def _exception(raw: dict[str, Any]) -> PolicyException:
         expires_text=raw["expires"],
         namespace=raw["namespace"],
         names=frozenset(raw["match"].get("names", ())),
-        selector=LabelSelector(
-            tuple(sorted(selector.get("matchLabels", {}).items())),
-            tuple(
-                (e["key"], e["operator"], frozenset(e.get("values", ())))
-                for e in selector.get("matchExpressions", ())
-            ),
-        )
-        if selector is not None
-        else None,
+        selector=compile_selector(selector) if selector is not None else None,
         rules=frozenset(raw["rules"]),
         reason=raw.get("reason", ""),
     )
@@ -157,12 +150,19 @@ def expiry(text: str) -> float:
     return datetime.datetime.fromisoformat(text).timestamp()
 
 
-def _entitlements(raw: dict[str, Any]) -> Entitlements:
+def _entitlements(raw: dict[str, Any], catalogue: Mapping[str, Any]) -> Entitlements:
+    products = raw.get("products")
     return Entitlements(
         frozenset(raw["resources"]) if "resources" in raw else None,
         raw.get("maxGPUsPerContainer"),
         raw.get("maxGPUsPerPod"),
         MappingProxyType(dict(raw.get("maxGPUs", {}))),
+        tuple(products) if products is not None else None,
+        frozenset(
+            value
+            for product in products or ()
+            for value in mig.product_label_values(product, catalogue)
+        ),
     )
 
 
@@ -183,18 +183,19 @@ def _controllers(raw: dict[str, Any]) -> Controllers:
     )
 
 
-def _tenants(spec: dict[str, Any]) -> tuple[Tenant, ...]:
+def _tenants(spec: dict[str, Any], catalogue: Mapping[str, Any]) -> tuple[Tenant, ...]:
     """The tenants entries; while none of them states grants, every namespace keeps the
     default grants (a tenants block written for pool preferences takes nothing away). An
     empty block grants nothing: that is how the defaults are taken away."""
     tenants = tuple(
         Tenant(
-            _namespaces(t["namespaces"]),
+            _namespaces(t.get("namespaces", [])),
             _grants(t.get("grants", {})),
             tuple(t.get("poolPreference", ())),
-            _entitlements(t["entitlements"]) if "entitlements" in t else None,
+            _entitlements(t["entitlements"], catalogue) if "entitlements" in t else None,
             t.get("contact", ""),
             i,
+            compile_selector(t["namespaceSelector"]) if "namespaceSelector" in t else None,
             queue=_queue(t["requirements"]["queue"])
             if "queue" in t.get("requirements", {})
             else None,
@@ -231,6 +232,7 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
     mig_spec = spec.get("migCatalogue", {})
     catalogue = mig.catalogue_with(mig_spec.get("customProducts", []))
     products = mig_spec.get("products", ["*"])
+    tenants = _tenants(spec, catalogue)
     profile_counts = mig.catalogued_profiles(catalogue, products)
 
     resources_ = {r["name"]: _resource(r) for r in spec.get("resources", [])}
@@ -291,7 +293,6 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
     host_devices = spec.get("hostDevices", {})
     inventory_use = spec.get("nodeInventory", {})
     exceptions = tuple(_exception(e) for e in spec.get("exceptions", []))
-    tenants = _tenants(spec)
     return Policy(
         name=doc["metadata"]["name"],
         source=source,
@@ -339,6 +340,12 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
         exempted_names=frozenset(name for e in exemptions for name in e.namespaces.names),
         exempts_by_glob=any(e.namespaces.regex is not None for e in exemptions),
         tenants=tenants,
+        namespace_label_keys=frozenset(
+            key
+            for tenant in tenants
+            if tenant.selector is not None
+            for key in tenant.selector.keys()
+        ),
         requires_queues=any(t.queue is not None for t in tenants),
         controllers=_controllers(spec.get("controllers", {})),
         new_checks=spec.get("newChecks", "Warn"),

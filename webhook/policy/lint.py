@@ -236,7 +236,7 @@ def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
             _lint_glob(pattern, ["spec", "exemptions", i, "namespaces", j], err)
     for i, tenant in enumerate(spec.get("tenants", [])):
         path = ["spec", "tenants", i]
-        for j, pattern in enumerate(tenant["namespaces"]):
+        for j, pattern in enumerate(tenant.get("namespaces", [])):
             _lint_glob(pattern, [*path, "namespaces", j], err)
         grant_errors(tenant.get("grants", {}), [*path, "grants"], err)
     return errors

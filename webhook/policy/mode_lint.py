@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from webhook.policy.lines import LineFinder
+from webhook.policy.mig import gfd_product
 from webhook.policy.model import SECURITY_RULES, Policy, RuleSet
 
 Report = Callable[[list[Any], str], None]
@@ -69,7 +70,8 @@ def exception_notes(policy: Policy, inform: Report) -> None:
 
 def entitlement_warnings(policy: Policy, warn: Report) -> None:
     """An entitlement that lists a name the policy does not declare entitles to nothing: the
-    entitlement rule judges declared GPU resources only."""
+    entitlement rule judges declared GPU resources only. A product written with a suffix
+    feature discovery adds names one form of it (and its own forms), not the product."""
     for tenant in policy.tenants:
         entitled = tenant.entitlements
         for name in sorted(entitled.resources or ()) if entitled is not None else ():
@@ -79,6 +81,15 @@ def entitlement_warnings(policy: Policy, warn: Report) -> None:
                     f"{name} is not a GPU resource this policy declares, so no Pod is "
                     "entitled to it by this entry: declare it (resources, a pool, the MIG "
                     "catalogue) or correct the name",
+                )
+        for product in entitled.products or () if entitled is not None else ():
+            bare = gfd_product(product)
+            if bare.name != product:
+                warn(
+                    ["spec", "tenants", tenant.index, "entitlements", "products"],
+                    f"{product} is a form of {bare.name} (GPU feature discovery adds "
+                    "-MIG-<profile> and -SHARED to the product label): name the product, "
+                    f"{bare.name}, and every form of it is allowed",
                 )
 
 

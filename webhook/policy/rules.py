@@ -171,8 +171,10 @@ RULES: tuple[Rule, ...] = (
         security=False,
         restricts=(
             "where the policy states a tenant's entitlements: a declared GPU resource they do "
-            "not list, more GPU devices in one container or one Pod than they allow (warned "
-            "while `newChecks` is Warn)"
+            "not list, more GPU devices in one container or one Pod than they allow, a GPU Pod "
+            "whose node selection does not keep it to the products they may use "
+            "(`nvidia.com/gpu.product`, which the mutating webhook adds) (warned while "
+            "`newChecks` is Warn)"
         ),
     ),
     Rule(
