@@ -43,6 +43,7 @@ from webhook.core.pools import (
     select_pool,
 )
 from webhook.core.products import product_expression, product_reach, product_tenant
+from webhook.core.queues import flavor_hint
 from webhook.policy.model import POOL_ANNOTATION, Policy, Pool
 
 RULE = "pool-access"
@@ -156,6 +157,15 @@ def _named_node(
         )
 
 
+def _open_pools(view: PodView, policy: Policy, requested: tuple[str, ...]) -> tuple[Pool, ...]:
+    """The pools the namespace may use that offer everything the Pod asks for."""
+    return tuple(
+        p
+        for p in policy.pools
+        if policy.may_use(p, view.namespace) and all(n in p.resources for n in requested)
+    )
+
+
 def _labels(pool: Pool) -> tuple[str, str]:
     """The pool's labels as a message shows them, and a node affinity expression that keeps a
     Pod off its nodes."""
@@ -201,7 +211,8 @@ def _problem(view: PodView, policy: Policy, problem: Problem) -> Violation | Non
             message=f"namespace {quote(view.namespace)} may not use the pool(s) that offer "
             f"{', '.join(requested)} ({names})",
             hint="ask the platform team to grant the namespace access in the policy's pool "
-            "namespaces, or request a GPU resource of a pool the namespace may use",
+            "namespaces, or request a GPU resource of a pool the namespace may use"
+            + flavor_hint(view, _open_pools(view, policy, requested)),
             subject=requested[0],
             field="pool",
         )

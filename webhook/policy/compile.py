@@ -28,6 +28,12 @@ from webhook.policy.model import (
     RuleSet,
 )
 from webhook.policy.names import NearMisses, normalise_host_path
+from webhook.policy.queues import (
+    DEFAULT_CONTROLLER_USERNAMES,
+    KUEUE_QUEUE_LABEL,
+    Controllers,
+    QueueRequirement,
+)
 from webhook.policy.selectors import compile_selector
 from webhook.policy.tenants import (
     DEFAULT_GRANTED_CAPABILITIES,
@@ -160,6 +166,23 @@ def _entitlements(raw: dict[str, Any], catalogue: Mapping[str, Any]) -> Entitlem
     )
 
 
+def _queue(raw: dict[str, Any]) -> QueueRequirement:
+    return QueueRequirement(
+        raw.get("label", KUEUE_QUEUE_LABEL),
+        frozenset(raw["queues"]) if "queues" in raw else None,
+        frozenset(raw.get("schedulerNames", ())),
+    )
+
+
+def _controllers(raw: dict[str, Any]) -> Controllers:
+    """``spec.controllers``: its users and groups, with the built-in ones unless
+    ``includeDefaults`` is false."""
+    defaults = DEFAULT_CONTROLLER_USERNAMES if raw.get("includeDefaults", True) else ()
+    return Controllers(
+        frozenset((*defaults, *raw.get("usernames", ()))), frozenset(raw.get("groups", ()))
+    )
+
+
 def _tenants(spec: dict[str, Any], catalogue: Mapping[str, Any]) -> tuple[Tenant, ...]:
     """The tenants entries; while none of them states grants, every namespace keeps the
     default grants (a tenants block written for pool preferences takes nothing away). An
@@ -173,6 +196,9 @@ def _tenants(spec: dict[str, Any], catalogue: Mapping[str, Any]) -> tuple[Tenant
             t.get("contact", ""),
             i,
             compile_selector(t["namespaceSelector"]) if "namespaceSelector" in t else None,
+            queue=_queue(t["requirements"]["queue"])
+            if "queue" in t.get("requirements", {})
+            else None,
         )
         for i, t in enumerate(spec.get("tenants", ()))
     )
@@ -320,6 +346,8 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
             if tenant.selector is not None
             for key in tenant.selector.keys()
         ),
+        requires_queues=any(t.queue is not None for t in tenants),
+        controllers=_controllers(spec.get("controllers", {})),
         new_checks=spec.get("newChecks", "Warn"),
         exceptions=exceptions,
         excepted_namespaces=frozenset(e.namespace for e in exceptions),

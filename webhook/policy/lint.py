@@ -20,6 +20,7 @@ from webhook.policy.lines import LineFinder, render_path
 from webhook.policy.mode_lint import (
     entitlement_warnings,
     exception_notes,
+    queue_warnings,
     reachable_pods_warnings,
 )
 from webhook.policy.model import (
@@ -291,6 +292,7 @@ def warnings(policy: Policy, lines: LineFinder) -> tuple[PolicyWarning, ...]:
     _note_exemptions(policy, inform)
     exception_notes(policy, inform)
     entitlement_warnings(policy, warn)
+    queue_warnings(policy, warn)
     return tuple(sorted(found, key=lambda w: w.line))
 
 

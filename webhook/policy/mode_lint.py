@@ -1,5 +1,6 @@
 """The lint of how a policy judges who: rule modes that deny more than they seem to,
-exceptions that lift more than they seem to, entitlements to names it does not declare."""
+exceptions that lift more than they seem to, entitlements to names it does not declare, queue
+requirements that ask every controller's Pods again or ask nothing."""
 
 from __future__ import annotations
 
@@ -104,3 +105,35 @@ def entitlement_warnings(policy: Policy, warn: Report) -> None:
                     "-MIG-<profile> and -SHARED to the product label): name the product, "
                     f"{bare.name}, and every form of it is allowed",
                 )
+
+
+# The Job controller's identities: with neither a controller, a Job's Pods are asked again.
+_JOB_CONTROLLER = (
+    "system:serviceaccount:kube-system:job-controller",
+    "system:kube-controller-manager",
+)
+
+
+def queue_warnings(policy: Policy, warn: Report) -> None:
+    """A queue requirement without kube-controller-manager among the controllers refuses the
+    Pods of every queued Job (they do not carry the Job's label); one that accepts
+    ``default-scheduler`` asks nothing of a Pod that names no scheduler."""
+    if not policy.requires_queues:
+        return
+    if not any(policy.controllers.include(name, None) for name in _JOB_CONTROLLER):
+        warn(
+            ["spec", "controllers"],
+            "kube-controller-manager is no controller here, so the Pods it creates from a "
+            "queued Job or Deployment are asked for a queue again and refused (they do not "
+            "carry their workload's label): list system:serviceaccount:kube-system:job-controller "
+            "and the other controllers' accounts, or leave includeDefaults true",
+        )
+    for tenant in policy.tenants:
+        names = sorted(tenant.queue.scheduler_names) if tenant.queue is not None else []
+        if "default-scheduler" in names:
+            warn(
+                ["spec", "tenants", tenant.index, "requirements", "queue", "schedulerNames"],
+                "default-scheduler schedules every Pod that names no scheduler and queues "
+                "none: with it listed, the requirement asks nothing; list only batch schedulers "
+                "that queue Pods (kai-scheduler, volcano)",
+            )

@@ -178,6 +178,19 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        id="queue",
+        title="A tenant's GPU workloads go through its queue.",
+        severity="medium",
+        security=False,
+        restricts=(
+            "where the policy requires a tenant's queue: a GPU workload or bare GPU Pod without "
+            "the queue label (Kueue's `kueue.x-k8s.io/queue-name` by default, where Kueue reads "
+            "it), naming a queue not allowed, or without one of the allowed `schedulerName`s "
+            "(KAI's, Volcano's); objects a controller creates (`request.userInfo` in "
+            "`controllers`) are not asked again (warned while `newChecks` is Warn)"
+        ),
+    ),
+    Rule(
         id="topology",
         title="A Pod must fit on one node.",
         severity="low",

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from webhook.policy.queues import QueueRequirement
 from webhook.policy.selectors import LabelSelector
 
 
@@ -120,7 +121,8 @@ class Entitlements:
 class Tenant:
     """A ``tenants`` entry: the namespaces (names or globs), what they are granted, the pools
     they prefer (in order), what they are entitled to, and whom they ask; ``index`` is its
-    place in ``spec.tenants``, for messages (-1 for the default grants' entry)."""
+    place in ``spec.tenants``, for messages (-1 for the default grants' entry); ``queue``:
+    the queue its GPU workloads must go through (``requirements.queue``)."""
 
     namespaces: NamespaceMatcher  # none named where ``selector`` selects them
     grants: Grants
@@ -131,6 +133,7 @@ class Tenant:
     # ``namespaceSelector``: the namespaces by their labels, as the node inventory's watch on
     # Namespaces knows them (entitlements and requirements only: never grants or exemptions).
     selector: LabelSelector | None = None
+    queue: QueueRequirement | None = None
 
     def matches(self, namespace: str, labels: Mapping[str, str] | None) -> bool:
         """Whether the entry names the namespace, or selects it by ``labels`` (None: not
