@@ -26,6 +26,7 @@ from tests.support.admission import (
     status_message,
     template,
     warnings,
+    with_spec,
 )
 from webhook.admission.objects import decide_object
 from webhook.core.inventory import NodeFields, NodeSnapshot
@@ -75,6 +76,8 @@ def job(tmpl: dict | None = None, labels: dict | None = None) -> dict:
     }
     if labels is not None:
         obj["metadata"]["labels"] = labels
+        if KUEUE in labels:
+            obj["spec"]["suspend"] = True  # as Kueue's webhook leaves a Job it queues
     return obj
 
 
@@ -223,7 +226,7 @@ def test_a_workload_with_several_gpu_templates_is_asked_once() -> None:
             "apiVersion": "apps/v1",
             "kind": "DaemonSet",
             "metadata": {"name": "agent"},
-            "spec": {"selector": {}, "template": template(container(gpu=1))},
+            "spec": {"selector": {}, "template": template(container())},
         },
         {
             "apiVersion": "trainer.kubeflow.org/v1alpha1",
@@ -243,7 +246,7 @@ def test_a_workload_with_several_gpu_templates_is_asked_once() -> None:
             },
         },
     ],
-    ids=["CPU-only Job", "DaemonSet", "TrainingRuntime"],
+    ids=["CPU-only Job", "CPU DaemonSet", "TrainingRuntime"],
 )
 def test_what_is_not_a_queued_gpu_workload_is_not_asked(obj: dict) -> None:
     assert "queue" not in {rule for rule, _ in denied(judge(obj))}
@@ -444,3 +447,84 @@ tenants:
     assert_allowed_clean(
         webhook.decide(admission(job(), namespace="vision"), selected, mutate=False)
     )
+
+
+# --- What a review of the rule found (a tenant looking for a way around the queue) ----------
+
+
+def daemonset(*containers: dict) -> dict:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent"},
+        "spec": {"selector": {}, "template": template(*containers)},
+    }
+
+
+def test_a_gpu_daemonset_is_refused_where_a_queue_is_required() -> None:
+    """A DaemonSet puts a GPU Pod on every node it selects, and no queue holds them."""
+    decision = judge(daemonset(container(gpu=8)))
+    assert [rule for rule, _ in denied(decision)] == ["queue"]
+    assert "no queue holds them" in status_message(decision)
+
+
+def test_a_job_kueue_did_not_suspend_is_refused() -> None:
+    """Kueue's webhook suspends a Job it queues before any validating webhook sees it: a
+    labelled Job that is not suspended runs outside the queue (Kueue's integration off, or
+    an owner reference that made Kueue leave it to a parent)."""
+    obj = job(labels={KUEUE: "team-a"})
+    obj["spec"]["suspend"] = False
+    decision = judge(obj)
+    assert denied(decision) == [("queue", "spec.suspend")]
+    assert "Kueue did not take it" in status_message(decision)
+    # A file, or what an audit reads, is judged as written: Kueue has not seen it.
+    assert "queue" not in {
+        f.violation.rule for f in decide_object(obj, queued(), "ml-train").findings
+    }
+
+
+def test_a_bare_pod_kueue_did_not_gate_is_refused() -> None:
+    obj = labelled(pod(container(gpu=1)), **{KUEUE: "team-a"})
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "decoy", "uid": "1", "controller": True}
+    ]
+    assert denied(judge(obj)) == [("queue", "spec.schedulingGates")]
+    obj["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    assert "queue" not in {rule for rule, _ in denied(judge(obj))}
+
+
+def test_a_gpu_pod_that_names_its_node_skips_the_queue() -> None:
+    obj = with_spec(pod(container(gpu=1)), schedulerName="volcano", nodeName="gpu-1")
+    decision = judge(obj)
+    assert denied(decision) == [("queue", "spec.nodeName")]
+
+
+def test_kueues_label_names_an_allowed_queue_whatever_the_scheduler() -> None:
+    obj = labelled(job(), **{KUEUE: "priority-queue"})
+    obj["spec"]["template"]["spec"]["schedulerName"] = "volcano"
+    decision = judge(obj)
+    assert denied(decision) == [("queue", f"metadata.labels[{KUEUE}]")]
+    assert 'may not use queue "priority-queue"' in status_message(decision)
+
+
+@pytest.mark.parametrize("value", [["team-a"], {"a": "b"}, 1])
+def test_a_queue_label_that_is_not_a_string_names_no_queue(value: Any) -> None:
+    obj = labelled(pod(container(gpu=1)), x="y")
+    obj["metadata"]["labels"][KUEUE] = value
+    assert denied(judge(obj)) == [("queue", f"metadata.labels[{KUEUE}]")]
+
+
+@pytest.mark.parametrize("group", ["system:authenticated", "system:serviceaccounts"])
+def test_a_controller_group_everyone_is_in_is_warned(group: str) -> None:
+    text = BASE_SPEC + SPEC.format(
+        new_checks="Warn", controllers=f"controllers: {{groups: [{group}]}}\n"
+    )
+    found = [w.message for w in policy(text, name=f"everyone-{group}").warnings]
+    assert any(m.startswith(f"every user in {group} would be a controller") for m in found)
+
+
+def test_kuberay_in_the_shared_default_namespace_is_no_default_controller() -> None:
+    decision = judge(
+        pod(container(gpu=1)), username="system:serviceaccount:default:kuberay-operator"
+    )
+    assert "queue" in {rule for rule, _ in denied(decision)}

@@ -143,7 +143,10 @@ def decide(
         and policy.controllers.include(user.get("username"), user.get("groups"))
     )
     views = _views(obj, workload, namespace, policy, limits, nodes)
-    _submitted(views, Submission(workload.group, workload.kind, obj, by_controller))
+    # A file, or what an audit read, has no userInfo: the API server sets it on every request.
+    live = isinstance(user, dict) and not made_by_controller
+    submitted = Submission(workload.group, workload.kind, obj, by_controller, live=live)
+    _submitted(views, submitted)
     if mutate:
         return _mutate(uid, request, obj, workload, views, policy, encode_json)
 
@@ -173,7 +176,7 @@ def decide(
             nonlocal old_views
             if old_views is None:
                 old_views = _views(old, workload, namespace, policy, limits, nodes)
-                _submitted(old_views, Submission(workload.group, workload.kind, old, by_controller))
+                _submitted(old_views, dataclasses.replace(submitted, obj=old, gpu_templates=()))
             return run_checks(old_views, policy, rules)
 
         forgive = updates.forgiver(old_findings, request, obj, old, workload)

@@ -32,13 +32,15 @@ from webhook.core.queues import (
     Submission,
     kai_queue,
     kueue_label_place,
+    kueue_took,
     scheduler_name,
 )
 from webhook.policy.model import Policy
-from webhook.policy.queues import QueueRequirement
+from webhook.policy.queues import KUEUE_QUEUE_LABEL, QueueRequirement
 from webhook.policy.tenants import Tenant
 
 RULE = "queue"
+DAEMONSETS = frozenset({("apps", "DaemonSet"), ("extensions", "DaemonSet")})
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
@@ -56,7 +58,21 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         return
     requirement = tenant.queue
     advisory = policy.new_checks_advisory
+    if submission.key in DAEMONSETS:
+        yield _daemonset(view, tenant, advisory)
+        return
+    if view.kind == "Pod" and view.spec_path == "spec" and view.spec.get("nodeName"):
+        yield _named_node(view, tenant, advisory)
+        return
     label = _asked(view, submission, requirement)
+    if label != requirement.label and requirement.queues is not None:
+        # Kueue takes what carries its label whatever the scheduler: its queue is asked too.
+        kueue = kueue_label_place(view, submission, KUEUE_QUEUE_LABEL)
+        if kueue.value is not None and kueue.value not in requirement.queues:
+            if not kueue.shared or submission.gpu_templates[0] is view:
+                yield _not_allowed(
+                    view, tenant, requirement, KUEUE_QUEUE_LABEL, kueue.value, kueue.path, advisory
+                )
     if label is None:
         return  # an allowed scheduler queues the Pods, and names no queue to check
     if label == KAI_QUEUE_LABEL:
@@ -67,10 +83,16 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         queue = place.value
     if place.shared and _first_asked(submission, requirement, label) is not view:
         return  # a label on the workload itself is asked for once, not per template
-    if queue is None or queue == "":
+    if not isinstance(queue, str) or queue == "":
+        # A label value the API server would refuse on a built-in kind (a list in a custom
+        # resource's podMetadata) names no queue either.
         yield _no_queue(view, tenant, requirement, place.path, advisory)
     elif requirement.queues is not None and queue not in requirement.queues:
         yield _not_allowed(view, tenant, requirement, label, queue, place.path, advisory)
+    elif label == KUEUE_QUEUE_LABEL:
+        took = kueue_took(view, submission)
+        if took is not None and not took[0]:
+            yield _not_taken(view, tenant, took[1], advisory)
 
 
 def _asked(view: PodView, submission: Submission, requirement: QueueRequirement) -> str | None:
@@ -163,5 +185,66 @@ def _not_allowed(
         error_type="Unsupported value",
         subject="queue",
         field=label,
+        advisory=advisory,
+    )
+
+
+def _daemonset(view: PodView, tenant: Tenant, advisory: bool) -> Violation:
+    """A DaemonSet's Pods run on every node it selects, and no queue holds them."""
+    return Violation(
+        rule=RULE,
+        path=view.field_path("containers"),
+        value=None,
+        message=f"a DaemonSet that requests GPUs puts a Pod on every node it selects, and no "
+        f"queue holds them: {_setting(tenant)} requires namespace {quote(view.namespace)}'s "
+        "GPU workloads to go through a queue",
+        hint="run it as a queued Job or Deployment, or ask the platform team to run it from "
+        f"a namespace of theirs ({_ask(tenant)})",
+        error_type="Forbidden",
+        subject="queue",
+        field="daemonset",
+        advisory=advisory,
+    )
+
+
+def _named_node(view: PodView, tenant: Tenant, advisory: bool) -> Violation:
+    """A Pod that names its node skips every scheduler and queue."""
+    return Violation(
+        rule=RULE,
+        path=view.field_path("nodeName"),
+        value=view.spec.get("nodeName"),
+        message=f"a GPU Pod that names its node skips the scheduler and the queue that "
+        f"{_setting(tenant)} requires",
+        hint="remove nodeName, and let the queue and its scheduler place the Pod",
+        error_type="Forbidden",
+        subject="queue",
+        field="nodeName",
+        advisory=advisory,
+    )
+
+
+def _not_taken(view: PodView, tenant: Tenant, field: str, advisory: bool) -> Violation:
+    """The queue label is there, and Kueue did not take the object: its webhook suspends (or
+    gates) what it queues before any validating webhook sees it."""
+    what = (
+        "gated (kueue.x-k8s.io/admission)"
+        if field.endswith("schedulingGates")
+        else (f"suspended ({field}: true)")
+    )
+    return Violation(
+        rule=RULE,
+        path=field,
+        value=None,
+        message=f"the GPU workload carries Kueue's queue label, yet Kueue did not take it: "
+        f"Kueue's webhook leaves what it queues {what} until it admits it, and this one is "
+        f"not, so it would run outside the queue that {_setting(tenant)} requires (Kueue's "
+        "integration for this kind is off, the namespace is outside its "
+        "managedJobsNamespaceSelector, its webhook did not run, or an owner reference made "
+        "Kueue leave it to a parent)",
+        hint=f"remove any ownerReferences you wrote and create it again, or {_ask(tenant)} to "
+        "have Kueue manage this kind in this namespace",
+        error_type="Forbidden",
+        subject="queue",
+        field="kueue-admission",
         advisory=advisory,
     )

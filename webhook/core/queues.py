@@ -65,13 +65,11 @@ _METADATA_ELSEWHERE: dict[tuple[str, str], tuple[str, ...]] = {
     ("argoproj.io", "ClusterWorkflowTemplate"): ("spec", "podMetadata"),
     ("argoproj.io", "CronWorkflow"): ("spec", "workflowSpec", "podMetadata"),
 }
-# Kinds whose Pods are never queued (a DaemonSet's run on every node), or that are templates a
-# workload refers to (a TrainJob its runtime, an InferenceService its serving runtime): the
-# workload that uses them is asked.
+# Kinds that are templates a workload refers to (a TrainJob its runtime, an InferenceService
+# its serving runtime): the workload that uses them is asked. (A DaemonSet's Pods are never
+# queued: the queue rule refuses GPU DaemonSets where a queue is required.)
 NOT_QUEUED = frozenset(
     {
-        ("apps", "DaemonSet"),
-        ("extensions", "DaemonSet"),
         ("trainer.kubeflow.org", "TrainingRuntime"),
         ("trainer.kubeflow.org", "ClusterTrainingRuntime"),
         ("serving.kserve.io", "ServingRuntime"),
@@ -87,6 +85,22 @@ _SCHEDULER_ELSEWHERE: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {
 }
 
 
+# Where Kueue's webhook, taking a workload it manages whole, suspends it until it is admitted
+# (``true``); a bare Pod it takes gets its scheduling gate instead.
+_SUSPEND_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("batch", "Job"): ("spec", "suspend"),
+    ("jobset.x-k8s.io", "JobSet"): ("spec", "suspend"),
+    ("trainer.kubeflow.org", "TrainJob"): ("spec", "suspend"),
+    ("ray.io", "RayJob"): ("spec", "suspend"),
+    ("ray.io", "RayCluster"): ("spec", "suspend"),
+    **{
+        ("kubeflow.org", kind): ("spec", "runPolicy", "suspend")
+        for kind in ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")
+    },
+}
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+
+
 @dataclass(frozen=True, slots=True)
 class Submission:
     """What the views of one object under review share: its API group and kind, the object,
@@ -99,6 +113,10 @@ class Submission:
     obj: Mapping[str, Any]
     by_controller: bool = False
     gpu_templates: tuple[PodView, ...] = ()
+    # The API server sent it (``request.userInfo`` is set), after every mutating webhook:
+    # what Kueue's writes into an object it queues can be looked for (not in a file, nor in
+    # an object a live audit reads, which Kueue may have admitted since).
+    live: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -207,3 +225,25 @@ def _labels(obj: Mapping[str, Any], where: tuple[str, ...]) -> Mapping[str, Any]
 def _label_of(metadata: Mapping[str, Any], label: str) -> object:
     labels = metadata.get("labels")
     return labels.get(label) if isinstance(labels, dict) else None
+
+
+def kueue_took(view: PodView, submission: Submission) -> tuple[bool, str] | None:
+    """Whether Kueue took the object it was sent with its queue label: suspended (a kind it
+    manages whole) or gated (a bare Pod) by its webhook, which runs before any validating
+    one; with the field that says so. None where that cannot be told: a kind Kueue takes
+    otherwise (a Deployment's Pods are gated as they are made), or not a live request."""
+    if not submission.live:
+        return None
+    fields = _SUSPEND_FIELDS.get(submission.key)
+    if fields is not None:
+        value: Any = submission.obj
+        for name in fields:
+            value = value.get(name) if isinstance(value, dict) else None
+        return value is True, ".".join(fields)
+    if submission.key == ("", "Pod") and view.spec_path == "spec":
+        gates = view.spec.get("schedulingGates")
+        gated = isinstance(gates, list) and any(
+            isinstance(g, dict) and g.get("name") == KUEUE_ADMISSION_GATE for g in gates
+        )
+        return gated, "spec.schedulingGates"
+    return None

@@ -114,6 +114,10 @@ _JOB_CONTROLLER = (
 )
 
 
+# Groups every user, or every service account, is in.
+_EVERYONE = frozenset({"system:authenticated", "system:unauthenticated", "system:serviceaccounts"})
+
+
 def queue_warnings(policy: Policy, warn: Report) -> None:
     """A queue requirement without kube-controller-manager among the controllers refuses the
     Pods of every queued Job (they do not carry the Job's label); one that accepts
@@ -127,6 +131,12 @@ def queue_warnings(policy: Policy, warn: Report) -> None:
             "queued Job or Deployment are asked for a queue again and refused (they do not "
             "carry their workload's label): list system:serviceaccount:kube-system:job-controller "
             "and the other controllers' accounts, or leave includeDefaults true",
+        )
+    for group in sorted(policy.controllers.groups & _EVERYONE):
+        warn(
+            ["spec", "controllers", "groups"],
+            f"every user in {group} would be a controller, so nothing they create is asked "
+            "for a queue: list the controllers' own service accounts instead",
         )
     for tenant in policy.tenants:
         names = sorted(tenant.queue.scheduler_names) if tenant.queue is not None else []

@@ -11,11 +11,12 @@ or under another name, is listed in ``spec.controllers``):
 - Kueue (``config/default``: namespace kueue-system, prefix kueue-), KAI Scheduler (its chart's
   ``pod-grouper`` and ``binder`` in kai-scheduler, the namespace its install guide uses),
   Kubeflow training-operator v1 (``training-operator`` in kubeflow), Kubeflow Trainer v2
-  (``kubeflow-trainer-controller-manager`` in kubeflow-system), KubeRay (``kuberay-operator``,
-  installed in default by its kustomization and its chart's usual install), JobSet
+  (``kubeflow-trainer-controller-manager`` in kubeflow-system), JobSet
   (jobset-system, prefix jobset-), LeaderWorkerSet and DisaggregatedSet (lws-system, prefix
   lws-), Volcano (``volcano-controllers`` in volcano-system), Argo Workflows (``argo`` in
-  argo), KServe (``kserve-controller-manager`` in kserve).
+  argo), KServe (``kserve-controller-manager`` in kserve). KubeRay is not among them: its
+  kustomization and its chart's usual install put ``kuberay-operator`` in ``default``, where
+  whoever may run a Pod would become a controller; list it where it runs.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ _OPERATORS = (
     "kai-scheduler:binder",
     "kubeflow:training-operator",
     "kubeflow-system:kubeflow-trainer-controller-manager",
-    "default:kuberay-operator",
     "jobset-system:jobset-controller-manager",
     "lws-system:lws-controller-manager",
     "volcano-system:volcano-controllers",
