@@ -176,3 +176,22 @@ def test_a_pool_reserved_in_tenants_needs_a_label_of_its_own() -> None:
         policy(same_labels + "tenants: [{namespaces: [ml], reservedPools: [l4]}]\n")
     [error] = raised.value.errors
     assert "spec.pools[1].nodeSelector: pool 'l4' is reserved for some namespaces" in error
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "reservedPools: [h100]",
+        "binder: true",
+        "exemptions: [{reason: agents}]",
+        "rules: {default: {gpuPods: Warn}}",
+    ],
+)
+def test_what_opens_something_is_never_selected_by_namespace_label(setting: str) -> None:
+    """Whoever may label a namespace would give it a pool, node binding, an exemption or
+    looser rule modes: these need the namespaces named."""
+    field = setting.split(":")[0]
+    with pytest.raises(PolicyError) as raised:
+        policy(POOLS + f"tenants: [{{namespaceSelector: {{matchLabels: {{a: b}}}}, {setting}}}]\n")
+    [error] = raised.value.errors
+    assert f"spec.tenants[0].{field}: {field} needs namespaces named (namespaces)" in error

@@ -1,7 +1,8 @@
 """The mutation planner: what a GPU Pod needs from its pool, as ``add`` operations.
 
 Tolerations for the pool's taints that the Pod does not already tolerate; the pool's labels as
-required node affinity, ANDed into every existing nodeSelectorTerm (or a new term); the pool's
+required node affinity, ANDed into every existing nodeSelectorTerm (or a new term), and so the
+products its tenant is entitled to (``webhook.core.products``); the pool's
 preferred terms when absent; optionally ``NVIDIA_VISIBLE_DEVICES=void`` in containers that
 request no GPU (in every Pod that can reach a GPU node); and an annotation recording what was
 injected. Every operation is guarded by what the Pod already has, so mutating the mutated Pod
@@ -16,6 +17,7 @@ from typing import Any
 from webhook.admission import patch
 from webhook.core.pods import PodView, ephemeral_container_names
 from webhook.core.pools import Selection, confining_expressions
+from webhook.core.products import product_expression, product_reach, product_tenant
 from webhook.core.scheduling import tolerates, toleration_for
 from webhook.core.scope import requests_gpu
 from webhook.policy.model import INJECTED_ANNOTATION, Policy
@@ -47,10 +49,13 @@ def plan(
     policy: Policy,
     *,
     inject_void: bool,
+    confine_products: bool,
 ) -> tuple[dict[str, Any], ...]:
     """The ``add`` operations that give the Pod what its pool needs; none when it has it all.
     ``inject_void``: add ``NVIDIA_VISIBLE_DEVICES=void`` to every container that requests no
-    GPU (the caller decides: the policy asks for it and the Pod can reach GPU nodes)."""
+    GPU (the caller decides: the policy asks for it and the Pod can reach GPU nodes).
+    ``confine_products``: keep a GPU Pod to its tenant's products (the caller decides: the
+    rule that requires it would deny it)."""
     planned = _Planned(pod)
     injected: list[str] = []  # what was added, for the annotation
 
@@ -69,6 +74,16 @@ def plan(
         if required:
             planned.add(required)
             injected.append(f"required-affinity={'+'.join(p.name for p in selection.pools)}")
+    tenant = product_tenant(view, policy) if confine_products else None
+    if tenant is not None and tenant.entitlements is not None and not view.spec.get("nodeName"):
+        reach = product_reach(view, policy, tenant.entitlements.product_values)
+        # A Pod that names a product it may not use is left to the entitlement rule: an In
+        # requirement beside its own would only make it pend forever.
+        if not reach.confined and not reach.named:
+            products = _required_operations(planned.working, (product_expression(tenant),))
+            if products:
+                planned.add(products)
+                injected.append(f"product-affinity=tenants[{tenant.index}]")
     preferences: list[Any] = []
     for pool in selection.pools:
         preferences += [t for t in pool.preferred_affinity if t not in preferences]

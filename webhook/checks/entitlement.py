@@ -2,8 +2,9 @@
 
 Restricted, where the policy states a tenant's entitlements (the first ``tenants`` entry that
 matches the namespace and states them): a GPU resource the policy declares that they do not
-list, and more GPU devices (full cards, MIG instances and shared replicas alike) in one
-container, or in one Pod as the scheduler counts them, than they allow. Allowed: namespaces
+list; and more GPU devices (full cards, MIG instances and shared replicas alike) in one
+container, or in one Pod as the scheduler counts them, than they allow. (Their products are
+where a Pod may land: the pool-access rule's.) Allowed: namespaces
 no entry states entitlements for; companion resources (NICs beside GPUs); names the policy
 does not declare (the resource-name rule's). New in this release: warned while ``newChecks``
 is Warn. A ResourceQuota limits how many GPUs a namespace requests in all, not which kind nor
@@ -25,12 +26,12 @@ RULE = "entitlement"
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
-    tenant = policy.entitled_tenant(view.namespace)
+    tenant = policy.entitled_tenant(view.namespace, view.namespace_labels)
     if tenant is None or tenant.entitlements is None:
         return
     entitled = tenant.entitlements
     said = _Said(
-        f"tenants[{tenant.index}].entitlements ({', '.join(tenant.namespaces.patterns)})",
+        f"tenants[{tenant.index}].entitlements ({tenant.named})",
         f"ask {tenant.contact}" if tenant.contact else "ask the platform team",
         policy.new_checks_advisory,
     )

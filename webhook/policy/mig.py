@@ -145,7 +145,8 @@ def catalogued_profiles(catalogue: dict[str, Any], products: list[str]) -> dict[
     return profiles
 
 
-# GPU feature discovery's product label suffixes (see the module's docstring).
+# GPU feature discovery's product label, and its suffixes (see the module's docstring).
+GPU_PRODUCT = "nvidia.com/gpu.product"
 SHARED_SUFFIX = "-SHARED"
 _MIG_SUFFIX = re.compile(r"-MIG-(?P<profile>.+)\Z")  # a profile may hold "-" (1g.24gb-me)
 # What the driver puts before the model in a product name.
@@ -240,3 +241,27 @@ def _variant(
         if entry in catalogue and product.mig_profile in catalogue[entry]
     ]
     return offering[0] if len(offering) == 1 else None
+
+
+# What a label value may hold (Kubernetes' syntax): the single strategy's forms of profiles
+# with other characters (``1g.10gb+me``) never appear in the product label.
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
+
+
+def product_label_values(product: str, catalogue: Mapping[str, Collection[str]]) -> tuple[str, ...]:
+    """Every value GPU feature discovery's product label takes on nodes of ``product`` (as it
+    labels it: ``NVIDIA-H100-80GB-HBM3``): the product itself, with the MIG single strategy
+    ``-MIG-<profile>`` for each profile the catalogue lists for it, and each of those shared
+    (``-SHARED``). Sorted; only the product and its shared form for a product the catalogue
+    does not know (its single-strategy forms cannot be told)."""
+    entry = catalogued_as(GpuProduct(product, None), None, catalogue)
+    profiles = sorted(catalogue[entry]) if entry is not None else []
+    forms = [product, *(f"{product}-MIG-{profile}" for profile in profiles)]
+    return tuple(
+        sorted(
+            value
+            for form in forms
+            for value in (form, form + SHARED_SUFFIX)
+            if _LABEL_VALUE.match(value)
+        )
+    )

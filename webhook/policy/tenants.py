@@ -11,6 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from webhook.policy.queues import QueueRequirement
+from webhook.policy.selectors import LabelSelector
+
 
 @dataclass(frozen=True, slots=True)
 class NamespaceMatcher:
@@ -100,30 +103,53 @@ NO_GRANTS = Grants()
 
 @dataclass(frozen=True, slots=True)
 class Entitlements:
-    """What a tenant may use: the declared GPU resources (None: any) and the most GPU devices
-    per container and per Pod (None: no limit)."""
+    """What a tenant may use: the declared GPU resources (None: any), the most GPU devices
+    per container and per Pod (None: no limit), and the GPU products (None: any)."""
 
     resources: frozenset[str] | None
     max_per_container: int | None
     max_per_pod: int | None
     # The most of each resource a namespace requests at once: a ResourceQuota's to hold.
     max_gpus: Mapping[str, int] = field(default_factory=dict)
+    # The products as the policy names them, and every value the product label takes on
+    # their nodes (``webhook.policy.mig.product_label_values``): what a GPU Pod is confined to.
+    products: tuple[str, ...] | None = None
+    product_values: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
 class Tenant:
     """A ``tenants`` entry: the namespaces (names or globs), what they are granted, the pools
     they prefer (in order), what they are entitled to, and whom they ask; ``index`` is its
-    place in ``spec.tenants``, for messages (-1 for the default grants' entry). What else an
-    entry states is compiled where the request path reads it: the pools it reserves into each
+    place in ``spec.tenants``, for messages (-1 for the default grants' entry); ``queue``:
+    the queue its GPU workloads must go through (``requirements.queue``). What else an entry
+    states is compiled where the request path reads it: the pools it reserves into each
     ``Pool.namespaces`` (``reserved_pools`` stays for the lint), ``binder`` into
     ``Policy.binder_namespaces``, its exemptions and rules into ``Policy.exemptions`` and
     ``Policy.namespace_overrides``."""
 
-    namespaces: NamespaceMatcher
+    namespaces: NamespaceMatcher  # none named where ``selector`` selects them
     grants: Grants
     pool_preference: tuple[str, ...] = ()
     entitlements: Entitlements | None = None
     contact: str = ""
     index: int = -1
+    # ``namespaceSelector``: the namespaces by their labels, as the node inventory's watch on
+    # Namespaces knows them (entitlements and requirements only: never grants or exemptions).
+    selector: LabelSelector | None = None
+    queue: QueueRequirement | None = None
     reserved_pools: tuple[str, ...] = ()
+
+    def matches(self, namespace: str, labels: Mapping[str, str] | None) -> bool:
+        """Whether the entry names the namespace, or selects it by ``labels`` (None: not
+        known, and then no selector matches it)."""
+        if self.selector is not None:
+            return labels is not None and self.selector.matches(labels)
+        return self.namespaces.matches(namespace)
+
+    @property
+    def named(self) -> str:
+        """The namespaces as the entry names them, for messages."""
+        if self.selector is not None:
+            return f"namespaces selected by {self.selector}"
+        return ", ".join(self.namespaces.patterns)
