@@ -28,6 +28,7 @@ from webhook.policy.model import (
     Policy,
     PolicyWarning,
 )
+from webhook.policy.mutation_lint import mutation_errors, mutation_warnings
 from webhook.policy.pool_lint import pool_warnings
 from webhook.policy.tenant_lint import Report, lint_expression, tenant_errors
 from webhook.policy.workloads import (
@@ -72,6 +73,7 @@ def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
         errors.append(lines.error(path, message))
 
     tenant_errors(spec, err)
+    mutation_errors(spec, err)
 
     mig_spec = spec.get("migCatalogue", {})
     custom_products = mig_spec.get("customProducts", [])
@@ -291,6 +293,7 @@ def warnings(policy: Policy, lines: LineFinder) -> tuple[PolicyWarning, ...]:
     _note_exemptions(policy, inform)
     exception_notes(policy, inform)
     entitlement_warnings(policy, warn)
+    mutation_warnings(policy, warn, inform)
     return tuple(sorted(found, key=lambda w: w.line))
 
 
