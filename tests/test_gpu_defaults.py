@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
+import textwrap
 from typing import Any
 
 import jsonschema
 import kubernetes_validate
 import pytest
+import yaml
 
 import webhook
 from tests.patching import (
@@ -27,9 +30,13 @@ from tests.patching import (
     decide,
     decode_patch,
     policy_from,
+    review,
     validate_pod,
 )
+from tests.serving import Server, make_certificates, post_json
+from tests.support.paths import REPO
 from webhook.admission.objects import decide_object
+from webhook.cli.main import main
 from webhook.policy.model import INJECTED_ANNOTATION
 
 GPU_DEFAULTS = {
@@ -38,6 +45,7 @@ GPU_DEFAULTS = {
     "activeDeadlineSeconds": {"barePods": 28800, "jobs": 604800},
     "sharedMemory": {"enabled": True, "sizeLimit": "16Gi"},
 }
+WEBHOOKS = REPO / "manifests" / "webhooks"
 SHM_VOLUME = {"name": "gpu-admission-shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}
 SHM_MOUNT = {"name": "gpu-admission-shm", "mountPath": "/dev/shm"}
 # The built-in kinds whose Pods end: the only ones given a deadline.
@@ -619,7 +627,214 @@ def test_review_shows_the_workloads_own_defaults_then_what_its_pods_get():
     assert own.workload and own.template_path == "" and own.original == obj
     assert pod_spec_of(own.mutated)["runtimeClassName"] == "nvidia-cdi"
     assert not pods.workload and pods.template_path == "spec.template"
-    # The Pods are made from the defaulted template.
+    # The Pods are made from the defaulted template, by the Job: no bare Pods, no deadline.
     assert pods.mutated["spec"]["runtimeClassName"] == "nvidia-cdi"
     assert pods.mutated["spec"]["volumes"] == [SHM_VOLUME]
+    assert "activeDeadlineSeconds" not in pods.mutated["spec"]
+    [owner] = pods.mutated["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("Job", "train", True)
     assert outcome.allowed
+
+
+# --- The policy: schema, lint, validate --manifests ------------------------------------------
+
+
+def policy_text(gpu_defaults: str, *, enabled: str = "true", pool: str = "") -> str:
+    return textwrap.dedent(
+        f"""\
+        apiVersion: gpu-admission.io/v1alpha1
+        kind: GPUAdmissionPolicy
+        metadata: {{name: defaults}}
+        spec:
+          gpuNodeTaints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]
+          pools:
+            - name: training
+              nodeSelector: {{pool: training}}
+              resources: [{{name: nvidia.com/gpu, sharing: Exclusive}}]
+              taints: [{{key: pool, value: training, effect: NoSchedule}}]
+              {pool}
+          mutation:
+            enabled: {enabled}
+            gpuDefaults: {gpu_defaults}
+        """
+    )
+
+
+def refusal(text: str) -> str:
+    with pytest.raises(webhook.PolicyError) as info:
+        webhook.parse_policy(text, source="p.yaml")
+    return "\n".join(info.value.errors)
+
+
+@pytest.mark.parametrize(
+    ("gpu_defaults", "fragment"),
+    [
+        ("{runtimeClassName: Nvidia_CDI}", "gpuDefaults.runtimeClassName"),
+        ("{priorityClassName: -gpu}", "gpuDefaults.priorityClassName"),
+        ("{activeDeadlineSeconds: {barePods: 0}}", "barePods"),
+        ("{activeDeadlineSeconds: {}}", "activeDeadlineSeconds"),
+        ("{activeDeadlineSeconds: {pods: 60}}", "pods"),
+        ("{sharedMemory: {sizeLimit: 1Gi}}", "'enabled' is a required property"),
+        ("{sharedMemory: {enabled: true, sizeLimit: 16 Gi}}", "sizeLimit"),
+    ],
+)
+def test_a_setting_the_api_server_would_refuse_is_a_schema_error(gpu_defaults, fragment):
+    message = refusal(policy_text(gpu_defaults))
+    assert "p.yaml:" in message and fragment in message
+
+
+@pytest.mark.parametrize(
+    ("gpu_defaults", "pool", "fragment"),
+    [
+        (
+            "{priorityClassName: system-gpu}",
+            "",
+            "spec.mutation.gpuDefaults.priorityClassName: 'system-gpu': the API server refuses "
+            "PriorityClasses named system-*",
+        ),
+        (
+            "{}",
+            "priorityClassName: system-high",
+            "spec.pools[0].priorityClassName: 'system-high'",
+        ),
+        (
+            "{sharedMemory: {enabled: true, sizeLimit: 16m}}",
+            "",
+            "'16m' is not a whole number of bytes (0.016: m means milli); write Mi or Gi",
+        ),
+        ("{sharedMemory: {enabled: true, sizeLimit: '0'}}", "", "'0' is no size"),
+    ],
+)
+def test_a_setting_that_cannot_mean_what_it_says_is_refused(gpu_defaults, pool, fragment):
+    assert fragment in refusal(policy_text(gpu_defaults, pool=pool))
+
+
+def findings(text: str, level: str) -> list[str]:
+    return [
+        f"{w.path}: {w.message}"
+        for w in webhook.parse_policy(text, source="p.yaml").warnings
+        if w.level == level and ("gpuDefaults" in w.path or "ClassName" in w.path)
+    ]
+
+
+def test_the_defaults_do_nothing_with_mutation_disabled_a_warning():
+    for gpu_defaults, pool, path in [
+        ("{activeDeadlineSeconds: {barePods: 3600}}", "", "spec.mutation.gpuDefaults"),
+        ("{}", "priorityClassName: training", "spec.pools[0].priorityClassName"),
+    ]:
+        text = policy_text(gpu_defaults, enabled="false", pool=pool)
+        [warning] = findings(text, "warning")
+        assert warning.startswith(f"{path}: the GPU defaults do nothing while")
+    assert findings(policy_text("{}", enabled="false"), "warning") == []
+
+
+def test_a_system_priority_class_preempts_node_agents_a_warning():
+    [warning] = findings(policy_text("{priorityClassName: system-cluster-critical}"), "warning")
+    assert "would preempt node agents" in warning
+
+
+def test_a_shared_memory_smaller_than_a_containers_own_a_warning():
+    text = policy_text("{sharedMemory: {enabled: true, sizeLimit: 32Mi}}")
+    [warning] = findings(text, "warning")
+    assert "less than the 64Mi /dev/shm a container has without it" in warning
+    assert (
+        findings(policy_text("{sharedMemory: {enabled: true, sizeLimit: 64Mi}}"), "warning") == []
+    )
+
+
+def test_each_runtime_class_named_is_a_note_to_check_it_exists():
+    text = policy_text("{runtimeClassName: nvidia-cdi}", pool="runtimeClassName: kata-nvidia")
+    notes = findings(text, "info")
+    assert [n.split(":")[0] for n in notes] == [
+        "spec.pools[0].runtimeClassName",
+        "spec.mutation.gpuDefaults.runtimeClassName",
+    ]
+    assert all("does not exist gets every one of their Pods refused" in n for n in notes)
+    assert "kubectl get runtimeclass kata-nvidia" in notes[0]
+    assert "nvidia-cdi" in notes[1]
+
+
+def run(capsys, *args: str) -> tuple[int, str]:
+    code = main(list(args))
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl renders the kustomization")
+def test_validate_manifests_requires_the_workloads_entry_for_template_defaults(tmp_path, capsys):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(policy_text("{runtimeClassName: nvidia-cdi}"))
+    code, out = run(capsys, "policy", "validate", str(policy), "--manifests", str(WEBHOOKS))
+    assert code == 0, out
+    # The manifests of a release before the entry: the Pods' webhook only.
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "validating.yaml").write_text(
+        (WEBHOOKS / "validatingwebhookconfiguration.yaml").read_text()
+    )
+    mutating = yaml.safe_load((WEBHOOKS / "mutatingwebhookconfiguration.yaml").read_text())
+    mutating["webhooks"] = mutating["webhooks"][:1]
+    (old / "mutating.yaml").write_text(yaml.safe_dump(mutating))
+    code, out = run(capsys, "policy", "validate", str(policy), "--manifests", str(old))
+    assert code == 1
+    [line] = [line for line in out.splitlines() if "no MutatingWebhookConfiguration" in line]
+    assert line.startswith(f"{policy}:14: spec.mutation.gpuDefaults: the policy gives GPU")
+    assert "deployments.apps" in line and "jobs.batch" in line
+    assert "workloads.mutate.gpu-admission.io" in line
+    # A policy that gives workloads no default needs no such entry.
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(policy_text("{sharedMemory: {enabled: true}}"))
+    assert run(capsys, "policy", "validate", str(plain), "--manifests", str(old))[0] == 0
+
+
+def test_webhooks_rules_mutating_prints_the_entry_for_the_custom_kinds_with_templates(capsys):
+    code, out = run(capsys, "webhooks", "rules", "--mutating")
+    assert code == 0
+    entry = yaml.safe_load(out)
+    shipped = yaml.safe_load((WEBHOOKS / "mutatingwebhookconfiguration.yaml").read_text())
+    [hook] = [h for h in shipped["webhooks"] if h["name"] == entry["name"]]
+    assert entry["matchConditions"] == hook["matchConditions"]
+    assert [r for r in hook["rules"] if r["apiVersions"] == ["*"]] == entry["rules"]
+
+
+# --- Through the real server ----------------------------------------------------------------
+
+
+def test_the_server_defaults_a_workload_and_a_pod(tmp_path):
+    certificates = make_certificates(tmp_path / "pki")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        policy_text(
+            "{runtimeClassName: nvidia-cdi, activeDeadlineSeconds: {barePods: 3600, jobs: 86400},"
+            " sharedMemory: {enabled: true}}"
+        )
+    )
+    job = workload("Job", container(gpus="2"))
+    notebook = pod(container(gpus="2"))
+    with Server(
+        policy=policy,
+        cert=certificates.tls_cert,
+        key=certificates.tls_key,
+        ca=certificates.ca_cert,
+        log_path=tmp_path / "server.log",
+    ) as server:
+        conn = server.connection()
+        try:
+            answers = [
+                json.loads(
+                    post_json(conn, "/mutate", json.dumps(review(obj, kind=kind)).encode()).body
+                )
+                for obj, kind in ((job, "Job"), (notebook, "Pod"))
+            ]
+        finally:
+            conn.close()
+    defaulted_job = apply_both(job, decode_patch(answers[0]))
+    validate(defaulted_job)
+    assert defaulted_job["spec"]["activeDeadlineSeconds"] == 86400
+    assert pod_spec_of(defaulted_job)["runtimeClassName"] == "nvidia-cdi"
+    defaulted_pod = apply_both(notebook, decode_patch(answers[1]))
+    validate(defaulted_pod)
+    assert defaulted_pod["spec"]["activeDeadlineSeconds"] == 3600
+    assert defaulted_pod["spec"]["volumes"] == [
+        {"name": "gpu-admission-shm", "emptyDir": {"medium": "Memory"}}
+    ]
+    assert "runtimeClassName" not in defaulted_pod["spec"]

@@ -166,8 +166,9 @@ def _mutations(
         if own is not None:
             yield dataclasses.replace(own, workload=True)
             obj = own.mutated
+        owner = _controller_reference(obj)
         pods = [
-            (path, _pod_from_template(template, namespace))
+            (path, _pod_from_template(template, namespace, owner))
             for path, _, template in walk_templates(obj, workload)
         ]
     for path, pod in pods:
@@ -189,10 +190,29 @@ def _mutated(
     return Mutation(template_path, decision.patch, obj, mutated)
 
 
-def _pod_from_template(template: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+def _controller_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The owner reference a controller's Pods carry (to the workload, here: its ReplicaSet's
+    or Job's does the same): what makes them no bare Pods to the mutating webhook."""
+    metadata = obj.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    reference = {
+        "apiVersion": obj.get("apiVersion", ""),
+        "kind": obj.get("kind", ""),
+        "name": metadata.get("name") or metadata.get("generateName") or "",
+        "controller": True,
+    }
+    if metadata.get("uid"):
+        reference["uid"] = metadata["uid"]
+    return reference
+
+
+def _pod_from_template(
+    template: Mapping[str, Any], namespace: str, owner: dict[str, Any]
+) -> dict[str, Any]:
     """The Pod a controller would create from a template (what the mutating webhook sees)."""
     metadata = copy.deepcopy(template.get("metadata") or {})
     metadata["namespace"] = namespace
+    metadata["ownerReferences"] = [owner]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
