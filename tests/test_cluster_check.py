@@ -2,7 +2,8 @@
 DaemonSets in the fake API server, one node, pool or DaemonSet for each kind of drift, reported
 once each with the right nodes (exit 1); the same cluster put right agrees with the policy (exit
 0), its GKE-style nodes (no GPU feature-discovery labels) compared with no product; an
-unreachable or forbidding API server is exit 2 with one line."""
+unreachable or forbidding API server is exit 2 with one line; GPU nodes without the product
+label drift only where a tenant is kept to products."""
 
 from __future__ import annotations
 
@@ -65,6 +66,14 @@ spec:
     - {namespace: kube-system, name: nvidia-gpu-device-plugin}
 """
 
+# The policy with a tenant kept to a product: GPU nodes without the product label drift.
+PRODUCTS_POLICY = POLICY.replace(
+    "  devicePluginDaemonSets:",
+    "  tenants:\n"
+    "    - namespaces: [vision-*]\n"
+    "      entitlements: {products: [NVIDIA-H100-80GB-HBM3]}\n"
+    "  devicePluginDaemonSets:",
+)
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 TRAINING_TAINT = {"key": "example.com/pool", "value": "training", "effect": "NoSchedule"}
 # The GPU Operator labels the nodes its device plugin is to run on.
@@ -275,7 +284,7 @@ def test_each_kind_of_drift_is_reported_once_with_its_nodes(
     kube_api.add_all(drifting_cluster())
     # The GPU Operator's plugin covers 7 GPU nodes, and runs on cpu-3 too; GKE's is gone.
     kube_api.add(operator_plugin(desired=8))
-    result = check(kube_api, tmp_path, "-o", "json")
+    result = check(kube_api, tmp_path, "-o", "json", policy=PRODUCTS_POLICY)
     assert result.returncode == 1, result.stderr
     report = json.loads(result.stdout)
     assert report["nodes"] == 12
@@ -303,6 +312,7 @@ def test_each_kind_of_drift_is_reported_once_with_its_nodes(
             "gpu-operator/nvidia-device-plugin-daemonset",
             ["cpu-3"],
         ),
+        ("gpu-node-without-product-label", "", ["stray-2"]),
     ]
     assert [kind for kind, _, _ in found] == list(DRIFT_KINDS)
     messages = {d["kind"]: d["message"] for d in report["drift"]}
@@ -324,11 +334,11 @@ def test_each_kind_of_drift_is_reported_once_with_its_nodes(
     )
     assert "runs on 1 node without GPUs: cpu-3" in messages["device-plugin-desired-mismatch"]
 
-    text = check(kube_api, tmp_path)
+    text = check(kube_api, tmp_path, policy=PRODUCTS_POLICY)
     assert text.returncode == 1
     lines = text.stdout.splitlines()
     assert len(lines) == len(DRIFT_KINDS) + 1
-    assert lines[-1] == "12 nodes and 2 device plugin DaemonSets read; 10 disagreements"
+    assert lines[-1] == "12 nodes and 2 device plugin DaemonSets read; 11 disagreements"
 
 
 def test_a_cluster_that_agrees_with_the_policy_exits_0(
@@ -669,3 +679,23 @@ def test_pods_that_cannot_be_listed_exit_2_with_one_line(
 )
 def test_a_daemonsets_selector_is_sent_as_a_label_selector(selector: Any, text: str) -> None:
     assert selector_text(selector) == text
+
+
+def test_gpu_nodes_without_a_product_label_are_named_where_a_tenant_is_kept_to_products() -> None:
+    """GKE's nodes lack feature discovery's product label: a tenant kept to products cannot
+    reach them, and cluster check names them; without such a tenant it says nothing."""
+    for text, expected in ((POLICY, []), (PRODUCTS_POLICY, [("reserved-1", "reserved-2")])):
+        policy = parse_policy(text)
+        nodes = [
+            node_info(n, policy)
+            for n in (gke("reserved-1"), gke("reserved-2"), training("train-1"), node("cpu"))
+        ]
+        found = [d for d in find_drift(policy, nodes) if d.kind == "gpu-node-without-product-label"]
+        assert [d.nodes for d in found] == expected
+    assert found[0].message == (
+        "2 GPU nodes without GPU feature discovery's product label (nvidia.com/gpu.product): "
+        "reserved-1, reserved-2; the GPU Pods of tenants that may use some products only "
+        "(tenants[0] (vision-*)) are confined by that label and cannot land there: run GPU "
+        "feature discovery (the GPU Operator runs it), or label them with their product "
+        "(kubectl label nodes NODE nvidia.com/gpu.product=PRODUCT)"
+    )

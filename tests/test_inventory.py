@@ -4,6 +4,7 @@ and readiness kept while the API server fails, and nothing asked of it without t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -458,3 +459,118 @@ def test_before_the_first_list_decisions_are_todays(tmp_path: Path, api: FakeKub
             "GPU resource this policy declares; check the spelling against the node's capacity, "
             "or declare the resource in the policy"
         ]
+
+
+def namespace(name: str, **labels: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def test_namespaces_are_watched_only_for_a_policy_that_selects_them_by_label(
+    api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inventory's process watches Namespaces, keeping only the label keys tenants select
+    by, when the policy has such a tenant; relabelled and deleted Namespaces reach decisions;
+    a policy without one asks nothing of the API server about Namespaces."""
+    from webhook import parse_policy
+
+    monkeypatch.setenv("KUBECONFIG", str(api.write_kubeconfig(tmp_path / "kubeconfig")))
+    api.add(gpu_node("gpu-0"))
+    api.add(namespace("vision", **{"example.com/tier": "inference", "team": "vision"}))
+    api.add(namespace("batch"))
+    head = (
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
+        "metadata: {name: %s}\nspec:\n  vendorDomains: [nvidia.com]\n"
+    )
+    plain = parse_policy(head % "plain")
+    with running_inventory(plain) as inventory:
+        snapshot = inventory.snapshot()
+        assert snapshot is not None and snapshot.covers(plain)
+        assert snapshot.namespace_labels("vision") is None
+    assert api.requests_to("GET", "/api/v1/namespaces") == []
+
+    selecting = parse_policy(
+        head
+        % "selecting"
+        + "  tenants:\n    - namespaceSelector: {matchLabels: {example.com/tier: inference}}\n"
+        "      entitlements: {maxGPUsPerPod: 1}\n"
+    )
+    with running_inventory(selecting) as inventory:
+
+        def labels(name: str) -> dict[str, str] | None:
+            snapshot = inventory.snapshot()
+            found = snapshot.namespace_labels(name) if snapshot is not None else None
+            return dict(found) if found is not None else None
+
+        wait_until(lambda: labels("batch") == {}, timeout=10, what="the Namespaces")
+        assert labels("vision") == {"example.com/tier": "inference"}
+        api.replace(namespace("vision", team="vision"))
+        api.remove("/api/v1/namespaces/batch")
+        wait_until(
+            lambda: labels("vision") == {} and labels("batch") is None,
+            timeout=SEEN_WITHIN + 2,
+            what="the relabelled and deleted Namespaces",
+        )
+    listed = [r for r in api.requests_to("GET", "/api/v1/namespaces") if "watch" not in r.query]
+    assert len(listed) == 1
+
+
+@contextlib.contextmanager
+def running_inventory(policy: Any) -> Iterator[Any]:
+    """The node inventory, in this process, serving ``policy``, once it has listed."""
+    from webhook.server.inventory import NodeInventory
+
+    inventory = NodeInventory(lambda: policy)
+    running = inventory.start()
+    try:
+        wait_until(lambda: inventory.snapshot() is not None, timeout=10, what="the first list")
+        yield inventory
+    finally:
+        inventory.close()
+        running.join(timeout=10)
+
+
+def test_a_refused_namespace_watch_keeps_the_inventory_from_serving(
+    api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the policy selects namespaces by label, a Namespace list the API server refuses
+    (RBAC not updated) leaves the inventory unlisted, as a refused Node list would: decisions
+    go on without it and its age grows (the stale-inventory alert), instead of tenants
+    selected by label silently losing their entitlements. Allowed again, it lists."""
+    import time
+
+    from webhook import parse_policy
+    from webhook.server.inventory import NodeInventory
+
+    monkeypatch.setenv("KUBECONFIG", str(api.write_kubeconfig(tmp_path / "kubeconfig")))
+    api.add(gpu_node("gpu-0"))
+    api.add(namespace("vision", **{"example.com/tier": "inference"}))
+    api.forbid("/api/v1/namespaces")
+    selecting = parse_policy(
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
+        "metadata: {name: selecting}\nspec:\n  vendorDomains: [nvidia.com]\n"
+        "  tenants:\n    - namespaceSelector: {matchLabels: {example.com/tier: inference}}\n"
+        "      entitlements: {maxGPUsPerPod: 1}\n"
+    )
+    inventory = NodeInventory(lambda: selecting)
+    running = inventory.start()
+    try:
+        wait_until(
+            lambda: len(api.requests_to("GET", "/api/v1/namespaces")) >= 2,
+            timeout=10,
+            what="the refused Namespace list, tried again",
+        )
+        time.sleep(1)
+        assert inventory.snapshot() is None
+        assert inventory.figures()[0] == 0
+        api.clear_failures()
+        wait_until(
+            lambda: (
+                (snapshot := inventory.snapshot()) is not None
+                and snapshot.namespace_labels("vision") is not None
+            ),
+            timeout=10,
+            what="the Namespaces listed once allowed",
+        )
+    finally:
+        inventory.close()
+        running.join(timeout=10)

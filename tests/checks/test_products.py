@@ -103,7 +103,7 @@ def test_a_product_the_catalogue_cannot_partition_is_itself_and_shared() -> None
 
 def test_an_unconfined_gpu_pod_is_refused_saying_what_to_add() -> None:
     decision = validate(pod(container(gpu=1)), entitled(), namespace="vision")
-    assert denied(decision) == [("entitlement", "spec.affinity.nodeAffinity")]
+    assert denied(decision) == [("pool-access", "spec.affinity.nodeAffinity")]
     message = status_message(decision)
     assert "the Pod can land on GPUs of any product" in message
     assert (
@@ -116,9 +116,9 @@ def test_an_unconfined_gpu_pod_is_refused_saying_what_to_add() -> None:
 def test_a_pod_that_selects_another_product_is_refused_naming_it_and_whom_to_ask() -> None:
     obj = with_spec(pod(container(gpu=1)), nodeSelector={PRODUCT: A100})
     decision = validate(obj, entitled(), namespace="vision")
-    assert denied(decision) == [("entitlement", "spec.affinity.nodeAffinity")]
+    assert denied(decision) == [("pool-access", "spec.affinity.nodeAffinity")]
     message = status_message(decision)
-    assert f'namespace "vision" may not use {A100}' in message
+    assert f'namespace "vision" may not use "{A100}"' in message
     assert "ask #gpu-platform to be entitled" in message
 
 
@@ -150,9 +150,9 @@ def test_a_requirement_that_does_not_keep_it_to_its_products_is_refused(
 ) -> None:
     obj = with_spec(pod(container(gpu=1)), affinity=affinity)
     decision = validate(obj, entitled(), namespace="vision")
-    assert denied(decision) == [("entitlement", "spec.affinity.nodeAffinity")]
+    assert denied(decision) == [("pool-access", "spec.affinity.nodeAffinity")]
     message = status_message(decision)
-    assert all(f"may not use {name}" in message for name in named)
+    assert all(f'may not use "{name}"' in message for name in named)
 
 
 def test_every_alternative_term_must_keep_it_to_its_products() -> None:
@@ -162,7 +162,7 @@ def test_every_alternative_term_must_keep_it_to_its_products() -> None:
     ].append({"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]})
     obj = with_spec(pod(container(gpu=1)), affinity=affinity)
     assert denied(validate(obj, entitled(), namespace="vision")) == [
-        ("entitlement", "spec.affinity.nodeAffinity")
+        ("pool-access", "spec.affinity.nodeAffinity")
     ]
 
 
@@ -170,6 +170,15 @@ def test_it_is_a_warning_while_new_checks_is_warn() -> None:
     decision = validate(pod(container(gpu=1)), entitled("Warn"), namespace="vision")
     assert decision.allowed
     assert any("can land on GPUs of any product" in w for w in warnings(decision))
+
+
+def test_a_vendor_resource_the_policy_does_not_declare_is_confined_too() -> None:
+    obj = pod(container(gpu=1, resource="nvidia.com/gpu.shared"))
+    decision = validate(obj, entitled(), namespace="vision")
+    assert ("pool-access", "spec.affinity.nodeAffinity") in denied(decision)
+    assert any(
+        PRODUCT in str(op["value"]) for op in mutate(obj, entitled(), namespace="vision").patch
+    )
 
 
 def test_pods_without_a_gpu_and_other_tenants_are_not_confined() -> None:
@@ -203,9 +212,11 @@ def test_a_named_node_is_judged_by_its_product_label_in_the_inventory() -> None:
         admission(allowed, **request), entitled(), mutate=False, nodes=nodes
     ).allowed
     decision = webhook.decide(admission(refused, **request), entitled(), mutate=False, nodes=nodes)
-    assert f"may not use {A100}" in status_message(decision)
+    assert f'may not use "{A100}"' in status_message(decision)
     # Without the inventory a named node's product cannot be told: not confined.
-    assert not validate(allowed, entitled(), namespace="vision").allowed
+    decision = validate(allowed, entitled(), namespace="vision")
+    assert denied(decision) == [("pool-access", "spec.nodeName")]
+    assert "remove nodeName and let the scheduler place the Pod" in status_message(decision)
 
 
 # --- The mutation ------------------------------------------------------------------------------
@@ -290,3 +301,60 @@ def test_a_product_written_in_one_of_its_forms_is_warned() -> None:
         "-SHARED to the product label): name the product, NVIDIA-L4, and every form of it is "
         "allowed",
     ]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        SPEC.format(new_checks="Warn"),
+        SPEC.format(new_checks="Enforce")
+        + "rules: {pool-access: {gpuPods: Warn, otherPods: Warn}}\n",
+        SPEC.format(new_checks="Enforce") + "exemptions: [{namespaces: [vision]}]\n",
+    ],
+    ids=["newChecks Warn", "pool-access Warn", "exempt"],
+)
+def test_the_mutation_confines_only_where_the_rule_would_deny(spec: str) -> None:
+    """A check new in this release warns, and changes nothing, before it denies: a product
+    misspelt in the policy must not leave the tenant's Pods pending during a Warn rollout."""
+    chosen = policy(spec, name=f"not-confining-{hash(spec)}")
+    patch = mutate(pod(container(gpu=1)), chosen, namespace="vision").patch
+    assert not any(PRODUCT in str(op["value"]) for op in patch)
+
+
+def test_an_exception_for_the_entitlement_rule_does_not_open_other_products() -> None:
+    """Products are places, like pools: an exception written to let a large Pod through
+    (rules: [entitlement]) does not let it onto another product."""
+    text = SPEC.format(new_checks="Enforce") + (
+        "exceptions:\n"
+        "  - name: big-training\n"
+        "    owner: ml-platform@example.com\n"
+        "    expires: '2999-01-01'\n"
+        "    namespace: vision\n"
+        "    match: {names: [trainer]}\n"
+        "    rules: [entitlement]\n"
+    )
+    excepted = policy(text, name="products-excepted")
+    obj = with_spec(pod(container(gpu=1)), nodeSelector={PRODUCT: A100})
+    obj["metadata"]["name"] = "trainer"
+    decision = validate(obj, excepted, namespace="vision")
+    assert denied(decision) == [("pool-access", "spec.affinity.nodeAffinity")]
+
+
+@pytest.mark.parametrize("written", ["H100", "h100-80gb", "GeForce-RTX-4090"])
+def test_a_product_no_feature_discovery_label_looks_like_is_warned(written: str) -> None:
+    text = SPEC.format(new_checks="Warn").replace(
+        "products: [NVIDIA-H100-80GB-HBM3, NVIDIA-L4]", f"products: [{written}]"
+    )
+    found = [w.message for w in policy(text, name=f"typo-{written}").warnings]
+    assert any(
+        m.startswith(f"{written} does not look like a product GPU feature discovery labels")
+        for m in found
+    ), found
+
+
+@pytest.mark.parametrize("written", [H100, "A100-SXM4-40GB", "Tesla-T4", "NVIDIA-L4"])
+def test_products_as_feature_discovery_labels_them_are_not_warned(written: str) -> None:
+    text = SPEC.format(new_checks="Warn").replace(
+        "products: [NVIDIA-H100-80GB-HBM3, NVIDIA-L4]", f"products: [{written}]"
+    )
+    assert not [w for w in policy(text, name=f"ok-{written}").warnings if written in w.message]

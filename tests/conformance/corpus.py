@@ -2,6 +2,9 @@
 
 ``expectations.yaml`` says, per file, the namespace it is reviewed in and the expected verdict
 and rule ids under each policy. The engine tests and the CLI tests both read it.
+``governance.yaml`` says the same of the Kueue and KAI manifests of
+../shared/conformance/governance, under the default policy and under one that requires a queue
+(``policies/examples/queues.yaml``).
 """
 
 from __future__ import annotations
@@ -30,19 +33,36 @@ POLICIES = {
     "default": REPO / "policies" / "default.yaml",
     "strict": REPO / "policies" / "examples" / "strict.yaml",
 }
+GOVERNANCE = SHARED / "conformance" / "governance"
+GOVERNANCE_TABLE = Path(__file__).with_name("governance.yaml")
+GOVERNANCE_POLICIES = {
+    "default": POLICIES["default"],
+    "queues": REPO / "policies" / "examples" / "queues.yaml",
+}
+# The governance corpus' Kueue and KAI manifests (its RuntimeClasses, quotas and Volcano
+# queues are other tables').
+GOVERNANCE_SOURCES = ("kueue__", "kai-scheduler__")
+requires_governance = pytest.mark.skipif(
+    not GOVERNANCE.is_dir() and not os.environ.get("CI"),
+    reason=f"the governance corpus is not at {GOVERNANCE}",
+)
 
 
 @cache
 def policy(name: str) -> webhook.Policy:
-    return webhook.load_policy(POLICIES[name])
+    return webhook.load_policy({**POLICIES, **GOVERNANCE_POLICIES}[name])
 
 
-def load_table() -> dict:
-    return yaml.safe_load(TABLE.read_text("utf-8"))
+def load_table(path: Path = TABLE) -> dict:
+    return yaml.safe_load(path.read_text("utf-8"))
 
 
-def documents(file_name: str) -> list[dict]:
-    return [d for d in yaml.safe_load_all((CORPUS / file_name).read_text("utf-8")) if d]
+def governance_files() -> list[str]:
+    return sorted(p.name for p in GOVERNANCE.iterdir() if p.name.startswith(GOVERNANCE_SOURCES))
+
+
+def documents(file_name: str, corpus: Path = CORPUS) -> list[dict]:
+    return [d for d in yaml.safe_load_all((corpus / file_name).read_text("utf-8")) if d]
 
 
 def admission_review(obj: dict, namespace: str, uid: str = "conformance") -> dict:
@@ -60,12 +80,13 @@ def admission_review(obj: dict, namespace: str, uid: str = "conformance") -> dic
     }
 
 
-def judge(file_name: str, namespace: str, policy_name: str) -> dict:
+def judge(file_name: str, namespace: str, policy_name: str, corpus: Path = CORPUS) -> dict:
     """The verdict on a file: denied if any document is, with the rule ids by mode. A Pod is
-    judged as the API server would pass it to the validating webhook: mutated."""
+    judged as the API server would pass it to the validating webhook: mutated; as a file, it
+    was sent by a user (no controller)."""
     outcome: dict[str, set[str]] = {"denied": set(), "warned": set(), "audited": set()}
     allowed = True
-    for obj in documents(file_name):
+    for obj in documents(file_name, corpus):
         decision = decide_object(obj, policy(policy_name), namespace, override=True)
         allowed = allowed and decision.allowed
         for finding in decision.findings:

@@ -31,7 +31,8 @@ from webhook.core.pools import (
     reachable_closed_pools,
     select_pool,
 )
-from webhook.core.scope import reach
+from webhook.core.queues import Submission
+from webhook.core.scope import reach, requests_gpu
 from webhook.core.targets import walk_views
 from webhook.policy.exceptions import PolicyException
 from webhook.policy.model import (
@@ -107,6 +108,7 @@ def decide(
     limits: WorkLimits | None = None,
     nodes: NodeSnapshot | None = None,
     now: float | None = None,
+    made_by_controller: bool = False,
 ) -> Decision:
     """The decision on a request: its response, and the findings and patch behind it.
     ``encode_json`` writes the patch into the response (see ``response.JsonEncoder``).
@@ -114,7 +116,10 @@ def decide(
     ``nodes``: the node inventory's snapshot (``webhook.core.inventory``), where the cluster
     is watched; it can add warnings and tell where ``nodeName`` puts a Pod. ``now``: the time
     the policy's exceptions are judged at (seconds since the epoch; the clock's when not
-    given, and read only where the policy has exceptions)."""
+    given, and read only where the policy has exceptions). Whether a controller sent the
+    object is read from ``request.userInfo`` (the policy's ``controllers``), never from the
+    object; ``made_by_controller``: the caller knows it (an audit that found the object's
+    controller among what it listed)."""
     request = parse_request(admission_review)
     uid = request["uid"]
     operation = request.get("operation")
@@ -132,7 +137,13 @@ def decide(
     metadata = metadata if isinstance(metadata, dict) else {}
     namespace = request.get("namespace") or metadata.get("namespace") or "default"
     namespace = namespace if isinstance(namespace, str) else "default"
+    user = request.get("userInfo")
+    by_controller = made_by_controller or (
+        isinstance(user, dict)
+        and policy.controllers.include(user.get("username"), user.get("groups"))
+    )
     views = _views(obj, workload, namespace, policy, limits, nodes)
+    _submitted(views, Submission(workload.group, workload.kind, obj, by_controller))
     if mutate:
         return _mutate(uid, request, obj, workload, views, policy, encode_json)
 
@@ -162,6 +173,7 @@ def decide(
             nonlocal old_views
             if old_views is None:
                 old_views = _views(old, workload, namespace, policy, limits, nodes)
+                _submitted(old_views, Submission(workload.group, workload.kind, old, by_controller))
             return run_checks(old_views, policy, rules)
 
         forgive = updates.forgiver(old_findings, request, obj, old, workload)
@@ -219,6 +231,16 @@ def _views(
             if judged > limits.judged_items:
                 raise TooMuchWork(f"more than {limits.judged_items} items to judge")
     return views
+
+
+def _submitted(views: list[PodView], submission: Submission) -> None:
+    """Have every view read what it shares with the others: the object, who sent it, and
+    which of its templates request a GPU."""
+    gpu_templates = tuple(v for v in views if any(map(requests_gpu, v.containers)))
+    if gpu_templates:
+        submission = dataclasses.replace(submission, gpu_templates=gpu_templates)
+    for view in views:
+        view.submission = submission
 
 
 def _content(view: PodView, budget: int) -> int:
@@ -404,7 +426,14 @@ def _mutate(
         # Planned whatever the selection's findings: the validate path decides whether they
         # deny, and a Pod admitted despite them is still confined to its pools.
         selection = select_pool(view, policy)
-        operations = mutation.plan(obj, view, selection, policy, inject_void=inject_void)
+        operations = mutation.plan(
+            obj,
+            view,
+            selection,
+            policy,
+            inject_void=inject_void,
+            confine_products=_confines_products(policy, view),
+        )
     return _patched(uid, operations, policy, encode_json)
 
 
@@ -423,6 +452,18 @@ def _patched(
         )
     applied = response.build(uid, patch=operations, encode_json=encode_json)
     return Decision(applied, patch=operations, patch_applied=True)
+
+
+def _confines_products(policy: Policy, view: PodView) -> bool:
+    """Whether the mutation confines the Pod to its tenant's products: only where the
+    pool-access rule would deny it unconfined (a check new in this release warns, and then
+    changes nothing, before it denies: a product misspelt in the policy would otherwise
+    leave the tenant's Pods pending)."""
+    return (
+        not policy.new_checks_advisory
+        and policy.rule_modes(view.namespace)["pool-access"].gpu_pods == "Enforce"
+        and "pool-access" not in _exempt_rules(policy, view)
+    )
 
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -33,10 +33,13 @@ def plan(
     policy: Policy,
     *,
     inject_void: bool,
+    confine_products: bool,
 ) -> tuple[dict[str, Any], ...]:
     """The ``add`` operations that give the Pod what its pool needs; none when it has it all.
     ``inject_void``: add ``NVIDIA_VISIBLE_DEVICES=void`` to every container that requests no
-    GPU (the caller decides: the policy asks for it and the Pod can reach GPU nodes)."""
+    GPU (the caller decides: the policy asks for it and the Pod can reach GPU nodes).
+    ``confine_products``: keep a GPU Pod to its tenant's products (the caller decides: the
+    rule that requires it would deny it)."""
     planned = patch.Planned(pod)
     injected: list[str] = []  # what was added, for the annotation
 
@@ -55,7 +58,7 @@ def plan(
         if required:
             planned.add(required)
             injected.append(f"required-affinity={'+'.join(p.name for p in selection.pools)}")
-    tenant = product_tenant(view, policy)
+    tenant = product_tenant(view, policy) if confine_products else None
     if tenant is not None and tenant.entitlements is not None and not view.spec.get("nodeName"):
         reach = product_reach(view, policy, tenant.entitlements.product_values)
         # A Pod that names a product it may not use is left to the entitlement rule: an In

@@ -123,12 +123,20 @@ def _not_judged(group: str, kind: Any) -> str:
 
 
 def decide_object(
-    obj: Any, policy: Policy, namespace: str, *, mutate: bool = False, override: bool = False
+    obj: Any,
+    policy: Policy,
+    namespace: str,
+    *,
+    mutate: bool = False,
+    override: bool = False,
+    made_by_controller: bool = False,
 ) -> Outcome:
     """Verdict and findings for one object, and with ``mutate`` the Pods' mutations.
 
     ``namespace`` is for objects that name none; with ``override`` it wins over the object's
     own, as the request namespace does in the webhook (``review -n`` given explicitly).
+    An object is judged as sent by a user (a file is judged as its author wrote it), unless
+    ``made_by_controller``: the caller knows that its controller made it.
     """
     if not isinstance(obj, dict):
         return Outcome(obj, namespace, judged=False, allowed=True, skipped=NOT_AN_OBJECT)
@@ -148,7 +156,12 @@ def decide_object(
     if mutate or judges_patched:
         mutations = tuple(_mutations(obj, workload, namespace, policy))
     judged = mutations[0].mutated if judges_patched and mutations else obj
-    decision = decide(admission_review(judged, namespace), policy, mutate=False)
+    decision = decide(
+        admission_review(judged, namespace),
+        policy,
+        mutate=False,
+        made_by_controller=made_by_controller,
+    )
     return Outcome(
         obj, namespace, True, decision.allowed, decision.findings, mutations if mutate else ()
     )

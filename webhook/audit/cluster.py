@@ -221,15 +221,25 @@ class _Judging:
             except Exception:  # the engine failing on it: judged alone below, as a problem
                 extra = True
             if extra:
-                self._judge(audit, obj)
+                self._judge(audit, obj, made_by_controller=True)
             else:
                 owner.owned.append(ref)
 
-    def _judge(self, audit: Audit, obj: dict[str, Any]) -> Audited | None:
+    def _judge(
+        self, audit: Audit, obj: dict[str, Any], *, made_by_controller: bool = False
+    ) -> Audited | None:
         ref = ref_of(obj)
         document = Document(str(ref), 1, 1, obj)
         namespace = ref.namespace or "default"
-        item = judge(audit, document, str(ref), namespace, ref=ref, raise_errors=self.raise_errors)
+        item = judge(
+            audit,
+            document,
+            str(ref),
+            namespace,
+            ref=ref,
+            raise_errors=self.raise_errors,
+            made_by_controller=made_by_controller,
+        )
         if item is not None:
             _drop_object(item, self.keep_mutated)
         return item
@@ -267,5 +277,7 @@ def _drop_object(item: Audited, keep_mutated: bool) -> None:
 def _findings_beyond(audit: Audit, obj: dict[str, Any], namespace: str, owner: Audited) -> bool:
     """Whether an owned object has a finding its owner's verdict does not already carry."""
     known = {f.violation.key for f in owner.outcome.findings}
-    outcome = decide_object(obj, audit.policy, namespace)
+    # Listed under a controller that the audit found: what the controller made is not asked
+    # for a queue again (its owner was).
+    outcome = decide_object(obj, audit.policy, namespace, made_by_controller=True)
     return any(f.violation.key not in known for f in outcome.findings)

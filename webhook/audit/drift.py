@@ -35,6 +35,10 @@ forever. Each disagreement is reported once, with the nodes concerned:
   it also runs on are named. Fewer: its Pods are listed, and the GPU nodes it admits where it
   has none are named (none named when each has one: a stale status).
 
+- ``gpu-node-without-product-label``: where a tenant may use some GPU products only
+  (``tenants[].entitlements.products``), a GPU node without feature discovery's product label:
+  its GPU Pods, confined by that label, cannot land there (GKE without feature discovery).
+
 Without ``devicePluginDaemonSets`` no DaemonSet is read or compared.
 """
 
@@ -62,7 +66,7 @@ from webhook.core.inventory import (
     time_sliced,
 )
 from webhook.core.scheduling import assigned_node, daemon_pod_fits, selected_label_keys
-from webhook.policy.mig import catalogued_as
+from webhook.policy.mig import GPU_PRODUCT, catalogued_as
 from webhook.policy.model import DaemonSetName, Policy
 
 DRIFT_KINDS = (
@@ -76,6 +80,7 @@ DRIFT_KINDS = (
     "mig-profile-not-catalogued",
     "device-plugin-daemonset-missing",
     "device-plugin-desired-mismatch",
+    "gpu-node-without-product-label",
 )
 # The resource time-slicing shares when its replicas keep the device plugin's default name.
 SHARED_BY_TIME_SLICING = "nvidia.com/gpu"
@@ -271,7 +276,33 @@ def find_drift(
                 )
     found += _catalogue_drift(policy, nodes)
     found += _device_plugin_drift(nodes, daemonsets or {}, placed)
+    found += _product_label_drift(policy, nodes)
     return found
+
+
+def _product_label_drift(policy: Policy, nodes: list[NodeInfo]) -> list[Drift]:
+    """GPU nodes a product entitlement cannot reach: they lack the label it confines by."""
+    entitled = [
+        f"tenants[{t.index}] ({t.named})"
+        for t in policy.tenants
+        if t.entitlements is not None and t.entitlements.products is not None
+    ]
+    unlabelled = tuple(n.name for n in nodes if is_gpu_node(n) and GPU_PRODUCT not in n.labels)
+    if not entitled or not unlabelled:
+        return []
+    return [
+        Drift(
+            "gpu-node-without-product-label",
+            "",
+            unlabelled,
+            f"{_count(unlabelled, 'GPU node')} without GPU feature discovery's product label "
+            f"({GPU_PRODUCT}): {_names(unlabelled)}; the GPU Pods of tenants that may use some "
+            f"products only ({'; '.join(entitled)}) are confined by that label and cannot land "
+            f"there: run GPU feature discovery (the GPU Operator runs it), or label "
+            f"{_them(unlabelled)} with {'its' if len(unlabelled) == 1 else 'their'} product "
+            f"(kubectl label nodes NODE {GPU_PRODUCT}=PRODUCT)",
+        )
+    ]
 
 
 def _catalogue_drift(policy: Policy, nodes: list[NodeInfo]) -> list[Drift]:

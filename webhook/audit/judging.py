@@ -59,11 +59,19 @@ def judge(
     *,
     ref: ObjectRef | None = None,
     raise_errors: bool = False,
+    made_by_controller: bool = False,
 ) -> Audited | None:
     """Decide one object into the audit, with its mutations; None when the engine failed on
-    it (a problem of the audit, or raised with ``raise_errors``)."""
+    it (a problem of the audit, or raised with ``raise_errors``). ``made_by_controller``: a
+    live object whose controller the audit found (``decide_object``)."""
     try:
-        outcome = decide_object(document.obj, audit.policy, namespace, mutate=True)
+        outcome = decide_object(
+            document.obj,
+            audit.policy,
+            namespace,
+            mutate=True,
+            made_by_controller=made_by_controller,
+        )
     except Exception as exc:
         if raise_errors:
             raise

@@ -56,7 +56,7 @@ def implied_quotas(policy: Policy, namespaces: Iterable[str]) -> list[dict[str, 
                     "labels": dict(MANAGED_BY),
                     "annotations": {
                         TENANT_ANNOTATION: f"{policy.name}: tenants[{tenant.index}] "
-                        f"({', '.join(tenant.namespaces.patterns)})"
+                        f"({tenant.named})"
                     },
                 },
                 "spec": {"hard": hard},

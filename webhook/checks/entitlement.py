@@ -2,10 +2,9 @@
 
 Restricted, where the policy states a tenant's entitlements (the first ``tenants`` entry that
 matches the namespace and states them): a GPU resource the policy declares that they do not
-list; more GPU devices (full cards, MIG instances and shared replicas alike) in one
-container, or in one Pod as the scheduler counts them, than they allow; and, where they may
-use some products only, a GPU Pod whose node selection does not keep it to them
-(``webhook.core.products``: the mutating webhook adds that confinement). Allowed: namespaces
+list; and more GPU devices (full cards, MIG instances and shared replicas alike) in one
+container, or in one Pod as the scheduler counts them, than they allow. (Their products are
+where a Pod may land: the pool-access rule's.) Allowed: namespaces
 no entry states entitlements for; companion resources (NICs beside GPUs); names the policy
 does not declare (the resource-name rule's). New in this release: warned while ``newChecks``
 is Warn. A ResourceQuota limits how many GPUs a namespace requests in all, not which kind nor
@@ -14,28 +13,25 @@ how many one Pod asks for: this is the per-Pod side.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from fractions import Fraction
 from typing import NamedTuple
 
 from webhook.core.findings import Violation, quote
 from webhook.core.pods import PodView, effective_requests
-from webhook.core.products import product_expression, product_reach, product_tenant
 from webhook.policy.model import Policy
 from webhook.policy.quantity import Quantity
-from webhook.policy.tenants import Tenant
 
 RULE = "entitlement"
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
-    tenant = policy.entitled_tenant(view.namespace)
+    tenant = policy.entitled_tenant(view.namespace, view.namespace_labels)
     if tenant is None or tenant.entitlements is None:
         return
     entitled = tenant.entitlements
     said = _Said(
-        f"tenants[{tenant.index}].entitlements ({', '.join(tenant.namespaces.patterns)})",
+        f"tenants[{tenant.index}].entitlements ({tenant.named})",
         f"ask {tenant.contact}" if tenant.contact else "ask the platform team",
         policy.new_checks_advisory,
     )
@@ -68,8 +64,6 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 "container",
                 container.name,
             )
-    if entitled.products is not None and view.kind == "Pod" and view.spec_path == "spec":
-        yield from _products(view, policy, tenant, said)
     if entitled.max_per_pod is not None:
         totals = effective_requests(view)
         counted = [name for name in totals if name in policy.declared_names]
@@ -83,48 +77,6 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 "Pod",
                 "pod",
             )
-
-
-def _products(view: PodView, policy: Policy, tenant: Tenant, said: _Said) -> Iterator[Violation]:
-    """A Pod (not a template: the mutating webhook confines the Pods a workload creates) that
-    can land on GPUs of a product its tenant is not entitled to: its node selection names
-    one, or does not keep it to theirs."""
-    if product_tenant(view, policy) is None:
-        return
-    assert tenant.entitlements is not None and tenant.entitlements.products is not None
-    products = ", ".join(tenant.entitlements.products)
-    reach = product_reach(view, policy, tenant.entitlements.product_values)
-    if reach.confined and not reach.named:
-        return
-    requirement = product_expression(tenant)
-    if reach.named:
-        named = ", ".join(reach.named)
-        message = (
-            f"namespace {quote(view.namespace)} may not use {named}: {said.setting} "
-            f"allows the products {products}"
-        )
-        hint = f"select one of those (nvidia.com/gpu.product), or {said.ask} to be entitled"
-    else:
-        message = (
-            f"the Pod can land on GPUs of any product, and {said.setting} allows only "
-            f"{products}: its node selection must keep it to them"
-        )
-        hint = (
-            f"add the requirement {json.dumps(requirement)} to every term of "
-            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution (the "
-            "mutating webhook adds it when it runs)"
-        )
-    yield Violation(
-        rule=RULE,
-        path=f"{view.spec_path}.affinity.nodeAffinity",
-        value=reach.named[0] if reach.named else None,
-        message=message,
-        hint=hint,
-        error_type="Forbidden",
-        subject="pod",
-        field="products",
-        advisory=said.advisory,
-    )
 
 
 class _Said(NamedTuple):

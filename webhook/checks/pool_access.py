@@ -15,11 +15,15 @@ never denied. Allowed: a Pod with exactly one possible sharing mode, kept to poo
 namespace may use. This is the decision the mutating webhook takes when it injects
 tolerations and affinity (``webhook.core.pools``), checked again on the final Pod, so a
 reserved pool stays reserved when the mutating webhook timed out, only recorded its patch or
-was told not to require affinity.
+was told not to require affinity. Products are places too: where a tenant may use some GPU
+products only (``tenants[].entitlements.products``), a GPU Pod whose node selection does not
+keep it to them (``webhook.core.products``; new in this release: warned while ``newChecks`` is
+Warn). Like a pool, a product is never lifted by an exception.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,6 +42,8 @@ from webhook.core.pools import (
     reachable_passed_over_pools,
     select_pool,
 )
+from webhook.core.products import product_expression, product_reach, product_tenant
+from webhook.core.queues import flavor_hint
 from webhook.policy.model import POOL_ANNOTATION, Policy, Pool
 
 RULE = "pool-access"
@@ -51,6 +57,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             yield found
     if view.kind != "Pod" or view.spec_path != "spec":
         return
+    yield from _products(view, policy)
     if selection.passed_over and not view.spec.get("nodeName"):
         yield from _passed_over(view, policy, selection.pools)
     if not policy.has_reserved_pools:
@@ -150,6 +157,15 @@ def _named_node(
         )
 
 
+def _open_pools(view: PodView, policy: Policy, requested: tuple[str, ...]) -> tuple[Pool, ...]:
+    """The pools the namespace may use that offer everything the Pod asks for."""
+    return tuple(
+        p
+        for p in policy.pools
+        if policy.may_use(p, view.namespace) and all(n in p.resources for n in requested)
+    )
+
+
 def _labels(pool: Pool) -> tuple[str, str]:
     """The pool's labels as a message shows them, and a node affinity expression that keeps a
     Pod off its nodes."""
@@ -195,7 +211,8 @@ def _problem(view: PodView, policy: Policy, problem: Problem) -> Violation | Non
             message=f"namespace {quote(view.namespace)} may not use the pool(s) that offer "
             f"{', '.join(requested)} ({names})",
             hint="ask the platform team to grant the namespace access in the policy's pool "
-            "namespaces, or request a GPU resource of a pool the namespace may use",
+            "namespaces, or request a GPU resource of a pool the namespace may use"
+            + flavor_hint(view, _open_pools(view, policy, requested)),
             subject=requested[0],
             field="pool",
         )
@@ -235,3 +252,58 @@ def _problem(view: PodView, policy: Policy, problem: Problem) -> Violation | Non
             subject="pool-annotation",
         )
     return None
+
+
+def _products(view: PodView, policy: Policy) -> Iterator[Violation]:
+    """A GPU Pod that can land on GPUs of a product its tenant is not entitled to
+    (``tenants[].entitlements.products``): its node selection names one, or does not keep it
+    to theirs (the mutating webhook adds that confinement). New in this release: advisory
+    while ``newChecks`` is Warn. Like a pool, a product is never excepted."""
+    tenant = product_tenant(view, policy)
+    if tenant is None or tenant.entitlements is None or tenant.entitlements.products is None:
+        return
+    reach = product_reach(view, policy, tenant.entitlements.product_values)
+    if reach.confined and not reach.named:
+        return
+    setting = f"tenants[{tenant.index}].entitlements ({tenant.named})"
+    products = ", ".join(tenant.entitlements.products)
+    node_name = view.spec.get("nodeName")
+    if reach.named:
+        named = ", ".join(quote(name) for name in reach.named)
+        message = f"namespace {quote(view.namespace)} may not use {named}: {setting} allows "
+        message += f"the products {products}"
+        hint = "select one of those (nvidia.com/gpu.product), or " + (
+            f"ask {tenant.contact}" if tenant.contact else "ask the platform team"
+        )
+        hint += " to be entitled"
+    elif node_name:
+        message = (
+            f"the Pod names its node, whose GPU product the webhook cannot tell (no node "
+            f"inventory, a node it does not know, or no nvidia.com/gpu.product label), and "
+            f"{setting} allows only {products}"
+        )
+        hint = "remove nodeName and let the scheduler place the Pod (its node affinity then "
+        hint += "keeps it to those products)"
+    else:
+        message = (
+            f"the Pod can land on GPUs of any product, and {setting} allows only {products}: "
+            "its node selection must keep it to them"
+        )
+        hint = (
+            f"add the requirement {json.dumps(product_expression(tenant))} to every term of "
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution (the "
+            "mutating webhook adds it when it runs)"
+        )
+    yield Violation(
+        rule=RULE,
+        path=f"{view.spec_path}.nodeName"
+        if node_name
+        else f"{view.spec_path}.affinity.nodeAffinity",
+        value=reach.named[0] if reach.named else None,
+        message=message,
+        hint=hint,
+        error_type="Forbidden",
+        subject="pod",
+        field="products",
+        advisory=policy.new_checks_advisory,
+    )

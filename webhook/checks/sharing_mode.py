@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from webhook.core.findings import Violation, quote
 from webhook.core.pods import PodView
 from webhook.core.pools import PendsForever, PoolLacks, resource_spec, select_pool
+from webhook.core.queues import flavor_hint
 from webhook.policy import mig
 from webhook.policy.model import POOL_ANNOTATION, Policy
 
@@ -33,7 +34,7 @@ def _mig_sharing(name: str) -> str | None:
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     for problem in select_pool(view, policy).problems:
         if isinstance(problem, PendsForever):
-            yield _pends_forever(view, problem)
+            yield _pends_forever(view, policy, problem)
         elif isinstance(problem, PoolLacks):
             yield _pool_lacks(view, policy, problem)
     first: tuple[str, str, str] | None = None  # (mode, resource, container path)
@@ -74,11 +75,12 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 )
 
 
-def _pends_forever(view: PodView, problem: PendsForever) -> Violation:
+def _pends_forever(view: PodView, policy: Policy, problem: PendsForever) -> Violation:
     wanted = ", ".join(problem.requested)
     where = ", ".join(p.name for p in problem.offering) or (
         "GPU nodes outside the declared pools" if problem.unpooled else "no single pool"
     )
+    kueue = ""
     if problem.pinned:
         if problem.compatible:
             reachable = ", ".join(
@@ -101,6 +103,8 @@ def _pends_forever(view: PodView, problem: PendsForever) -> Violation:
             else f"{affinity}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
         )
         value: object = dict(view.node_selector()) or "nodeSelectorTerms"
+        usable = tuple(p for p in problem.offering if policy.may_use(p, view.namespace))
+        kueue = flavor_hint(view, usable or problem.offering)
     else:
         message = f"no pool offers all of {wanted} together: it would pend forever"
         path = view.first_request_path(problem.requested[-1])
@@ -110,7 +114,8 @@ def _pends_forever(view: PodView, problem: PendsForever) -> Violation:
         path=path,
         value=value,
         message=message,
-        hint=f"{wanted} offered by: {where}; select one of those pools or request its resources",
+        hint=f"{wanted} offered by: {where}; select one of those pools or request its resources"
+        + kueue,
         subject="node-selection",
         field="pool",
     )
@@ -144,7 +149,8 @@ def _pool_lacks(view: PodView, policy: Policy, problem: PoolLacks) -> Violation:
         value=name,
         message=f"{reason}: the Pod would pend forever",
         hint="request a resource the pool offers, or choose another pool"
-        + _offered_by(policy, problem.requested),
+        + _offered_by(policy, problem.requested)
+        + ("" if problem.missing else flavor_hint(view, (problem.pool,))),
         subject="pool-annotation",
     )
 

@@ -132,16 +132,22 @@ class KeptFields(Protocol):
     @property
     def vendor_domains(self) -> tuple[str, ...]: ...
 
+    @property
+    def namespace_label_keys(self) -> frozenset[str]: ...
+
 
 class NodeFields(NamedTuple):
-    """:class:`KeptFields` without a policy (the inventory's process gets them alone)."""
+    """:class:`KeptFields` without a policy (the inventory's process gets them alone). With
+    ``namespace_label_keys`` (the keys tenants select namespaces by), the inventory watches
+    Namespaces too and keeps those labels of each."""
 
     gpu_label_keys: frozenset[str]
     vendor_domains: tuple[str, ...]
+    namespace_label_keys: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, policy: KeptFields) -> NodeFields:
-        return cls(policy.gpu_label_keys, policy.vendor_domains)
+        return cls(policy.gpu_label_keys, policy.vendor_domains, policy.namespace_label_keys)
 
 
 def keeps_label(key: str, kept: KeptFields) -> bool:
@@ -312,6 +318,18 @@ def _gpu_label(key: str, vendor_domains: tuple[str, ...]) -> bool:
 Sizes = Mapping[str | None, Mapping[str, tuple[Quantity, str]]]
 
 
+EMPTY_NAMESPACES: Mapping[str, Mapping[str, str]] = MappingProxyType({})
+
+
+def namespace_labels(obj: Mapping[str, Any], kept: frozenset[str]) -> tuple[str, Mapping[str, str]]:
+    """A Namespace's name and the labels of it that are kept (those tenants select by)."""
+    metadata = _mapping(obj.get("metadata"))
+    labels = _mapping(metadata.get("labels"))
+    return str(metadata.get("name", "")), MappingProxyType(
+        {str(k): str(v) for k, v in labels.items() if k in kept}
+    )
+
+
 class NodeSnapshot:
     """The Nodes as the inventory knew them at one moment, for decisions: never changed.
     What decisions read of all of them (the names nodes advertise, the largest node of each
@@ -320,11 +338,17 @@ class NodeSnapshot:
     policy with other pool label keys or vendor domains is judged without the snapshot until
     the inventory has listed them again: ``covers``)."""
 
-    __slots__ = ("_nodes", "fields", "_advertised", "_sizes")
+    __slots__ = ("_nodes", "fields", "_namespaces", "_advertised", "_sizes")
 
-    def __init__(self, nodes: Mapping[str, NodeInfo], fields: NodeFields) -> None:
+    def __init__(
+        self,
+        nodes: Mapping[str, NodeInfo],
+        fields: NodeFields,
+        namespaces: Mapping[str, Mapping[str, str]] = EMPTY_NAMESPACES,
+    ) -> None:
         self._nodes = nodes  # by name
         self.fields = fields
+        self._namespaces = namespaces  # name -> the labels kept (fields.namespace_label_keys)
         self._advertised: frozenset[str] | None = None
         self._sizes: tuple[Policy, Sizes] | None = None
 
@@ -340,12 +364,20 @@ class NodeSnapshot:
         """The named node, if known."""
         return self._nodes.get(name)
 
+    def namespace_labels(self, name: str) -> Mapping[str, str] | None:
+        """The labels kept of a Namespace; None for one the inventory does not know (or
+        when it watches none): its tenants are then found by name only."""
+        return self._namespaces.get(name)
+
     def covers(self, policy: Policy) -> bool:
-        """Whether its Nodes were kept with every pool label key and vendor domain the policy
-        uses: decisions read no other snapshot (``webhook.admission.engine``)."""
+        """Whether its Nodes (and Namespaces) were kept with every pool label key, vendor
+        domain and namespace label key the policy uses: decisions read no other snapshot
+        (``webhook.admission.engine``)."""
         fields = self.fields
-        return policy.gpu_label_keys <= fields.gpu_label_keys and set(policy.vendor_domains) <= set(
-            fields.vendor_domains
+        return (
+            policy.gpu_label_keys <= fields.gpu_label_keys
+            and set(policy.vendor_domains) <= set(fields.vendor_domains)
+            and policy.namespace_label_keys <= fields.namespace_label_keys
         )
 
     def advertised(self) -> frozenset[str]:

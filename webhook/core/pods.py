@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     # For the memo fields' types only: pools and scope work on views, so importing them at
     # run time would be a cycle.
     from webhook.core.pools import Selection
+    from webhook.core.queues import Submission
     from webhook.core.scope import Reach
 
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
@@ -165,6 +166,8 @@ class PodView:
     # The node inventory's snapshot the template is judged with (``serve --inventory``);
     # None without one.
     nodes: NodeSnapshot | None = field(default=None, repr=False)
+    # The object under review and who sent it (``webhook.core.queues``), set by the engine.
+    submission: Submission | None = field(default=None, repr=False)
 
     def field_path(self, name: str) -> str:
         """The path of a pod-level field, in the object it was written in."""
@@ -175,6 +178,11 @@ class PodView:
             if name in container.gpu:
                 return container.resource_path(name)
         return f"{self.spec_path}.containers"
+
+    @property
+    def namespace_labels(self) -> Mapping[str, str] | None:
+        """Its namespace's labels as the node inventory knows them (None: unknown)."""
+        return self.nodes.namespace_labels(self.namespace) if self.nodes is not None else None
 
     def node_selector(self) -> Mapping[str, Any]:
         selector = self.spec.get("nodeSelector")

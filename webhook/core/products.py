@@ -33,12 +33,13 @@ class ProductReach(NamedTuple):
 
 def product_tenant(view: PodView, policy: Policy) -> Tenant | None:
     """The tenant whose product entitlement binds the Pod: the entitled tenant of its
-    namespace, where that entitlement names products and the Pod asks for a GPU the policy
-    declares. None otherwise."""
-    tenant = policy.entitled_tenant(view.namespace)
+    namespace, where that entitlement names products and the Pod asks for a vendor resource
+    other than a companion one (a name the policy does not declare too: an undeclared name
+    is still a device on some product). None otherwise."""
+    tenant = policy.entitled_tenant(view.namespace, view.namespace_labels)
     if tenant is None or tenant.entitlements is None or tenant.entitlements.products is None:
         return None
-    if not any(name in policy.declared_names for name in view.requested_gpu_names):
+    if all(name in policy.companion_names for name in view.requested_gpu_names):
         return None
     return tenant
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from webhook.policy import mig
 from webhook.policy.capabilities import capability_name
-from webhook.policy.exceptions import LabelSelector, PolicyException
+from webhook.policy.exceptions import PolicyException
 from webhook.policy.hostpaths import canonical, unsafe_to_allow
 from webhook.policy.model import (
     RULE_IDS,
@@ -29,6 +29,13 @@ from webhook.policy.model import (
     RuleSet,
 )
 from webhook.policy.names import NearMisses, normalise_host_path
+from webhook.policy.queues import (
+    DEFAULT_CONTROLLER_USERNAMES,
+    KUEUE_QUEUE_LABEL,
+    Controllers,
+    QueueRequirement,
+)
+from webhook.policy.selectors import compile_selector
 from webhook.policy.tenants import (
     DEFAULT_GRANTED_CAPABILITIES,
     Entitlements,
@@ -126,15 +133,7 @@ def _exception(raw: dict[str, Any]) -> PolicyException:
         expires_text=raw["expires"],
         namespace=raw["namespace"],
         names=frozenset(raw["match"].get("names", ())),
-        selector=LabelSelector(
-            tuple(sorted(selector.get("matchLabels", {}).items())),
-            tuple(
-                (e["key"], e["operator"], frozenset(e.get("values", ())))
-                for e in selector.get("matchExpressions", ())
-            ),
-        )
-        if selector is not None
-        else None,
+        selector=compile_selector(selector) if selector is not None else None,
         rules=frozenset(raw["rules"]),
         reason=raw.get("reason", ""),
     )
@@ -168,18 +167,39 @@ def _entitlements(raw: dict[str, Any], catalogue: Mapping[str, Any]) -> Entitlem
     )
 
 
+def _queue(raw: dict[str, Any]) -> QueueRequirement:
+    return QueueRequirement(
+        raw.get("label", KUEUE_QUEUE_LABEL),
+        frozenset(raw["queues"]) if "queues" in raw else None,
+        frozenset(raw.get("schedulerNames", ())),
+    )
+
+
+def _controllers(raw: dict[str, Any]) -> Controllers:
+    """``spec.controllers``: its users and groups, with the built-in ones unless
+    ``includeDefaults`` is false."""
+    defaults = DEFAULT_CONTROLLER_USERNAMES if raw.get("includeDefaults", True) else ()
+    return Controllers(
+        frozenset((*defaults, *raw.get("usernames", ()))), frozenset(raw.get("groups", ()))
+    )
+
+
 def _tenants(spec: dict[str, Any], catalogue: Mapping[str, Any]) -> tuple[Tenant, ...]:
     """The tenants entries; while none of them states grants, every namespace keeps the
     default grants (a tenants block written for pool preferences takes nothing away). An
     empty block grants nothing: that is how the defaults are taken away."""
     tenants = tuple(
         Tenant(
-            _namespaces(t["namespaces"]),
+            _namespaces(t.get("namespaces", [])),
             _grants(t.get("grants", {})),
             tuple(t.get("poolPreference", ())),
             _entitlements(t["entitlements"], catalogue) if "entitlements" in t else None,
             t.get("contact", ""),
             i,
+            compile_selector(t["namespaceSelector"]) if "namespaceSelector" in t else None,
+            queue=_queue(t["requirements"]["queue"])
+            if "queue" in t.get("requirements", {})
+            else None,
         )
         for i, t in enumerate(spec.get("tenants", ()))
     )
@@ -235,6 +255,7 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
     mig_spec = spec.get("migCatalogue", {})
     catalogue = mig.catalogue_with(mig_spec.get("customProducts", []))
     products = mig_spec.get("products", ["*"])
+    tenants = _tenants(spec, catalogue)
     profile_counts = mig.catalogued_profiles(catalogue, products)
 
     resources_ = {r["name"]: _resource(r) for r in spec.get("resources", [])}
@@ -343,7 +364,15 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
         has_reserved_pools=any(pool.namespaces is not None for pool in pools),
         exempted_names=frozenset(name for e in exemptions for name in e.namespaces.names),
         exempts_by_glob=any(e.namespaces.regex is not None for e in exemptions),
-        tenants=_tenants(spec, catalogue),
+        tenants=tenants,
+        namespace_label_keys=frozenset(
+            key
+            for tenant in tenants
+            if tenant.selector is not None
+            for key in tenant.selector.keys()
+        ),
+        requires_queues=any(t.queue is not None for t in tenants),
+        controllers=_controllers(spec.get("controllers", {})),
         new_checks=spec.get("newChecks", "Warn"),
         exceptions=exceptions,
         excepted_namespaces=frozenset(e.namespace for e in exceptions),

@@ -8,27 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-
-@dataclass(frozen=True, slots=True)
-class LabelSelector:
-    """A Kubernetes label selector: ``matchLabels`` and ``matchExpressions`` (In, NotIn,
-    Exists, DoesNotExist), all of which must hold."""
-
-    match_labels: tuple[tuple[str, str], ...]
-    expressions: tuple[tuple[str, str, frozenset[str]], ...]  # (key, operator, values)
-
-    def matches(self, labels: Mapping[str, Any]) -> bool:
-        if any(labels.get(key) != value for key, value in self.match_labels):
-            return False
-        for key, operator, values in self.expressions:
-            present = key in labels
-            if operator == "Exists" and not present or operator == "DoesNotExist" and present:
-                return False
-            if operator == "In" and (not present or str(labels[key]) not in values):
-                return False
-            if operator == "NotIn" and present and str(labels[key]) in values:
-                return False
-        return True
+from webhook.policy.selectors import LabelSelector
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from webhook.policy.lines import LineFinder, render_path
 from webhook.policy.mode_lint import (
     entitlement_warnings,
     exception_notes,
+    queue_warnings,
     reachable_pods_warnings,
 )
 from webhook.policy.model import (
@@ -237,7 +238,7 @@ def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
             _lint_glob(pattern, ["spec", "exemptions", i, "namespaces", j], err)
     for i, tenant in enumerate(spec.get("tenants", [])):
         path = ["spec", "tenants", i]
-        for j, pattern in enumerate(tenant["namespaces"]):
+        for j, pattern in enumerate(tenant.get("namespaces", [])):
             _lint_glob(pattern, [*path, "namespaces", j], err)
         grant_errors(tenant.get("grants", {}), [*path, "grants"], err)
     return errors
@@ -293,6 +294,7 @@ def warnings(policy: Policy, lines: LineFinder) -> tuple[PolicyWarning, ...]:
     _note_exemptions(policy, inform)
     exception_notes(policy, inform)
     entitlement_warnings(policy, warn)
+    queue_warnings(policy, warn)
     mutation_warnings(policy, warn, inform)
     return tuple(sorted(found, key=lambda w: w.line))
 

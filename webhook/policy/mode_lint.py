@@ -1,5 +1,6 @@
 """The lint of how a policy judges who: rule modes that deny more than they seem to,
-exceptions that lift more than they seem to, entitlements to names it does not declare."""
+exceptions that lift more than they seem to, entitlements to names it does not declare, queue
+requirements that ask every controller's Pods again or ask nothing."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ from collections.abc import Callable
 from typing import Any
 
 from webhook.policy.lines import LineFinder
-from webhook.policy.mig import gfd_product
+from webhook.policy.mig import catalogued_as, gfd_product
 from webhook.policy.model import SECURITY_RULES, Policy, RuleSet
+
+# What product names start with in GPU feature discovery's label (the driver's name).
+_MAKERS = ("NVIDIA-", "TESLA-", "QUADRO-")
 
 Report = Callable[[list[Any], str], None]
 
@@ -83,10 +87,53 @@ def entitlement_warnings(policy: Policy, warn: Report) -> None:
                 )
         for product in entitled.products or () if entitled is not None else ():
             bare = gfd_product(product)
-            if bare.name != product:
+            # The catalogue's own names (H100-80GB) are not labels: the driver's names are.
+            entry = catalogued_as(bare, None, policy.mig_catalogue)
+            labelled = entry is not None and entry.upper() != bare.name.upper()
+            if not labelled and not product.upper().startswith(_MAKERS):
+                warn(
+                    ["spec", "tenants", tenant.index, "entitlements", "products"],
+                    f"{product} does not look like a product GPU feature discovery labels "
+                    "(NVIDIA-H100-80GB-HBM3; A100-SXM4-40GB from drivers before R470): a name "
+                    "no node carries keeps the tenant's GPU Pods pending; see kubectl get "
+                    "nodes -L nvidia.com/gpu.product",
+                )
+            elif bare.name != product:
                 warn(
                     ["spec", "tenants", tenant.index, "entitlements", "products"],
                     f"{product} is a form of {bare.name} (GPU feature discovery adds "
                     "-MIG-<profile> and -SHARED to the product label): name the product, "
                     f"{bare.name}, and every form of it is allowed",
                 )
+
+
+# The Job controller's identities: with neither a controller, a Job's Pods are asked again.
+_JOB_CONTROLLER = (
+    "system:serviceaccount:kube-system:job-controller",
+    "system:kube-controller-manager",
+)
+
+
+def queue_warnings(policy: Policy, warn: Report) -> None:
+    """A queue requirement without kube-controller-manager among the controllers refuses the
+    Pods of every queued Job (they do not carry the Job's label); one that accepts
+    ``default-scheduler`` asks nothing of a Pod that names no scheduler."""
+    if not policy.requires_queues:
+        return
+    if not any(policy.controllers.include(name, None) for name in _JOB_CONTROLLER):
+        warn(
+            ["spec", "controllers"],
+            "kube-controller-manager is no controller here, so the Pods it creates from a "
+            "queued Job or Deployment are asked for a queue again and refused (they do not "
+            "carry their workload's label): list system:serviceaccount:kube-system:job-controller "
+            "and the other controllers' accounts, or leave includeDefaults true",
+        )
+    for tenant in policy.tenants:
+        names = sorted(tenant.queue.scheduler_names) if tenant.queue is not None else []
+        if "default-scheduler" in names:
+            warn(
+                ["spec", "tenants", tenant.index, "requirements", "queue", "schedulerNames"],
+                "default-scheduler schedules every Pod that names no scheduler and queues "
+                "none: with it listed, the requirement asks nothing; list only batch schedulers "
+                "that queue Pods (kai-scheduler, volcano)",
+            )

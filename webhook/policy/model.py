@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from webhook.policy.exceptions import PolicyException
 from webhook.policy.names import NearMisses
+from webhook.policy.queues import DEFAULT_CONTROLLERS, Controllers
 from webhook.policy.rules import RULES
 from webhook.policy.tenants import NO_GRANTS, Grants, NamespaceMatcher, Tenant
 
@@ -340,6 +341,12 @@ class Policy:
     exempted_names: frozenset[str]
     exempts_by_glob: bool
     tenants: tuple[Tenant, ...] = ()
+    requires_queues: bool = False  # some tenants entry states requirements.queue
+    # Whose requests create objects from workloads already judged: not asked for a queue again.
+    controllers: Controllers = DEFAULT_CONTROLLERS
+    # The namespace label keys tenants select by: what the node inventory keeps of Namespaces
+    # (none: it watches no Namespace).
+    namespace_label_keys: frozenset[str] = frozenset()
     # The checks added or tightened in this release (the pod-security rule; unlisted host paths,
     # hostIPC, SYS_PTRACE, the node-shared toolkit variables): Warn reports them as warnings at
     # most, whatever their rule's mode (an upgrade warns before it denies); Enforce gives them
@@ -378,10 +385,23 @@ class Policy:
         index in ``spec.exceptions``."""
         return [(i, e) for i, e in enumerate(self.exceptions) if now >= e.expires]
 
-    def entitled_tenant(self, namespace: str) -> Tenant | None:
-        """The first ``tenants`` entry that matches the namespace and states entitlements."""
+    def entitled_tenant(
+        self, namespace: str, labels: Mapping[str, str] | None = None
+    ) -> Tenant | None:
+        """The first ``tenants`` entry that matches the namespace (by name, or by its
+        ``labels`` where the node inventory knows them) and states entitlements."""
         for tenant in self.tenants:
-            if tenant.entitlements is not None and tenant.namespaces.matches(namespace):
+            if tenant.entitlements is not None and tenant.matches(namespace, labels):
+                return tenant
+        return None
+
+    def queue_tenant(
+        self, namespace: str, labels: Mapping[str, str] | None = None
+    ) -> Tenant | None:
+        """The first ``tenants`` entry that matches the namespace (by name, or by its
+        ``labels`` where the node inventory knows them) and states a queue requirement."""
+        for tenant in self.tenants:
+            if tenant.queue is not None and tenant.matches(namespace, labels):
                 return tenant
         return None
 

@@ -161,7 +161,9 @@ RULES: tuple[Rule, ...] = (
             " key; through a wildcard toleration, never denied: a warning, or an audit record "
             "where the policy audits Pods that ask for no GPU), or a Pod with `nodeName` outside "
             "`binderNamespaces` (with the node inventory: only a node of a pool closed to it, "
-            "or a node it does not know)"
+            "or a node it does not know); where a tenant may use some products only, a GPU Pod "
+            "whose node selection does not keep it to them (`nvidia.com/gpu.product In`, which "
+            "the mutating webhook adds; warned while `newChecks` is Warn)"
         ),
     ),
     Rule(
@@ -171,10 +173,21 @@ RULES: tuple[Rule, ...] = (
         security=False,
         restricts=(
             "where the policy states a tenant's entitlements: a declared GPU resource they do "
-            "not list, more GPU devices in one container or one Pod than they allow, a GPU Pod "
-            "whose node selection does not keep it to the products they may use "
-            "(`nvidia.com/gpu.product`, which the mutating webhook adds) (warned while "
-            "`newChecks` is Warn)"
+            "not list, more GPU devices in one container or one Pod than they allow (warned "
+            "while `newChecks` is Warn)"
+        ),
+    ),
+    Rule(
+        id="queue",
+        title="A tenant's GPU workloads go through its queue.",
+        severity="medium",
+        security=False,
+        restricts=(
+            "where the policy requires a tenant's queue: a GPU workload or bare GPU Pod without "
+            "the queue label (Kueue's `kueue.x-k8s.io/queue-name` by default, where Kueue reads "
+            "it), naming a queue not allowed, or without one of the allowed `schedulerName`s "
+            "(KAI's, Volcano's); objects a controller creates (`request.userInfo` in "
+            "`controllers`) are not asked again (warned while `newChecks` is Warn)"
         ),
     ),
     Rule(

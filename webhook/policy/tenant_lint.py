@@ -39,6 +39,7 @@ def tenant_errors(spec: dict[str, Any], err: Report) -> None:
 
     pool_names = [pool["name"] for pool in spec.get("pools", [])]
     for i, tenant in enumerate(spec.get("tenants", [])):
+        _lint_namespaces(tenant, ["spec", "tenants", i], err)
         for j, name in enumerate(tenant.get("poolPreference", [])):
             if name not in pool_names:
                 close = difflib.get_close_matches(name, pool_names, 1, 0.5)
@@ -48,6 +49,39 @@ def tenant_errors(spec: dict[str, Any], err: Report) -> None:
                     f"no pool is named {name!r}{hint}; declared pools: "
                     + (", ".join(pool_names) or "none"),
                 )
+
+
+# What only an entry that names its namespaces may say: each opens something (a grant, a pool,
+# an exemption), and whoever may label a namespace would open it for themselves.
+NAMED_ONLY = ("grants", "poolPreference")
+
+
+def _lint_namespaces(tenant: dict[str, Any], path: list[Any], err: Report) -> None:
+    """An entry names its namespaces or selects them by label, one of the two; selected ones
+    are given entitlements and requirements only."""
+    if "namespaces" in tenant and "namespaceSelector" in tenant:
+        err([*path, "namespaceSelector"], "give namespaces or namespaceSelector, not both")
+    elif "namespaces" not in tenant and "namespaceSelector" not in tenant:
+        err(path, "an entry needs namespaces (names or globs) or a namespaceSelector")
+    if "namespaceSelector" not in tenant:
+        return
+    for key in NAMED_ONLY:
+        if key in tenant:
+            err(
+                [*path, key],
+                f"{key} needs namespaces named (namespaces), not selected by label: whoever "
+                "may label a namespace would give it to themselves; a namespaceSelector "
+                "selects entitlements and requirements only",
+            )
+    selector = tenant["namespaceSelector"]
+    if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+        err(
+            [*path, "namespaceSelector"],
+            "this selector reads no label, so the inventory keeps none and it selects no "
+            "namespace; name every namespace with namespaces: ['*'] instead",
+        )
+    for k, expr in enumerate(selector.get("matchExpressions", [])):
+        lint_expression(expr, [*path, "namespaceSelector", "matchExpressions", k], err)
 
 
 def _lint_exception_match(match: dict[str, Any], path: list[Any], err: Report) -> None:

@@ -11,6 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from webhook.policy.queues import QueueRequirement
+from webhook.policy.selectors import LabelSelector
+
 
 @dataclass(frozen=True, slots=True)
 class NamespaceMatcher:
@@ -118,11 +121,30 @@ class Entitlements:
 class Tenant:
     """A ``tenants`` entry: the namespaces (names or globs), what they are granted, the pools
     they prefer (in order), what they are entitled to, and whom they ask; ``index`` is its
-    place in ``spec.tenants``, for messages (-1 for the default grants' entry)."""
+    place in ``spec.tenants``, for messages (-1 for the default grants' entry); ``queue``:
+    the queue its GPU workloads must go through (``requirements.queue``)."""
 
-    namespaces: NamespaceMatcher
+    namespaces: NamespaceMatcher  # none named where ``selector`` selects them
     grants: Grants
     pool_preference: tuple[str, ...] = ()
     entitlements: Entitlements | None = None
     contact: str = ""
     index: int = -1
+    # ``namespaceSelector``: the namespaces by their labels, as the node inventory's watch on
+    # Namespaces knows them (entitlements and requirements only: never grants or exemptions).
+    selector: LabelSelector | None = None
+    queue: QueueRequirement | None = None
+
+    def matches(self, namespace: str, labels: Mapping[str, str] | None) -> bool:
+        """Whether the entry names the namespace, or selects it by ``labels`` (None: not
+        known, and then no selector matches it)."""
+        if self.selector is not None:
+            return labels is not None and self.selector.matches(labels)
+        return self.namespaces.matches(namespace)
+
+    @property
+    def named(self) -> str:
+        """The namespaces as the entry names them, for messages."""
+        if self.selector is not None:
+            return f"namespaces selected by {self.selector}"
+        return ", ".join(self.namespaces.patterns)

@@ -1,4 +1,5 @@
-"""The opt-in node inventory of a replica: what the worker knows of the cluster's Nodes.
+"""The opt-in node inventory of a replica: what the worker knows of the cluster's Nodes (and,
+where tenants select namespaces by label, of its Namespaces' labels).
 
 Off unless ``--inventory`` (``GPU_ADMISSION_INVENTORY=true``) is given, and then the
 webhook's ServiceAccount needs list and watch on nodes (the chart's ``inventory.enabled``,
@@ -59,6 +60,7 @@ class _Feed:
         self.fields = fields
         self._clock = clock
         self._nodes: dict[str, NodeInfo] = {}
+        self._namespaces: dict[str, Mapping[str, str]] = {}  # name -> kept labels
         self._shared = SharedParts()
         # Published for readers, each replaced whole: the snapshot once listed, the figures.
         self.snapshot: NodeSnapshot | None = None
@@ -119,6 +121,13 @@ class _Feed:
                 changed = True
         for name in message.get("gone") or ():
             changed = self._nodes.pop(str(name), None) is not None or changed
+        for record in message.get("namespaces") or ():
+            if isinstance(record, list) and len(record) == 2 and isinstance(record[1], dict):
+                labels = {str(k): str(v) for k, v in record[1].items()}
+                self._namespaces[str(record[0])] = self._shared.mapping(labels)
+                changed = True
+        for name in message.get("namespacesGone") or ():
+            changed = self._namespaces.pop(str(name), None) is not None or changed
         state = message.get("state")
         if isinstance(state, dict):
             ago = state.get("heard_ago")
@@ -130,7 +139,7 @@ class _Feed:
             if state.get("listed") and not self.listed:
                 self.listed = changed = True
         if changed and self.listed:
-            self.snapshot = NodeSnapshot(dict(self._nodes), self.fields)
+            self.snapshot = NodeSnapshot(dict(self._nodes), self.fields, dict(self._namespaces))
 
 
 class NodeInventory:

@@ -16,6 +16,9 @@ JSON message per line on standard output:
 - ``{"put": [RECORD, ...]}``: Nodes added or changed (``node_record``), at most
   ``RECORDS_PER_LINE`` a line;
 - ``{"gone": [NAME, ...]}``: Nodes deleted;
+- ``{"namespaces": [[NAME, {LABEL: VALUE}], ...]}`` and ``{"namespacesGone": [NAME, ...]}``:
+  with namespace label keys in FIELDS only, Namespaces added or relabelled (the kept labels)
+  and deleted;
 - ``{"state": {"listed": bool, "heard_ago": seconds | null, "restarts": int,
   "last_error": str | null}}``: after a change to any of them, and once a second while the API
   server is heard from. Every Node of a list is sent before the state that says it is listed.
@@ -35,7 +38,15 @@ from typing import IO, Any
 
 from webhook.cluster.connection import ClusterError, connect
 from webhook.cluster.watching import Key, WatchCache, WatchOptions
-from webhook.core.inventory import EMPTY, NodeFields, NodeInfo, SharedParts, Taint, node_info
+from webhook.core.inventory import (
+    EMPTY,
+    NodeFields,
+    NodeInfo,
+    SharedParts,
+    Taint,
+    namespace_labels,
+    node_info,
+)
 
 # Nodes per list page: a page is decoded whole before it is kept, and the memory it took stays
 # with the process as its high-water mark. Measured on 5,000 Nodes of about 8 KB: 500 a page
@@ -57,7 +68,11 @@ CONNECT_RETRY_SECONDS = 30.0
 def fields_argument(fields: NodeFields) -> str:
     """The FIELDS argument for :class:`NodeFields`."""
     return json.dumps(
-        {"labelKeys": sorted(fields.gpu_label_keys), "vendorDomains": list(fields.vendor_domains)}
+        {
+            "labelKeys": sorted(fields.gpu_label_keys),
+            "vendorDomains": list(fields.vendor_domains),
+            "namespaceLabelKeys": sorted(fields.namespace_label_keys),
+        }
     )
 
 
@@ -99,18 +114,17 @@ def _strings(value: Any, shared: SharedParts) -> Mapping[str, str]:
 def parse_fields(argument: str) -> NodeFields:
     """The :class:`NodeFields` of a FIELDS argument (``fields_argument``)."""
     given = json.loads(argument)
-    return NodeFields(frozenset(given["labelKeys"]), tuple(given["vendorDomains"]))
+    return NodeFields(
+        frozenset(given["labelKeys"]),
+        tuple(given["vendorDomains"]),
+        frozenset(given.get("namespaceLabelKeys", ())),
+    )
 
 
 def follow(fields: NodeFields, out: IO[bytes]) -> None:
-    """List and watch the Nodes, and write what changes to ``out``, until writing fails
-    (``BrokenPipeError``: the worker closed its end)."""
-    _follow(_cache(fields, out), out)
-
-
-def _cache(fields: NodeFields, out: IO[bytes]) -> WatchCache[NodeInfo]:
-    """A started watch cache of Nodes; while no cluster configuration loads, its error is
-    sent and it is tried again."""
+    """List and watch the Nodes (and, with namespace label keys, the Namespaces), and write
+    what changes to ``out``, until writing fails (``BrokenPipeError``: the worker closed its
+    end)."""
     from kubernetes import client as k8s
 
     while True:
@@ -120,19 +134,38 @@ def _cache(fields: NodeFields, out: IO[bytes]) -> WatchCache[NodeInfo]:
         except ClusterError as exc:
             _send(out, {"state": _state(False, None, 0, f"no cluster configuration: {exc}")})
         time.sleep(CONNECT_RETRY_SECONDS)
-    cache = WatchCache(
+    api = k8s.CoreV1Api(cluster.api_client)
+    nodes = WatchCache(
         cluster,
-        k8s.CoreV1Api(cluster.api_client).list_node,
+        api.list_node,
         partial(node_info, kept=fields, shared=SharedParts()),
         options=OPTIONS,
     )
-    threading.Thread(target=cache.run, args=(threading.Event(),), daemon=True).start()
-    return cache
+    namespaces = None
+    if fields.namespace_label_keys:
+        keys = fields.namespace_label_keys
+        namespaces = WatchCache(
+            cluster, api.list_namespace, lambda obj: namespace_labels(obj, keys)[1], options=OPTIONS
+        )
+    for cache in (nodes, namespaces):
+        if cache is not None:
+            threading.Thread(target=cache.run, args=(threading.Event(),), daemon=True).start()
+    _follow(nodes, namespaces, out)
 
 
-def _follow(cache: WatchCache[NodeInfo], out: IO[bytes]) -> None:
-    """Send what changes in the cache, until the process ends."""
+def _follow(
+    cache: WatchCache[NodeInfo],
+    namespaces: WatchCache[Mapping[str, str]] | None,
+    out: IO[bytes],
+) -> None:
+    """Send what changes in the caches, until the process ends. With Namespaces watched, the
+    state is both caches': listed once both have listed, heard from when the one heard from
+    longer ago was, their restarts added up, the Nodes' error first. So a Namespace watch
+    that is refused or fails makes the inventory stale, as a Node watch would: decisions go
+    on without it, and the stale-inventory alert fires, instead of tenants selected by label
+    silently losing their entitlements."""
     sent: Mapping[Key, NodeInfo] = {}
+    sent_namespaces: Mapping[Key, Mapping[str, str]] = {}
     last: tuple[Any, ...] | None = None
     heard_sent = 0.0
     while True:
@@ -140,12 +173,27 @@ def _follow(cache: WatchCache[NodeInfo], out: IO[bytes]) -> None:
         if state.items is not sent:
             _send_changes(out, sent, state.items)
             sent = state.items
+        listed, heard, restarts, error = (
+            state.listed,
+            state.heard_at,
+            state.restarts,
+            state.last_error,
+        )
+        if namespaces is not None:
+            known = namespaces.state
+            if known.items is not sent_namespaces:
+                _send_namespaces(out, sent_namespaces, known.items)
+                sent_namespaces = known.items
+            listed = listed and known.listed
+            heard = None if heard is None or known.heard_at is None else min(heard, known.heard_at)
+            restarts += known.restarts
+            if error is None and known.last_error is not None:
+                error = f"watching Namespaces: {known.last_error}"
         now = time.monotonic()
-        summary = (state.listed, state.restarts, state.last_error)
-        heard = state.heard_at
+        summary = (listed, restarts, error)
         if summary != last or (heard is not None and heard > heard_sent + HEARD_EVERY_SECONDS):
             ago = now - heard if heard is not None else None
-            _send(out, {"state": _state(state.listed, ago, state.restarts, state.last_error)})
+            _send(out, {"state": _state(listed, ago, restarts, error)})
             last, heard_sent = summary, heard if heard is not None else 0.0
         time.sleep(POLL_SECONDS)
 
@@ -164,6 +212,21 @@ def _send_changes(
     gone = [key[1] for key in before if key not in now]
     if gone:
         _send(out, {"gone": gone})
+
+
+def _send_namespaces(
+    out: IO[bytes], before: Mapping[Key, Mapping[str, str]], now: Mapping[Key, Mapping[str, str]]
+) -> None:
+    changed = [
+        [key[1], dict(labels)]
+        for key, labels in now.items()
+        if (old := before.get(key)) is not labels and old != labels
+    ]
+    for start in range(0, len(changed), RECORDS_PER_LINE):
+        _send(out, {"namespaces": changed[start : start + RECORDS_PER_LINE]})
+    gone = [key[1] for key in before if key not in now]
+    if gone:
+        _send(out, {"namespacesGone": gone})
 
 
 def _state(
