@@ -29,6 +29,7 @@ from webhook.policy.model import (
     Policy,
     PolicyWarning,
 )
+from webhook.policy.mutation_lint import mutation_errors, mutation_warnings
 from webhook.policy.pool_lint import pool_warnings
 from webhook.policy.tenant_lint import Report, lint_expression, tenant_errors
 from webhook.policy.workloads import (
@@ -73,6 +74,7 @@ def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
         errors.append(lines.error(path, message))
 
     tenant_errors(spec, err)
+    mutation_errors(spec, err)
 
     mig_spec = spec.get("migCatalogue", {})
     custom_products = mig_spec.get("customProducts", [])
@@ -293,6 +295,7 @@ def warnings(policy: Policy, lines: LineFinder) -> tuple[PolicyWarning, ...]:
     exception_notes(policy, inform)
     entitlement_warnings(policy, warn)
     queue_warnings(policy, warn)
+    mutation_warnings(policy, warn, inform)
     return tuple(sorted(found, key=lambda w: w.line))
 
 
