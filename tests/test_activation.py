@@ -150,13 +150,15 @@ def test_activate_waits_for_the_server_then_sets_the_ca_and_failure_policy(
     assert main(argv) == 0
     assert "failurePolicy Fail" in capsys.readouterr().out
     validating, custom_kinds = webhooks(kube_api, "validatingwebhookconfigurations")
-    [mutating] = webhooks(kube_api, "mutatingwebhookconfigurations")
+    mutating, workload_defaults = webhooks(kube_api, "mutatingwebhookconfigurations")
     assert validating["clientConfig"]["caBundle"] == bundle == mutating["clientConfig"]["caBundle"]
     assert custom_kinds["clientConfig"]["caBundle"] == bundle
+    assert workload_defaults["clientConfig"]["caBundle"] == bundle
     assert validating["failurePolicy"] == "Fail"
     # The custom kinds' entry keeps failing open: their Pods are judged fail-closed anyway.
     assert custom_kinds["name"] == WORKLOADS_WEBHOOK and custom_kinds["failurePolicy"] == "Ignore"
-    assert mutating["failurePolicy"] == "Ignore"  # the mutating webhook always fails open
+    # The mutating webhooks always fail open: the Pods' and the workloads' GPU defaults.
+    assert mutating["failurePolicy"] == workload_defaults["failurePolicy"] == "Ignore"
 
     assert main(["webhooks", "deactivate", "--kubeconfig", str(kube_api_kubeconfig)]) == 0
     hooks = webhooks(kube_api, "validatingwebhookconfigurations")

@@ -448,3 +448,47 @@ def test_the_custom_kinds_entry_covers_exactly_what_an_inline_policy_judges(tmp_
     assert {"apiGroups": ["example.org"], "resources": ["runs"], "verbs": ["get", "list"]} in (
         auditor["rules"]
     )
+
+
+def test_the_workloads_mutating_entry_sends_an_inline_policys_template_kinds() -> None:
+    """The GPU defaults go in pod templates: an inline policy's own kinds with templates are
+    sent to the mutating webhook on CREATE (a kind with only containers is not), and so are
+    the extra rules given for a policy in an existing ConfigMap."""
+    from webhook.policy.workloads import WORKLOADS_MUTATING_WEBHOOK
+
+    inline = (
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
+        "metadata: {name: own}\nspec:\n  workloads:\n"
+        "    - {group: example.com, kind: TrainingRun, templates: [spec.template]}\n"
+        "    - {group: example.com, kind: Sweep, resource: sweepz, containers: [spec.c]}\n"
+    )
+
+    def hook(values: dict[str, Any]) -> dict[str, Any]:
+        config = one(render(values), "MutatingWebhookConfiguration")
+        [found] = [h for h in config["webhooks"] if h["name"] == WORKLOADS_MUTATING_WEBHOOK]
+        return found
+
+    packaged = hook({})["rules"]
+    own = hook({"policy": {"inline": inline}})["rules"]
+    assert own[: len(packaged)] == packaged
+    assert own[len(packaged) :] == [
+        {
+            "apiGroups": ["example.com"],
+            "apiVersions": ["*"],
+            "operations": ["CREATE"],
+            "resources": ["trainingruns"],
+            "scope": "*",
+        }
+    ]
+    extra = {
+        "apiGroups": ["example.org"],
+        "apiVersions": ["*"],
+        "operations": ["CREATE"],
+        "resources": ["runs"],
+        "scope": "*",
+    }
+    values = {
+        "policy": {"existingConfigMap": "mine"},
+        "webhooks": {"mutating": {"extraWorkloadRules": [extra]}},
+    }
+    assert hook(values)["rules"] == [*packaged, extra]

@@ -21,7 +21,7 @@ from tests.conformance.corpus import CORPUS, POLICIES, documents, load_table, re
 from tests.support.paths import REPO
 from webhook.audit import suites as policy_tests
 from webhook.cli.main import main
-from webhook.cli.policy import rule_covers
+from webhook.cli.webhook_coverage import rule_covers
 from webhook.policy import load as policy
 from webhook.policy.namespace_lint import covers
 

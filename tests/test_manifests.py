@@ -19,7 +19,9 @@ from tests.support.paths import REPO
 from webhook.policy.load import default_policy_path, load_policy
 from webhook.policy.workloads import (
     NODES_READ_RULE,
+    NOT_CONTROLLED,
     SPEC_CHANGED,
+    WORKLOADS_MUTATING_WEBHOOK,
     WORKLOADS_WEBHOOK,
     custom_resource_rules,
     read_rules,
@@ -164,9 +166,10 @@ def selector_matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 
 def webhook(objs, kind: str, name: str | None = None) -> dict[str, Any]:
     """A webhook of the configuration: the first (Pods and the built-in kinds), or by name.
-    The validating configuration has a second one, for custom workload kinds."""
+    Each configuration has a second one: the validating one for custom workload kinds, the
+    mutating one for the GPU defaults of workloads."""
     webhooks = one(objs, kind, "gpu-admission")["webhooks"]
-    assert len(webhooks) == (2 if kind == "ValidatingWebhookConfiguration" else 1)
+    assert len(webhooks) == 2
     if name is None:
         return webhooks[0]
     [hook] = [h for h in webhooks if h["name"] == name]
@@ -488,6 +491,7 @@ def test_service_maps_443_to_8443():
         ("ValidatingWebhookConfiguration", "validate.gpu-admission.io", "/validate", 5),
         ("ValidatingWebhookConfiguration", WORKLOADS_WEBHOOK, "/validate", 5),
         ("MutatingWebhookConfiguration", "mutate.gpu-admission.io", "/mutate", 3),
+        ("MutatingWebhookConfiguration", WORKLOADS_MUTATING_WEBHOOK, "/mutate", 3),
     ],
 )
 def test_webhook_common_fields(name, kind, hook_name, path, timeout):
@@ -556,6 +560,9 @@ def test_failure_policies(name):
     assert webhook(objs, "MutatingWebhookConfiguration")["failurePolicy"] == "Ignore"
     # Custom workload kinds fail open: their Pods are judged fail-closed when created.
     hook = webhook(objs, "ValidatingWebhookConfiguration", WORKLOADS_WEBHOOK)
+    assert hook["failurePolicy"] == "Ignore"
+    # Defaults only: a workload the webhook could not answer for is created without them.
+    hook = webhook(objs, "MutatingWebhookConfiguration", WORKLOADS_MUTATING_WEBHOOK)
     assert hook["failurePolicy"] == "Ignore"
 
 
@@ -653,6 +660,83 @@ def test_mutating_webhook(name):
         assert "nvidia.com/" in condition["expression"]
         assert "has(" in condition["expression"]
         assert "tolerations" in condition["expression"]
+
+
+BUILT_IN_TEMPLATE_KINDS = [
+    ("", ["replicationcontrollers"]),
+    ("apps", ["deployments", "replicasets", "statefulsets", "daemonsets"]),
+    ("batch", ["jobs", "cronjobs"]),
+]
+
+
+@all_renders
+def test_mutating_webhook_for_workloads(name):
+    """The GPU defaults go on workload templates when they are created: every built-in kind
+    with a pod template and the catalogue's kinds with one (generated), on CREATE only, and
+    only objects no controller owns."""
+    hook = webhook(render(name), "MutatingWebhookConfiguration", WORKLOADS_MUTATING_WEBHOOK)
+    assert hook["reinvocationPolicy"] == "Never"
+    assert hook["matchConditions"] == [{"name": "not-controlled", "expression": NOT_CONTROLLED}]
+    built_in = [
+        {
+            "apiGroups": [group],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": resources,
+            "scope": "Namespaced",
+        }
+        for group, resources in BUILT_IN_TEMPLATE_KINDS
+    ]
+    custom = custom_resource_rules(DEFAULT_POLICY.workloads.values(), mutating=True)
+    assert hook["rules"] == built_in + custom
+    sent = {(g, r) for rule in hook["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    templated = {
+        (w.group, w.resource)
+        for w in DEFAULT_POLICY.workloads.values()
+        if any(t.shape == "template" for t in w.targets)
+        and w.kind != "Pod"
+        and w.group != "extensions"  # no longer served
+    }
+    # Exactly the judged kinds with a pod template: InferenceServices and Argo Workflows write
+    # their Pods' fields inline, where an operator may not pass a class on.
+    assert sent == templated
+    assert ("serving.kserve.io", "inferenceservices") not in sent
+
+
+def test_the_chart_reads_the_generated_mutating_rules():
+    files = yaml.safe_load((REPO / "manifests/chart/files/webhooks.yaml").read_text("utf-8"))
+    hook = webhook(render("base"), "MutatingWebhookConfiguration", WORKLOADS_MUTATING_WEBHOOK)
+    assert files["workloadsMutating"] == {
+        "rules": hook["rules"],
+        "matchConditions": hook["matchConditions"],
+    }
+
+
+OWNER = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "train", "uid": "u-1"}
+
+
+@pytest.mark.parametrize(
+    ("case", "metadata", "sent"),
+    [
+        ("no owner", {"name": "train"}, True),
+        ("empty owners", {"name": "train", "ownerReferences": []}, True),
+        ("an owner that is no controller", {"ownerReferences": [OWNER]}, True),
+        ("controller false", {"ownerReferences": [{**OWNER, "controller": False}]}, True),
+        ("a controller", {"ownerReferences": [{**OWNER, "controller": True}]}, False),
+        (
+            "a controller among owners",
+            {"ownerReferences": [OWNER, {**OWNER, "uid": "u-2", "controller": True}]},
+            False,
+        ),
+    ],
+)
+def test_workloads_a_controller_owns_are_not_sent_for_defaults(case, metadata, sent):
+    [condition] = webhook(
+        render("base"), "MutatingWebhookConfiguration", WORKLOADS_MUTATING_WEBHOOK
+    )["matchConditions"]
+    obj = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": metadata, "spec": {}}
+    variables = {"object": obj, "oldObject": None, "request": {"operation": "CREATE"}}
+    assert cel_eval(condition["expression"], variables) is sent, case
 
 
 # ---------------------------------------------------------------------------- the CEL

@@ -14,9 +14,11 @@ For every generated Pod, under the default policy and a pool policy:
 - mutating the patched Pod plans nothing.
 
 Also with injectVoid: every container without a GPU gets NVIDIA_VISIBLE_DEVICES, GPU
-containers are untouched. kubectl runs on every patch of the ``*_with_kubectl`` properties
-(60 examples per policy); the ``*_more_examples`` ones apply with jsonpatch only. And no
-operation is redundant: each one changes the Pod.
+containers are untouched. And with the GPU defaults: a bare GPU Pod without a deadline gets
+the policy's, every GPU container of a Pod of several GPUs mounts a memory-backed volume at
+/dev/shm, nothing else changes and no class is ever added to a Pod. kubectl runs on every
+patch of the ``*_with_kubectl`` properties (60 examples per policy); the ``*_more_examples``
+ones apply with jsonpatch only. And no operation is redundant: each one changes the Pod.
 """
 
 from __future__ import annotations
@@ -57,7 +59,27 @@ from webhook.policy.quantity import parse_quantity
 DEFAULT = policy_from(DEFAULT_DOC)
 POOLS = policy_from(POOLS_DOC)
 POOLS_VOID = policy_from(POOLS_DOC, deviceVisibility={"injectVoid": True})
-POLICIES = {"default": DEFAULT, "pools": POOLS, "pools-void": POOLS_VOID}
+# Every GPU default: only a bare Pod's deadline and the shared memory of Pods of several GPUs
+# apply to Pods (the classes go on workload templates).
+POOLS_DEFAULTS = policy_from(
+    POOLS_DOC,
+    mutation={
+        "enabled": True,
+        "gpuDefaults": {
+            "runtimeClassName": "nvidia-cdi",
+            "priorityClassName": "gpu-batch",
+            "activeDeadlineSeconds": {"barePods": 3600, "jobs": 86400},
+            "sharedMemory": {"enabled": True, "sizeLimit": "8Gi"},
+        },
+    },
+)
+POLICIES = {
+    "default": DEFAULT,
+    "pools": POOLS,
+    "pools-void": POOLS_VOID,
+    "pools-defaults": POOLS_DEFAULTS,
+}
+SHM = "/dev/shm"
 
 MIRROR = "kubernetes.io/config.mirror"
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
@@ -249,6 +271,21 @@ def pods(draw) -> dict:
     if init or draw(st.booleans()):
         spec["initContainers"] = init
     tolerations = draw(st.sampled_from(["absent", "null", "list"]))
+    owner = draw(st.sampled_from(["none", "none", "none", "controller", "owner"]))
+    if owner != "none":
+        reference = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u-1"}
+        metadata["ownerReferences"] = [
+            {**reference, "controller": True} if owner == "controller" else reference
+        ]
+    if draw(st.integers(0, 4)) == 0:
+        spec["activeDeadlineSeconds"] = 600
+    volumes = draw(st.sampled_from(["none", "none", "name-taken", "memory", "mounted", "mounted"]))
+    if volumes == "name-taken":
+        spec["volumes"] = [{"name": "gpu-admission-shm", "configMap": {"name": "settings"}}]
+    elif volumes in ("memory", "mounted"):
+        spec["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+        if volumes == "mounted":
+            spec["containers"][0]["volumeMounts"] = [{"name": "dshm", "mountPath": SHM}]
     if tolerations == "null":
         spec["tolerations"] = None
     elif tolerations == "list":
@@ -328,6 +365,34 @@ def _gpu_containers(pod: Mapping, policy: Policy) -> set[tuple[str, int]]:
     return out
 
 
+def _gpus(pod: Mapping, policy: Policy) -> int:
+    """The Pod's GPUs as the scheduler counts them (no sidecars here): the app containers'
+    sum, or the most one init container asks for."""
+
+    def count(container: Mapping) -> int:
+        resources = container.get("resources") or {}
+        asked = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+        return sum(
+            int(parse_quantity(q) or 0)
+            for n, q in asked.items()
+            if n in policy.declared_names or n in policy.retired
+        )
+
+    apps = sum(count(c) for c in pod["spec"].get("containers") or [])
+    return max([apps, *(count(c) for c in pod["spec"].get("initContainers") or [])])
+
+
+def _deadline_expected(pod: Mapping, policy: Policy, gpu: set[tuple[str, int]]) -> bool:
+    """A bare Pod (no controller owns it) that asks for a GPU and sets no deadline."""
+    owners = pod["metadata"].get("ownerReferences") or []
+    return bool(
+        policy.gpu_defaults.bare_pod_deadline
+        and gpu
+        and pod["spec"].get("activeDeadlineSeconds") is None
+        and not any(o.get("controller") for o in owners)
+    )
+
+
 def check(pod: dict, policy: Policy, namespace: str, *, kubectl: bool) -> list[dict]:
     """Every property for one Pod; returns the patch. ``kubectl``: apply it with kubectl too
     (and check that the generated Pod itself is valid)."""
@@ -350,7 +415,10 @@ def check(pod: dict, policy: Policy, namespace: str, *, kubectl: bool) -> list[d
 
     selection = pool_selection(pod, policy, namespace)
     voiding = policy.inject_void and can_reach_gpu_nodes(pod, policy, namespace)
-    if not (selection.pools or selection.taints or voiding):
+    gpu = _gpu_containers(pod, policy)
+    deadline = _deadline_expected(pod, policy, gpu)
+    shared_memory = policy.gpu_defaults.shared_memory and _gpus(pod, policy) > 1
+    if not (selection.pools or selection.taints or voiding or deadline or shared_memory):
         assert ops == [], "nothing to do, or nowhere to go: no patch"
         return ops
 
@@ -393,8 +461,27 @@ def check(pod: dict, policy: Policy, namespace: str, *, kubectl: bool) -> list[d
         assert not admits_node(patched, pool.node_selector), f"pool {pool.name} is reachable"
     if any(admits_node(pod, p.node_selector) for p in selection.pools):
         assert any(admits_node(patched, p.node_selector) for p in selection.pools)
+    # The GPU defaults of a Pod: a deadline for a bare GPU Pod that sets none, nothing else
+    # changed; shared memory at /dev/shm in every GPU container of a Pod of several GPUs.
+    if deadline:
+        assert patched["spec"]["activeDeadlineSeconds"] == policy.gpu_defaults.bare_pod_deadline
+    else:
+        assert patched["spec"].get("activeDeadlineSeconds") == pod["spec"].get(
+            "activeDeadlineSeconds"
+        )
+    assert "runtimeClassName" not in patched["spec"]
+    assert "priorityClassName" not in patched["spec"]
+    volumes = {v["name"]: v for v in patched["spec"].get("volumes") or []}
+    for list_name in ("initContainers", "containers"):
+        for index, container in enumerate(patched["spec"].get(list_name) or []):
+            before = pod["spec"][list_name][index].get("volumeMounts")
+            mounts = container.get("volumeMounts") or []
+            if shared_memory and (list_name, index) in gpu:
+                [mount] = [m for m in mounts if m["mountPath"] == SHM]
+                assert volumes[mount["name"]]["emptyDir"]["medium"] == "Memory"
+            else:
+                assert container.get("volumeMounts") == before, f"{list_name}[{index}]"
     if voiding:
-        gpu = _gpu_containers(pod, policy)
         for list_name in ("initContainers", "containers"):
             for index, container in enumerate(patched["spec"].get(list_name) or []):
                 names = [v["name"] for v in container.get("env") or []]
@@ -462,6 +549,16 @@ def test_the_generator_reaches_every_interesting_case():
                 "toleration-appended": any(o["path"] == "/spec/tolerations/-" for o in ops),
                 "void-appended": any(o["path"].endswith("/env/-") for o in ops),
                 "void-created": any(o["path"].endswith("/env") for o in ops),
+                "deadline": any(o["path"] == "/spec/activeDeadlineSeconds" for o in ops),
+                "shm-volume": any(o["path"].startswith("/spec/volumes") for o in ops),
+                "shm-shared": bool(ops)
+                and not any(o["path"].startswith("/spec/volumes") for o in ops)
+                and any(o["path"].endswith("/volumeMounts") for o in ops),
+                "shm-renamed": any(
+                    o["path"] == "/spec/volumes/-"
+                    and o["value"]["name"].startswith("gpu-admission-shm-")
+                    for o in ops
+                ),
             }
             for fact, true in facts.items():
                 seen[f"{name}:{fact}"] = seen.get(f"{name}:{fact}", 0) + bool(true)
@@ -480,6 +577,10 @@ def test_the_generator_reaches_every_interesting_case():
         "pools:term-without-expressions",
         "pools-void:void-appended",
         "pools-void:void-created",
+        "pools-defaults:deadline",
+        "pools-defaults:shm-volume",
+        "pools-defaults:shm-shared",
+        "pools-defaults:shm-renamed",
     ]
     assert not [f for f in expected if seen.get(f, 0) < 3], seen
 

@@ -1,8 +1,9 @@
 """``gpu-admission policy migrate``: the per-namespace settings move into ``tenants`` and every
 decision stays the same.
 
-The acceptance test: every shipped policy, every policy file of the tests and the policies
-the check suites embed, migrated, decide every object of the corpus (the conformance
+The acceptance test: every shipped policy, every policy file of the tests (among them the
+shipped ones as they were before they were migrated, in tests/fixtures/before-tenants) and the
+policies the check suites embed, migrated, decide every object of the corpus (the conformance
 manifests, the project's fixtures, the example suites' objects, and probes aimed at each
 pool, binder and exemption of the policy) exactly as before, in every namespace the policy
 names and in one it names nowhere: the same verdict, warnings, findings, audit annotations
@@ -694,21 +695,6 @@ def test_generated_policies_decide_as_before_once_migrated(text: str) -> None:
                 migration.text,
             )
     assert migrate_policy(migration.text).moves == ()
-
-
-BEFORE = REPO / "tests" / "fixtures" / "before-tenants"
-
-
-@pytest.mark.parametrize("before", sorted(BEFORE.glob("*.yaml")), ids=lambda p: p.name)
-def test_the_shipped_policies_decide_as_before_they_were_migrated(before: Path) -> None:
-    """The shipped policies were migrated (and their comments edited by hand): each decides
-    the corpus as its copy from before, kept here, does."""
-    shipped = (
-        REPO / "policies" / ("" if before.name == "default.yaml" else "examples") / before.name
-    )
-    assert has_old_fields(before.read_text("utf-8"))
-    assert not has_old_fields(shipped.read_text("utf-8"))
-    assert_same_decisions(before.read_text("utf-8"), shipped.read_text("utf-8"))
 
 
 def test_the_report_names_each_entry_where_it_ends_up() -> None:

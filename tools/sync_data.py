@@ -185,6 +185,7 @@ END = "# END generated"
 # Manifests with a block of rules generated from the default policy's workload kinds.
 RULE_BLOCKS = {
     "manifests/webhooks/validatingwebhookconfiguration.yaml": "webhook",
+    "manifests/webhooks/mutatingwebhookconfiguration.yaml": "mutating-webhook",
     "manifests/base/auditor-clusterrole.yaml": "read",
     "manifests/background-audit/clusterrole.yaml": "read",
 }
@@ -197,12 +198,12 @@ def rule_lines(kind: str) -> list[str]:
 
     workloads = load_policy(DATA / "default.yaml").workloads.values()
     lines = []
-    if kind == "webhook":
-        for rule in custom_resource_rules(workloads):
+    if kind in ("webhook", "mutating-webhook"):
+        for rule in custom_resource_rules(workloads, mutating=kind == "mutating-webhook"):
             lines += [
                 f"- apiGroups: [{rule['apiGroups'][0]}]",
                 '  apiVersions: ["*"]',
-                "  operations: [CREATE, UPDATE]",
+                f"  operations: [{', '.join(rule['operations'])}]",
                 f"  resources: [{', '.join(rule['resources'])}]",
                 '  scope: "*"',
             ]
@@ -244,11 +245,12 @@ def chart_webhooks(manifests: dict[Path, str]) -> str:
     )
     parts = {}
     pod_hook, workloads_hook = validating["webhooks"]
-    [mutating_hook] = mutating["webhooks"]
+    mutating_hook, workloads_mutating_hook = mutating["webhooks"]
     for name, hook in (
         ("validating", pod_hook),
         ("workloads", workloads_hook),
         ("mutating", mutating_hook),
+        ("workloadsMutating", workloads_mutating_hook),
     ):
         parts[name] = {key: hook[key] for key in ("rules", "matchConditions") if key in hook}
     parts["auditorRules"] = auditor["rules"]

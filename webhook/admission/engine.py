@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from webhook.admission import mutation, response, updates
+from webhook.admission import gpu_defaults, mutation, response, updates
 from webhook.admission.request import RequestError, parse_request, workload_kind
 from webhook.admission.wire import AdmissionReviewResponse
 from webhook.checks.registry import CHECKS
@@ -395,12 +395,21 @@ def _mutate(
         denials = [f for f in found if f.mode == "Enforce"] if found else None
         if denials:
             return Decision(response.build(uid, denials=denials), findings=tuple(denials))
-    if (
-        workload.kind != "Pod"
-        or not policy.mutation_enabled
-        or MIRROR_ANNOTATION in _annotations(obj)
-        or not views
-    ):
+    if not policy.mutation_enabled or not views:
+        return Decision(response.build(uid))
+    if workload.kind != "Pod":
+        # A workload is given the policy's GPU defaults when it is created: a Job's template
+        # is immutable, and one added to a Deployment's on an update would restart its Pods.
+        if (
+            not policy.gpu_defaults.for_workloads
+            or request["operation"] != "CREATE"
+            or request.get("subResource")
+        ):
+            return Decision(response.build(uid))
+        return _patched(
+            uid, gpu_defaults.plan_workload(obj, workload, views, policy), policy, encode_json
+        )
+    if MIRROR_ANNOTATION in _annotations(obj):
         return Decision(response.build(uid))
     view = views[0]
     inject_void = (
@@ -428,6 +437,16 @@ def _mutate(
             inject_void=inject_void,
             confine_products=_confines_products(policy, view),
         )
+    return _patched(uid, operations, policy, encode_json)
+
+
+def _patched(
+    uid: str,
+    operations: tuple[dict[str, Any], ...],
+    policy: Policy,
+    encode_json: response.JsonEncoder,
+) -> Decision:
+    """The response that applies the operations, or only records them (mode Record)."""
     if not operations:
         return Decision(response.build(uid))
     if policy.mutation_mode == "Record":

@@ -4,17 +4,17 @@ Tolerations for the pool's taints that the Pod does not already tolerate; the po
 required node affinity, ANDed into every existing nodeSelectorTerm (or a new term), and so the
 products its tenant is entitled to (``webhook.core.products``); the pool's
 preferred terms when absent; optionally ``NVIDIA_VISIBLE_DEVICES=void`` in containers that
-request no GPU (in every Pod that can reach a GPU node); and an annotation recording what was
-injected. Every operation is guarded by what the Pod already has, so mutating the mutated Pod
-plans nothing.
+request no GPU (in every Pod that can reach a GPU node); the policy's GPU defaults for Pods
+(``webhook.admission.gpu_defaults``); and an annotation recording what was injected. Every
+operation is guarded by what the Pod already has, so mutating the mutated Pod plans nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from webhook.admission import patch
+from webhook.admission import gpu_defaults, patch
 from webhook.core.pods import PodView, ephemeral_container_names
 from webhook.core.pools import Selection, confining_expressions
 from webhook.core.products import product_expression, product_reach, product_tenant
@@ -24,22 +24,6 @@ from webhook.policy.model import INJECTED_ANNOTATION, Policy
 
 REQUIRED = ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
 PREFERRED = ("spec", "affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
-
-
-class _Planned:
-    """Operations planned so far, and the Pod as they leave it, so that a later operation sees
-    the parents an earlier one created (two ``add``s of a missing ``spec.affinity`` would
-    otherwise overwrite each other). Only the path of each operation is copied: the Pod under
-    review is never changed and never copied whole."""
-
-    def __init__(self, pod: Mapping[str, Any]) -> None:
-        self.operations: list[dict[str, Any]] = []
-        self.working: Mapping[str, Any] = pod
-
-    def add(self, operations: Iterable[dict[str, Any]] | None) -> None:
-        for operation in operations or ():
-            self.working = patch.with_add(self.working, operation)
-            self.operations.append(operation)
 
 
 def plan(
@@ -56,7 +40,7 @@ def plan(
     GPU (the caller decides: the policy asks for it and the Pod can reach GPU nodes).
     ``confine_products``: keep a GPU Pod to its tenant's products (the caller decides: the
     rule that requires it would deny it)."""
-    planned = _Planned(pod)
+    planned = patch.Planned(pod)
     injected: list[str] = []  # what was added, for the annotation
 
     tolerations = view.tolerations()
@@ -96,6 +80,7 @@ def plan(
         voided = _add_void(planned, view, ("initContainers", "containers"), set())
         if voided:
             injected.append(f"visible-devices-void={voided}")
+    injected += gpu_defaults.pod_defaults(planned, view, policy)
 
     if planned.operations:
         note = ",".join(injected)
@@ -113,12 +98,12 @@ def void_added_ephemeral(
     """``NVIDIA_VISIBLE_DEVICES=void`` for the ephemeral containers an update adds (kubectl
     debug), by name: the API server keeps only ephemeral container changes from such a request,
     so nothing else is patched."""
-    planned = _Planned(pod)
+    planned = patch.Planned(pod)
     _add_void(planned, view, ("ephemeralContainers",), ephemeral_container_names(old))
     return tuple(planned.operations)
 
 
-def _add_void(planned: _Planned, view: PodView, lists: tuple[str, ...], skip: set[Any]) -> int:
+def _add_void(planned: patch.Planned, view: PodView, lists: tuple[str, ...], skip: set[Any]) -> int:
     """Append the void entry to each container of ``lists`` (but ``skip``'s names) that requests
     no GPU and sets no NVIDIA_VISIBLE_DEVICES; how many were voided."""
     voided = 0

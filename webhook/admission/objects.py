@@ -23,12 +23,14 @@ from webhook.policy.model import Policy, RuleModes, RuleSet, WorkloadKind
 
 @dataclass(frozen=True, slots=True)
 class Mutation:
-    """What the mutating webhook would do to a Pod (for a workload, to a Pod of a template)."""
+    """What the mutating webhook would do to a Pod (for a workload, to a Pod of a template),
+    or with ``workload`` to the workload object itself (the policy's GPU defaults)."""
 
-    template_path: str  # "" for a Pod, else the template's field path
+    template_path: str  # "" for a Pod or the workload itself, else the template's field path
     operations: tuple[dict[str, Any], ...]
     original: dict[str, Any]  # for review's diff; an audit of a live cluster keeps a stub
     mutated: dict[str, Any]
+    workload: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,23 +173,59 @@ def _mutations(
     if workload.kind == "Pod":
         pods = [("", obj)]
     else:
+        # The workload's own defaults first: its controller makes its Pods from the templates
+        # as they leave them.
+        own = _mutated(obj, namespace, policy)
+        if own is not None:
+            yield dataclasses.replace(own, workload=True)
+            obj = own.mutated
+        owner = _controller_reference(obj)
         pods = [
-            (path, _pod_from_template(template, namespace))
+            (path, _pod_from_template(template, namespace, owner))
             for path, _, template in walk_templates(obj, workload)
         ]
     for path, pod in pods:
-        decision = decide(admission_review(pod, namespace), policy, mutate=True)
-        if decision.patch:
-            mutated = copy.deepcopy(pod)
-            for operation in decision.patch:
-                patch.apply_add(mutated, operation)
-            yield Mutation(path, decision.patch, pod, mutated)
+        mutation = _mutated(pod, namespace, policy, path)
+        if mutation is not None:
+            yield mutation
 
 
-def _pod_from_template(template: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+def _mutated(
+    obj: dict[str, Any], namespace: str, policy: Policy, template_path: str = ""
+) -> Mutation | None:
+    """What the mutating webhook does to the object on CREATE; None for nothing."""
+    decision = decide(admission_review(obj, namespace), policy, mutate=True)
+    if not decision.patch:
+        return None
+    mutated = copy.deepcopy(obj)
+    for operation in decision.patch:
+        patch.apply_add(mutated, operation)
+    return Mutation(template_path, decision.patch, obj, mutated)
+
+
+def _controller_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The owner reference a controller's Pods carry (to the workload, here: its ReplicaSet's
+    or Job's does the same): what makes them no bare Pods to the mutating webhook."""
+    metadata = obj.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    reference = {
+        "apiVersion": obj.get("apiVersion", ""),
+        "kind": obj.get("kind", ""),
+        "name": metadata.get("name") or metadata.get("generateName") or "",
+        "controller": True,
+    }
+    if metadata.get("uid"):
+        reference["uid"] = metadata["uid"]
+    return reference
+
+
+def _pod_from_template(
+    template: Mapping[str, Any], namespace: str, owner: dict[str, Any]
+) -> dict[str, Any]:
     """The Pod a controller would create from a template (what the mutating webhook sees)."""
     metadata = copy.deepcopy(template.get("metadata") or {})
     metadata["namespace"] = namespace
+    metadata["ownerReferences"] = [owner]
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -7,7 +7,7 @@ operation applies to the object as it is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 Segment = str | int
@@ -87,6 +87,22 @@ def append(
     if current is not None:
         return None
     return add(obj, segments, list(items))
+
+
+class Planned:
+    """Operations planned so far, and the object as they leave it, so that a later operation
+    sees the parents an earlier one created (two ``add``s of a missing ``spec.affinity`` would
+    otherwise overwrite each other). Only the path of each operation is copied: the object
+    under review is never changed and never copied whole."""
+
+    def __init__(self, obj: Mapping[str, Any]) -> None:
+        self.operations: list[dict[str, Any]] = []
+        self.working: Mapping[str, Any] = obj
+
+    def add(self, operations: Iterable[dict[str, Any]] | None) -> None:
+        for operation in operations or ():
+            self.working = with_add(self.working, operation)
+            self.operations.append(operation)
 
 
 def unescape(segment: str) -> str:

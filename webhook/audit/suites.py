@@ -22,7 +22,7 @@ from typing import Any
 
 import jsonschema
 
-from webhook.admission.objects import Outcome, decide_object
+from webhook.admission.objects import Mutation, Outcome, decide_object
 from webhook.audit.documents import Document, DocumentError, discover, parse, read_text
 from webhook.core.findings import MODE_WORD
 from webhook.policy import schemas
@@ -236,16 +236,18 @@ def _semantic_errors(document: Document) -> list[str]:
         mutation = expect.get("mutation", {})
         if mutation.get("none") and len(mutation) > 1:
             err([*at, "expect", "mutation"], "'none: true' cannot be combined with other keys")
-        fields = [("patched", p) for p in mutation.get("patched", {})]
-        fields += [("absent", j) for j in range(len(mutation.get("absent", [])))]
-        for key, where in fields:
-            text = where if key == "patched" else mutation["absent"][where]
-            if field_steps(text) is None:
-                err(
-                    [*at, "expect", "mutation", key, where],
-                    f"invalid field path {text!r}: use a JSON pointer (/spec/tolerations/0/key) "
-                    "or a dotted path (spec.tolerations[0].key, metadata.annotations[a.b/c])",
-                )
+        for scope, fields_of in (([], mutation), (["workload"], mutation.get("workload", {}))):
+            fields = [("patched", p) for p in fields_of.get("patched", {})]
+            fields += [("absent", j) for j in range(len(fields_of.get("absent", [])))]
+            for key, where in fields:
+                text = where if key == "patched" else fields_of["absent"][where]
+                if field_steps(text) is None:
+                    err(
+                        [*at, "expect", "mutation", *scope, key, where],
+                        f"invalid field path {text!r}: use a JSON pointer "
+                        "(/spec/tolerations/0/key) or a dotted path (spec.tolerations[0].key, "
+                        "metadata.annotations[a.b/c])",
+                    )
     return errors
 
 
@@ -395,27 +397,42 @@ def _mutation_failures(
             else "mutation.applied: expected the patch only recorded, got it applied "
             "(mutation.mode Apply)"
         )
-    for label, m in patched:
-        for path, value in expected.get("patched", {}).items():
-            found, actual = lookup(m.mutated, field_steps(path) or [])
-            if not found:
-                failures.append(f"mutation.patched {path}: absent from the patched {label}")
-            elif not _same(value, actual):
-                failures.append(
-                    f"mutation.patched {path}: expected {_json(value)}, got {_json(actual)} "
-                    f"in {label}"
-                )
-        for path in expected.get("absent", []):
-            found, actual = lookup(m.mutated, field_steps(path) or [])
-            if found:
-                failures.append(
-                    f"mutation.absent {path}: the patched {label} has it: {_json(actual)}"
-                )
+    pods = [(label, m) for label, m in patched if not m.workload]
+    if ("patched" in expected or "absent" in expected) and not pods:
+        failures.append("mutation: expected a patch of the Pods, got none")
+    failures += _field_failures("mutation", expected, pods)
+    if "workload" in expected:
+        workloads = [(label, m) for label, m in patched if m.workload]
+        if not workloads:
+            failures.append("mutation.workload: expected a patch of the workload, got none")
+        failures += _field_failures("mutation.workload", expected["workload"], workloads)
     if failures:
         failures.extend(
             f"  patch of {label}: " + ", ".join(f"{op['op']} {op['path']}" for op in m.operations)
             for label, m in patched
         )
+    return failures
+
+
+def _field_failures(
+    key: str, expected: Mapping[str, Any], patched: list[tuple[str, Mutation]]
+) -> list[str]:
+    """Where the patched objects lack a field ``expected['patched']`` gives them (or its
+    value), or hold one ``expected['absent']`` names."""
+    failures: list[str] = []
+    for label, m in patched:
+        for path, value in expected.get("patched", {}).items():
+            found, actual = lookup(m.mutated, field_steps(path) or [])
+            if not found:
+                failures.append(f"{key}.patched {path}: absent from the patched {label}")
+            elif not _same(value, actual):
+                failures.append(
+                    f"{key}.patched {path}: expected {_json(value)}, got {_json(actual)} in {label}"
+                )
+        for path in expected.get("absent", []):
+            found, actual = lookup(m.mutated, field_steps(path) or [])
+            if found:
+                failures.append(f"{key}.absent {path}: the patched {label} has it: {_json(actual)}")
     return failures
 
 

@@ -68,7 +68,12 @@ def outcome_record(document: Document, outcome: Outcome, *, with_mutation: bool)
     }
     if with_mutation:
         record["mutations"] = [
-            {"template": m.template_path or None, "patch": list(m.operations), "mutated": m.mutated}
+            {
+                "template": m.template_path or None,
+                **({"workload": True} if m.workload else {}),
+                "patch": list(m.operations),
+                "mutated": m.mutated,
+            }
             for m in outcome.mutations
         ]
     return record

@@ -12,25 +12,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from webhook.audit import suites
-from webhook.audit.documents import Document, DocumentError, discover, parse, read_text
+from webhook.audit.documents import parse, read_text
 from webhook.cli import migrate, output, workloads
 from webhook.cli.common import add_command, add_command_group, error, expired_message
+from webhook.cli.webhook_coverage import (
+    ManifestsError,
+    WebhookManifests,
+    coverage_errors,
+    defaults_coverage_errors,
+    match_condition_errors,
+    webhook_manifests,
+)
 from webhook.policy.files import missing_file
 from webhook.policy.load import PolicyError, load_policy, schema
-from webhook.policy.model import Policy
-from webhook.policy.workloads import LEGACY_GROUPS
 
 DEFAULT_TESTS = "policies/tests"
-KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 
 POLICY_EXAMPLES = """\
 examples:
@@ -116,10 +118,6 @@ examples:
 
 For editors: put  # yaml-language-server: $schema=policy.schema.json  at the top of a file.
 """
-
-
-class ManifestsError(ValueError):
-    """--manifests DIR cannot be read or rendered."""
 
 
 def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
@@ -249,6 +247,7 @@ def run_validate(args: argparse.Namespace) -> int:
             document = parse(read_text(source), source)[0]
             errors += coverage_errors(policy, document, hooks.rules, args.manifests)
             errors += match_condition_errors(policy, document, hooks, args.manifests)
+            errors += defaults_coverage_errors(policy, document, hooks, args.manifests)
         for line in errors:
             print(line)
         for line in warnings + notes:
@@ -270,169 +269,6 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
-
-
-# --- policy validate --manifests --------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WebhookManifests:
-    """What ``--manifests`` checks the policy against: the validating webhooks' rules and the
-    mutating webhooks' matchConditions (CEL expressions, ANDed per webhook)."""
-
-    rules: list[dict[str, Any]]
-    mutating_conditions: list[str]
-
-
-def webhook_manifests(directory: Path) -> WebhookManifests:
-    """The webhook configurations in the manifests under ``directory``."""
-    if not directory.is_dir():
-        raise ManifestsError(f"{directory}: not a directory")
-    if any((directory / name).is_file() for name in KUSTOMIZATIONS):
-        documents = _kustomize(directory)
-    else:
-        try:
-            documents = [d for f in discover([str(directory)]) for d in parse(read_text(f), f)]
-        except DocumentError as exc:
-            raise ManifestsError(str(exc)) from None
-    kinds: dict[str, list[dict[str, Any]]] = {}
-    for d in documents:
-        if d.is_kubernetes_object:
-            kinds.setdefault(d.obj["kind"], []).append(d.obj)
-    configs = kinds.get("ValidatingWebhookConfiguration", [])
-    if not configs:
-        raise ManifestsError(
-            f"{directory}: no ValidatingWebhookConfiguration found (the shipped ones are in "
-            "manifests/webhooks, the second step of an install)"
-        )
-    return WebhookManifests(
-        rules=[
-            rule
-            for config in configs
-            for hook in _dicts(config.get("webhooks"))
-            for rule in _dicts(hook.get("rules"))
-        ],
-        mutating_conditions=[
-            str(condition.get("expression", ""))
-            for config in kinds.get("MutatingWebhookConfiguration", [])
-            for hook in _dicts(config.get("webhooks"))
-            for condition in _dicts(hook.get("matchConditions"))
-        ],
-    )
-
-
-def match_condition_errors(
-    policy: Policy, document: Document, hooks: WebhookManifests, manifests: str
-) -> list[str]:
-    """An error when the mutating webhook's matchConditions cannot send every Pod the policy
-    requires NVIDIA_VISIBLE_DEVICES=void in: the shipped ones assume tainted GPU nodes and the
-    nvidia.com domain."""
-    if not policy.inject_void or not hooks.mutating_conditions:
-        return []
-    reasons = []
-    if policy.every_pod_reaches_gpu_nodes:
-        reasons.append("every Pod can reach a GPU node under this policy")
-    expressions = " ".join(hooks.mutating_conditions)
-    missing = [d for d in policy.vendor_domains if f"'{d}/" not in expressions]
-    if missing:
-        reasons.append(f"they never look at resources under {', '.join(missing)}")
-    if not reasons:
-        return []
-    path = "spec.deviceVisibility.injectVoid"
-    return [
-        f"{document.source}:{document.line_of(path)}: {path}: the matchConditions of the "
-        f"MutatingWebhookConfiguration in {manifests} do not send every Pod this policy requires "
-        f"NVIDIA_VISIBLE_DEVICES=void in ({'; '.join(reasons)}), so the validating webhook "
-        "would deny Pods the mutating webhook never saw; delete the matchConditions (every Pod "
-        "is then sent) or widen them"
-    ]
-
-
-def _dicts(value: Any) -> list[dict[str, Any]]:
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
-def _kustomize(directory: Path) -> list[Document]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        raise ManifestsError(
-            f"{directory} is a kustomization and kubectl is not installed to render it"
-        )
-    try:
-        result = subprocess.run(
-            [kubectl, "kustomize", str(directory)],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-        )
-    except subprocess.TimeoutExpired:
-        raise ManifestsError(f"kubectl kustomize {directory}: timed out") from None
-    if result.returncode != 0:
-        problem = (result.stderr.strip().splitlines() or ["failed"])[-1]
-        raise ManifestsError(f"kubectl kustomize {directory}: {problem}")
-    try:
-        return parse(result.stdout, f"kubectl kustomize {directory}")
-    except DocumentError as exc:
-        raise ManifestsError(str(exc)) from None
-
-
-def rule_covers(rule: dict[str, Any], group: str, resource: str, operation: str) -> bool:
-    """Whether one webhook rule sends ``operation`` on ``resource`` of ``group`` (apiserver
-    matching: ``*`` is every resource, ``*/*`` every resource and subresource)."""
-    parent, _, sub = resource.partition("/")
-    names = {resource, "*/*"} | ({f"{parent}/*", f"*/{sub}"} if sub else {"*"})
-    return (
-        bool({group, "*"} & set(rule.get("apiGroups") or []))
-        and bool(names & set(rule.get("resources") or []))
-        and bool({operation, "*"} & set(rule.get("operations") or []))
-    )
-
-
-def coverage_errors(
-    policy: Policy, document: Document, rules: list[dict[str, Any]], manifests: str
-) -> list[str]:
-    """An error for each judged kind the validating webhook is not sent."""
-    raw_workloads = (document.obj.get("spec") or {}).get("workloads") or []
-    wanted: list[tuple[str, str, str, tuple[str, ...], str]] = [
-        (w.group, w.kind, w.resource, ("CREATE", "UPDATE"), f"no {w.kind} is ever reviewed")
-        for w in policy.workloads.values()
-        if w.group not in LEGACY_GROUPS
-    ]
-    if ("", "Pod") in policy.workloads:
-        # The engine judges ephemeral containers added to a running Pod (kubectl debug).
-        consequence = "ephemeral containers added to running Pods (kubectl debug) are not reviewed"
-        wanted.append(("", "Pod", "pods/ephemeralcontainers", ("UPDATE",), consequence))
-    errors: list[str] = []
-    for group, kind, resource, operations, consequence in wanted:
-        missing = [
-            op for op in operations if not any(rule_covers(r, group, resource, op) for r in rules)
-        ]
-        if not missing:
-            continue
-        name = f"{resource}.{group}" if group else resource
-        message = (
-            f"{name} is not sent to the validating webhook on {', '.join(missing)}: no rule of "
-            f"the ValidatingWebhookConfiguration(s) in {manifests} covers it, so {consequence}; "
-            f"add a rule with apiGroups [{json.dumps(group)}], resources [{resource}], "
-            f"operations [{', '.join(operations)}] (`gpu-admission webhooks rules` prints the "
-            "rules of every custom kind)"
-        )
-        index = next(
-            (
-                i
-                for i, w in enumerate(raw_workloads)
-                if isinstance(w, dict) and (w.get("group"), w.get("kind")) == (group, kind)
-            ),
-            None,
-        )
-        if index is None:
-            origin = "catalogued" if policy.workloads[(group, kind)].catalogued else "built-in"
-            errors.append(f"{document.source}: {origin} kind {kind}: {message}")
-        else:
-            path = f"spec.workloads[{index}]"
-            errors.append(f"{document.source}:{document.line_of(path)}: {path}: {message}")
-    return errors
 
 
 # --- policy test ------------------------------------------------------------------------

@@ -136,7 +136,9 @@ def run(args: argparse.Namespace) -> int:
         elif args.mutate:
             for document, outcome in rows:
                 for mutation in outcome.mutations:
-                    label = mutation.template_path or "the Pod"
+                    label = mutation.template_path or (
+                        "its GPU defaults" if mutation.workload else "the Pod"
+                    )
                     sys.stdout.write(f"--- mutated {document.describe()} ({label})\n")
                     sys.stdout.write(output.to_yaml(mutation.mutated))
     else:

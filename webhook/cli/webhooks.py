@@ -13,7 +13,13 @@ import yaml
 from webhook.certs.activation import activate_webhooks, bootstrap_secret, deactivate_webhooks
 from webhook.cli.common import add_command, add_command_group, add_policy_argument, policy_from
 from webhook.cluster.connection import connect
-from webhook.policy.workloads import SPEC_CHANGED, WORKLOADS_WEBHOOK, custom_resource_rules
+from webhook.policy.workloads import (
+    NOT_CONTROLLED,
+    SPEC_CHANGED,
+    WORKLOADS_MUTATING_WEBHOOK,
+    WORKLOADS_WEBHOOK,
+    custom_resource_rules,
+)
 
 _EPILOG = """\
 examples (as the chart's hook Jobs run them, in the release's namespace):
@@ -21,6 +27,7 @@ examples (as the chart's hook Jobs run them, in the release's namespace):
   gpu-admission webhooks activate --namespace gpu-admission             # post-install/upgrade
   gpu-admission webhooks deactivate                                     # pre-delete
   gpu-admission webhooks rules --policy my-policy.yaml   # rules for the custom workload kinds
+  gpu-admission webhooks rules --mutating --policy my-policy.yaml   # and for their GPU defaults
 """
 
 
@@ -93,10 +100,18 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         summary="print the webhook rules and match conditions for a policy's custom kinds",
         description=f"Print, as YAML, the rules and match conditions of the {WORKLOADS_WEBHOOK} "
         "webhook for every custom workload kind the policy judges (the catalogue and its "
-        "spec.workloads): paste them into the ValidatingWebhookConfiguration.",
+        "spec.workloads): paste them into the ValidatingWebhookConfiguration. With "
+        f"--mutating, those of the {WORKLOADS_MUTATING_WEBHOOK} webhook (the GPU defaults of "
+        "workload templates) for the custom kinds with a pod template: paste them into the "
+        "MutatingWebhookConfiguration.",
         epilog=_EPILOG,
     )
     add_policy_argument(rules)
+    rules.add_argument(
+        "--mutating",
+        action="store_true",
+        help=f"the rules of the {WORKLOADS_MUTATING_WEBHOOK} webhook instead",
+    )
     rules.set_defaults(func=run_rules)
 
 
@@ -143,11 +158,19 @@ def run_activate(args: argparse.Namespace) -> int:
 
 def run_rules(args: argparse.Namespace) -> int:
     policy = policy_from(args)
-    entry = {
-        "name": WORKLOADS_WEBHOOK,
-        "matchConditions": [{"name": "spec-changed", "expression": SPEC_CHANGED}],
-        "rules": custom_resource_rules(policy.workloads.values()),
-    }
+    entry = (
+        {
+            "name": WORKLOADS_MUTATING_WEBHOOK,
+            "matchConditions": [{"name": "not-controlled", "expression": NOT_CONTROLLED}],
+            "rules": custom_resource_rules(policy.workloads.values(), mutating=True),
+        }
+        if args.mutating
+        else {
+            "name": WORKLOADS_WEBHOOK,
+            "matchConditions": [{"name": "spec-changed", "expression": SPEC_CHANGED}],
+            "rules": custom_resource_rules(policy.workloads.values()),
+        }
+    )
     print(yaml.safe_dump(entry, sort_keys=False, width=1 << 16), end="")
     return 0
 

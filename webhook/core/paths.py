@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from webhook.policy.model import EachItem, EachValue, FieldStep, TemplatePath
+from webhook.policy.model import EachItem, EachValue, FieldStep, TemplatePath, TemplateStep
 
 Match = tuple[str, str, Mapping[str, Any]]  # (field path, identity, the object there)
 
@@ -20,6 +20,35 @@ def walk_path(obj: Any, path: TemplatePath) -> Iterator[Match]:
     ``groupName``) instead of their position, so that an UPDATE that reorders or inserts items
     is matched by name."""
     yield from _walk(obj, path, 0, "", "")
+
+
+def walk_pointers(
+    obj: Any, path: TemplatePath
+) -> Iterator[tuple[str, tuple[str | int, ...], Mapping[str, Any]]]:
+    """Every (field path, JSON Pointer segments, object) that ``path`` reaches in ``obj``: where
+    a patch of the match goes (map keys and list indexes as they are, whatever they hold)."""
+    yield from _pointers(obj, path.steps, "", ())
+
+
+def _pointers(
+    node: Any, steps: tuple[TemplateStep, ...], where: str, segments: tuple[str | int, ...]
+) -> Iterator[tuple[str, tuple[str | int, ...], Mapping[str, Any]]]:
+    if not steps:
+        if isinstance(node, dict):
+            yield where, segments, node
+        return
+    step, rest = steps[0], steps[1:]
+    if isinstance(step, FieldStep):
+        if isinstance(node, dict) and step.name in node:
+            child = f"{where}.{step.name}" if where else step.name
+            yield from _pointers(node[step.name], rest, child, (*segments, step.name))
+    elif isinstance(step, EachValue):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from _pointers(value, rest, f"{where}[{key}]", (*segments, key))
+    elif isinstance(step, EachItem) and isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _pointers(value, rest, f"{where}[{index}]", (*segments, index))
 
 
 def walk_paired(

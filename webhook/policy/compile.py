@@ -18,6 +18,7 @@ from webhook.policy.model import (
     RULE_IDS,
     DaemonSetName,
     Exemption,
+    GpuDefaults,
     NamespaceOverride,
     NodeInventorySwitches,
     Path,
@@ -283,6 +284,28 @@ def _exemptions(spec: dict[str, Any], matchers: list[NamespaceMatcher]) -> tuple
     return tuple(exemptions)
 
 
+def _gpu_defaults(raw: dict[str, Any], pools: tuple[Pool, ...]) -> GpuDefaults:
+    deadlines = raw.get("activeDeadlineSeconds", {})
+    shared_memory = raw.get("sharedMemory", {})
+    runtime_class = raw.get("runtimeClassName")
+    priority_class = raw.get("priorityClassName")
+    job_deadline = deadlines.get("jobs")
+    return GpuDefaults(
+        runtime_class=runtime_class,
+        priority_class=priority_class,
+        bare_pod_deadline=deadlines.get("barePods"),
+        job_deadline=job_deadline,
+        shared_memory=shared_memory.get("enabled", False),
+        shared_memory_size=shared_memory.get("sizeLimit"),
+        for_workloads=bool(
+            runtime_class
+            or priority_class
+            or job_deadline
+            or any(p.runtime_class or p.priority_class for p in pools)
+        ),
+    )
+
+
 def _scope_mode(
     entry: dict[str, Any], named: dict[str, Any], key: str, current: RuleMode | None
 ) -> RuleMode | None:
@@ -334,6 +357,8 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
             ),
             require_node_affinity=p.get("requireNodeAffinity", True),
             namespaces=_pool_namespaces(p, spec, matchers),
+            runtime_class=p.get("runtimeClassName"),
+            priority_class=p.get("priorityClassName"),
         )
         for p in spec.get("pools", [])
     )
@@ -422,6 +447,7 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
             observed_node_sizes=inventory_use.get("observedNodeSizes", True),
             node_name=inventory_use.get("nodeName", True),
         ),
+        gpu_defaults=_gpu_defaults(mutation.get("gpuDefaults", {}), pools),
         device_plugin_daemonsets=tuple(
             DaemonSetName(d["namespace"], d["name"]) for d in spec.get("devicePluginDaemonSets", [])
         ),

@@ -24,6 +24,7 @@ from webhook.policy.mode_lint import (
     reachable_pods_warnings,
 )
 from webhook.policy.model import SOFTWARE_SHARING, Policy, PolicyWarning
+from webhook.policy.mutation_lint import mutation_errors, mutation_warnings
 from webhook.policy.namespace_lint import (
     exemption_notes,
     moved_field_warnings,
@@ -87,6 +88,7 @@ def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
         errors.append(lines.error(path, message))
 
     tenant_errors(spec, err)
+    mutation_errors(spec, err)
 
     mig_spec = spec.get("migCatalogue", {})
     custom_products = mig_spec.get("customProducts", [])
@@ -308,6 +310,7 @@ def warnings(policy: Policy, lines: LineFinder) -> tuple[PolicyWarning, ...]:
     exception_notes(policy, inform)
     entitlement_warnings(policy, warn)
     queue_warnings(policy, warn)
+    mutation_warnings(policy, warn, inform)
     return tuple(sorted(found, key=lambda w: w.line))
 
 

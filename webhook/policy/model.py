@@ -58,9 +58,33 @@ class Pool:
     preferred_affinity: tuple[MappingProxyType[str, Any], ...]
     require_node_affinity: bool
     namespaces: NamespaceMatcher | None
+    # The classes the mutating webhook gives GPU workload templates whose Pods land here.
+    runtime_class: str | None = None
+    priority_class: str | None = None
 
     def allows_namespace(self, namespace: str) -> bool:
         return self.namespaces is None or self.namespaces.matches(namespace)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDefaults:
+    """What the mutating webhook adds to GPU workloads that set none (``spec.mutation.
+    gpuDefaults``), each None (or False) where the policy does not set it.
+
+    ``runtime_class``, ``priority_class``: of workload templates that request a GPU (a pool's
+    own class wins for the templates whose Pods land in it); ``bare_pod_deadline``: a bare GPU
+    Pod's ``activeDeadlineSeconds``; ``job_deadline``: a GPU Job's (a CronJob's job template's);
+    ``shared_memory``: a memory-backed ``/dev/shm`` for Pods of more than one GPU, of
+    ``shared_memory_size`` (as written) when set. ``for_workloads``: some default goes on
+    workload objects (here or in a pool), so that they are planned for at all."""
+
+    runtime_class: str | None = None
+    priority_class: str | None = None
+    bare_pod_deadline: int | None = None
+    job_deadline: int | None = None
+    shared_memory: bool = False
+    shared_memory_size: str | int | None = None
+    for_workloads: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +368,7 @@ class Policy:
     excepted_namespaces: frozenset[str] = frozenset()  # where some exception applies
     # The device plugin DaemonSets cluster check compares with the GPU nodes (none: not compared).
     device_plugin_daemonsets: tuple[DaemonSetName, ...] = ()
+    gpu_defaults: GpuDefaults = GpuDefaults()
     warnings: tuple[PolicyWarning, ...] = ()  # whole-policy lints, in line order
 
     def rule_modes(self, namespace: str) -> RuleSet:

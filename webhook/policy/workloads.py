@@ -210,18 +210,36 @@ SPEC_CHANGED = (
 )
 
 
-def custom_resource_rules(workloads: Iterable[WorkloadKind]) -> list[dict[str, Any]]:
+# The mutating webhook's entry for workloads: the policy's GPU defaults for their templates
+# (``spec.mutation.gpuDefaults``), on CREATE, for every kind with a pod template.
+WORKLOADS_MUTATING_WEBHOOK = "workloads.mutate.gpu-admission.io"
+# Objects a controller owns are their owner's to default (``webhook.admission.gpu_defaults``):
+# not sent, so the ReplicaSets a Deployment makes cost no round trip.
+NOT_CONTROLLED = (
+    "!has(object.metadata.ownerReferences) || "
+    "!object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller)"
+)
+
+
+def custom_resource_rules(
+    workloads: Iterable[WorkloadKind], *, mutating: bool = False
+) -> list[dict[str, Any]]:
     """The webhook rules of the custom workload kinds: one per API group, in first-seen order,
-    resources sorted, every version (operators serve several), either scope."""
+    resources sorted, every version (operators serve several), either scope. ``mutating``:
+    the mutating webhook's, on CREATE, for the kinds with a pod template only (the only
+    shape the GPU defaults go in)."""
     by_group: dict[str, set[str]] = {}
     for workload in workloads:
-        if not workload.built_in:
-            by_group.setdefault(workload.group, set()).add(workload.resource)
+        if workload.built_in:
+            continue
+        if mutating and not any(t.shape == "template" for t in workload.targets):
+            continue
+        by_group.setdefault(workload.group, set()).add(workload.resource)
     return [
         {
             "apiGroups": [group],
             "apiVersions": ["*"],
-            "operations": ["CREATE", "UPDATE"],
+            "operations": ["CREATE"] if mutating else ["CREATE", "UPDATE"],
             "resources": sorted(resources),
             "scope": "*",
         }

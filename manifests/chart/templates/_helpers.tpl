@@ -96,6 +96,22 @@ webhooks.customResources.extraRules. */}}
 {{- toYaml $rules -}}
 {{- end -}}
 
+{{/* The rules of an inline policy's own kinds with pod templates, on CREATE, for the mutating
+webhook's entry for workloads (the GPU defaults go in templates only), and the extra ones. */}}
+{{- define "gpu-admission.policyWorkloadMutatingRules" -}}
+{{- $rules := list -}}
+{{- if .Values.policy.inline -}}
+{{- range ((.Values.policy.inline | fromYaml).spec | default dict).workloads | default list -}}
+{{- if and .templates (not (has .group (list "" "apps" "batch" "extensions"))) -}}
+{{- $resource := .resource | default (printf "%ss" (lower .kind)) -}}
+{{- $rules = append $rules (dict "apiGroups" (list .group) "apiVersions" (list "*") "operations" (list "CREATE") "resources" (list $resource) "scope" "*") -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $rules = concat $rules (.Values.webhooks.mutating.extraWorkloadRules | default list) -}}
+{{- toYaml $rules -}}
+{{- end -}}
+
 {{/* The same kinds as read rules, for the auditor and background-audit roles. */}}
 {{- define "gpu-admission.policyWorkloadReadRules" -}}
 {{- $rules := list -}}
