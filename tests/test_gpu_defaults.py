@@ -489,13 +489,48 @@ def test_each_deadline_is_off_unless_set():
 # --- /dev/shm -----------------------------------------------------------------------------
 
 
-def test_a_two_gpu_pod_gets_shared_memory_in_its_gpu_container_only():
+def test_a_two_gpu_pod_gets_one_shared_memory_in_every_container():
+    """The runtime gives a Pod's containers one /dev/shm: a sidecar that stages data there
+    keeps sharing it with the GPU container."""
     obj = pod(container("train", gpus="2"), container("logs", gpus=None))
     ops, patched = mutate(obj, DEFAULTS)
     assert {"op": "add", "path": "/spec/volumes", "value": [SHM_VOLUME]} in ops
     assert {"op": "add", "path": "/spec/containers/0/volumeMounts", "value": [SHM_MOUNT]} in ops
+    assert patched["spec"]["containers"][1]["volumeMounts"] == [SHM_MOUNT]
+    assert "dev-shm=2" in injected(patched)
+
+
+def test_time_sliced_replicas_are_one_gpu_and_mps_brings_its_own_shared_memory():
+    """Replicas share one GPU's time; MPS's device plugin mounts its daemon's shared memory at
+    /dev/shm, which a volume would hide."""
+    doc = copy.deepcopy(DEFAULT_DOC)
+    doc["spec"]["resources"] = [
+        *doc["spec"].get("resources", []),
+        {"name": "nvidia.com/gpu.mps", "sharing": "MPS"},
+    ]
+    shared = policy_from(doc, mutation={"enabled": True, "gpuDefaults": GPU_DEFAULTS})
+    for name in ("nvidia.com/gpu.shared", "nvidia.com/gpu.mps"):
+        obj = pod(
+            container("a", gpus=None, resources={"limits": {name: "1"}}),
+            container("b", gpus=None, resources={"limits": {name: "1"}}),
+        )
+        ops, _ = mutate(obj, shared)
+        assert not any(op["path"] == "/spec/volumes" for op in ops), name
+
+
+def test_a_block_device_or_a_subpath_at_dev_shm_is_left_alone():
+    obj = pod(container("train", gpus="2"), container("raw", gpus=None))
+    obj["spec"]["containers"][1]["volumeDevices"] = [{"name": "disk", "devicePath": "/dev//shm"}]
+    ops, patched = mutate(obj, DEFAULTS)
     assert "volumeMounts" not in patched["spec"]["containers"][1]
-    assert "dev-shm=1" in injected(patched)
+    validate_pod(patched)
+
+
+def test_a_windows_pod_gets_no_memory_backed_volume():
+    obj = pod(container("train", gpus="2"))
+    obj["spec"]["os"] = {"name": "windows"}
+    ops, _ = mutate(obj, DEFAULTS)
+    assert not any(op["path"] == "/spec/volumes" for op in ops)
 
 
 def test_two_containers_of_one_gpu_each_share_one_volume():
@@ -838,3 +873,29 @@ def test_the_server_defaults_a_workload_and_a_pod(tmp_path):
         {"name": "gpu-admission-shm", "emptyDir": {"medium": "Memory"}}
     ]
     assert "runtimeClassName" not in defaulted_pod["spec"]
+
+
+def test_a_template_that_sets_its_own_priority_gets_no_priority_class():
+    """The Priority plugin refuses a Pod whose priority (or preemption policy) its class did
+    not give it: a template copied from a live Pod keeps working."""
+    for field, value in (("priority", 0), ("preemptionPolicy", "Never")):
+        obj = workload("Deployment", container("train"))
+        pod_spec_of(obj)[field] = value
+        _, patched = mutate(obj, DEFAULTS)
+        assert "priorityClassName" not in pod_spec_of(patched), field
+        assert pod_spec_of(patched)["runtimeClassName"] == "nvidia-cdi"
+
+
+def test_a_pod_a_controller_sends_gets_no_deadline():
+    """A bare Pod made by one of the policy's controllers (an operator that sets no owner
+    reference) is not an interactive session: no deadline, which could never be raised."""
+    obj = pod(container("train"))
+    request = review(obj)
+    request["request"]["userInfo"] = {
+        "username": "system:serviceaccount:kube-system:job-controller",
+        "groups": ["system:serviceaccounts"],
+    }
+    decision = webhook.decide(copy.deepcopy(request), DEFAULTS, mutate=True)
+    assert "activeDeadlineSeconds" not in json.dumps(list(decision.patch))
+    _, patched = mutate(obj, DEFAULTS)
+    assert patched["spec"]["activeDeadlineSeconds"] == 28800

@@ -369,13 +369,19 @@ def _gpus(pod: Mapping, policy: Policy) -> int:
     """The Pod's GPUs as the scheduler counts them (no sidecars here): the app containers'
     sum, or the most one init container asks for."""
 
+    def sharing(name: str) -> set[str]:
+        declared = [policy.resources.get(name), *(p.resources.get(name) for p in policy.pools)]
+        return {spec.sharing for spec in declared if spec is not None}
+
     def count(container: Mapping) -> int:
         resources = container.get("resources") or {}
         asked = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
         return sum(
             int(parse_quantity(q) or 0)
             for n, q in asked.items()
-            if n in policy.declared_names or n in policy.retired
+            if n in policy.retired
+            or n in policy.declared_names
+            and sharing(n) <= {"Exclusive", "MIG"}
         )
 
     apps = sum(count(c) for c in pod["spec"].get("containers") or [])
@@ -462,7 +468,7 @@ def check(pod: dict, policy: Policy, namespace: str, *, kubectl: bool) -> list[d
     if any(admits_node(pod, p.node_selector) for p in selection.pools):
         assert any(admits_node(patched, p.node_selector) for p in selection.pools)
     # The GPU defaults of a Pod: a deadline for a bare GPU Pod that sets none, nothing else
-    # changed; shared memory at /dev/shm in every GPU container of a Pod of several GPUs.
+    # changed; shared memory at /dev/shm in every container of a Pod of several whole GPUs.
     if deadline:
         assert patched["spec"]["activeDeadlineSeconds"] == policy.gpu_defaults.bare_pod_deadline
     else:
@@ -476,7 +482,8 @@ def check(pod: dict, policy: Policy, namespace: str, *, kubectl: bool) -> list[d
         for index, container in enumerate(patched["spec"].get(list_name) or []):
             before = pod["spec"][list_name][index].get("volumeMounts")
             mounts = container.get("volumeMounts") or []
-            if shared_memory and (list_name, index) in gpu:
+            had_shm = any(m.get("mountPath") == SHM for m in before or [])
+            if shared_memory and not had_shm:
                 [mount] = [m for m in mounts if m["mountPath"] == SHM]
                 assert volumes[mount["name"]]["emptyDir"]["medium"] == "Memory"
             else:

@@ -10,13 +10,22 @@ Where each default goes follows from when the API server reads it:
   API server refuses the Pod. A template's Pods land in its pools (``webhook.core.pools``); a
   pool's class wins there, and a template that may land in pools with different classes gets
   none rather than a guess.
-- ``activeDeadlineSeconds`` goes on bare Pods (no controller: an interactive session) and on
-  Jobs (a CronJob's job template), never on long-running controllers, whose Pods would be
-  killed and recreated forever.
-- ``/dev/shm`` goes on Pods of more than one GPU, whoever made them: a memory-backed emptyDir
-  in every GPU container that mounts nothing there. Where some container already mounts a
-  memory-backed emptyDir there, the others share that one, so that processes in different
-  containers see the same shared memory (NCCL's transport between them needs it).
+- ``activeDeadlineSeconds`` goes on bare Pods (no controller owner, not sent by one of the
+  policy's ``controllers``: most often an interactive session, but a CI runner's or a
+  workflow engine's Pod is bare too) and on Jobs (a CronJob's job template), never on
+  long-running controllers, whose Pods would be killed and recreated forever. A Pod's deadline
+  can be shortened and never raised: the policy's is the longest it gets.
+- ``/dev/shm`` goes on Pods of more than one whole GPU or MIG instance (shared replicas are
+  one GPU's time; MPS's device plugin mounts its own daemon's shared memory at /dev/shm, which
+  a volume would hide, so a Pod asking for an MPS-shared resource gets none), whoever made
+  them: a memory-backed emptyDir in every container and init container that mounts nothing
+  there, so that they keep sharing one /dev/shm as the runtime gives a Pod's containers, and
+  NCCL's transport between GPU containers works. Where some container already mounts a
+  memory-backed emptyDir there (whole, not a subPath of it), the others share that one.
+  Windows Pods and containers with a block device at /dev/shm are left alone.
+- ``priorityClassName`` is left out of a template that sets ``priority`` or
+  ``preemptionPolicy`` itself (the Priority plugin refuses a Pod whose priority its class
+  did not give it).
 
 An object a controller owns (a Deployment's ReplicaSet, a CronJob's Job, an operator's
 StatefulSet) is its owner's to default: a template changed under a Deployment would no longer
@@ -26,13 +35,14 @@ object already has: defaulting the defaulted object plans nothing.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from webhook.admission import patch
 from webhook.core.paths import walk_pointers
 from webhook.core.pods import PodView, effective_requests
-from webhook.core.pools import select_pool
+from webhook.core.pools import resource_spec, select_pool
 from webhook.core.scope import requests_gpu
 from webhook.policy.model import INJECTED_ANNOTATION, Policy, Pool, WorkloadKind
 from webhook.policy.quantity import Quantity
@@ -67,6 +77,7 @@ def pod_defaults(planned: patch.Planned, view: PodView, policy: Policy) -> list[
         deadline is not None
         and view.spec.get("activeDeadlineSeconds") is None
         and not controlled(planned.working)
+        and not (view.submission is not None and view.submission.by_controller)
         and any(requests_gpu(c) for c in view.containers)
         and _planned(planned, ("spec", "activeDeadlineSeconds"), deadline)
     ):
@@ -101,7 +112,8 @@ def plan_workload(
             if _planned(planned, (*segments, "runtimeClassName"), runtime):
                 runtime_classes[runtime] = None
         priority = _class_in(pools, "priority_class", defaults.priority_class)
-        if priority is not None and not view.spec.get("priorityClassName"):
+        own_priority = any(view.spec.get(f) is not None for f in ("priority", "preemptionPolicy"))
+        if priority is not None and not view.spec.get("priorityClassName") and not own_priority:
             if _planned(planned, (*segments, "priorityClassName"), priority):
                 priority_classes[priority] = None
     notes = []
@@ -162,13 +174,27 @@ def _lookup(obj: object, segments: tuple[str, ...]) -> object:
 
 
 def _gpus(view: PodView, policy: Policy) -> Quantity:
-    """How many GPUs the Pod asks for in all, as the scheduler counts them (declared GPU
-    resources only: not a companion such as HAMi's memory slices)."""
-    return sum(
-        quantity
-        for name, quantity in effective_requests(view).items()
-        if name in policy.declared_names or name in policy.retired
-    )
+    """How many whole GPUs and MIG instances the Pod asks for in all, as the scheduler counts
+    them (declared GPU resources only: not a companion such as HAMi's memory slices, nor
+    time-sliced replicas, which share one GPU); none for a Pod that asks for an MPS-shared
+    resource, whose device plugin mounts the MPS daemon's shared memory at /dev/shm."""
+    total: Quantity = 0
+    for name, quantity in effective_requests(view).items():
+        if name in policy.retired:
+            total += quantity
+            continue
+        if name not in policy.declared_names:
+            continue
+        # The Pod's pool's declaration, else any (a Pod pinned to a pool that lacks it).
+        spec = resource_spec(view, policy, name) or next(
+            (pool.resources[name] for pool in policy.pools if name in pool.resources), None
+        )
+        sharing = spec.sharing if spec is not None else None
+        if sharing == "MPS":
+            return 0
+        if sharing in ("Exclusive", "MIG"):
+            total += quantity
+    return total
 
 
 def _mounts_shm(container: Mapping[str, Any]) -> str | None:
@@ -177,9 +203,16 @@ def _mounts_shm(container: Mapping[str, Any]) -> str | None:
     mounts = container.get("volumeMounts")
     for mount in mounts if isinstance(mounts, list) else ():
         if isinstance(mount, dict) and isinstance(path := mount.get("mountPath"), str):
-            if path.rstrip("/") == SHM_PATH:
+            if posixpath.normpath(path) == SHM_PATH:
                 name = mount.get("name")
-                return name if isinstance(name, str) else ""
+                # A subPath of a volume is not the volume: nobody else may share it.
+                whole = isinstance(name, str) and not mount.get("subPath")
+                return name if whole else ""
+    devices = container.get("volumeDevices")
+    for device in devices if isinstance(devices, list) else ():
+        if isinstance(device, dict) and isinstance(path := device.get("devicePath"), str):
+            if posixpath.normpath(path) == SHM_PATH:
+                return ""  # a block device there: the API server refuses a mount beside it
     return None
 
 
@@ -189,9 +222,12 @@ def _memory_backed(volume: object) -> bool:
 
 
 def _mount_shared_memory(planned: patch.Planned, view: PodView, policy: Policy) -> int:
-    """Mount shared memory at /dev/shm in each GPU container that mounts nothing there; how
-    many were given it."""
+    """Mount shared memory at /dev/shm in each container and init container that mounts
+    nothing there; how many were given it."""
     spec = view.spec
+    os_field = spec.get("os")
+    if isinstance(os_field, dict) and os_field.get("name") == "windows":
+        return 0  # no memory-backed emptyDir on Windows
     raw_volumes = spec.get("volumes")
     volumes = {
         v["name"]: v
@@ -207,10 +243,8 @@ def _mount_shared_memory(planned: patch.Planned, view: PodView, policy: Policy) 
                 shared = mounted
             continue
         listed = container.spec.get("volumeMounts")
-        if (
-            container.list_name in POD_CONTAINER_LISTS
-            and requests_gpu(container)
-            and (listed is None or isinstance(listed, list))
+        if container.list_name in POD_CONTAINER_LISTS and (
+            listed is None or isinstance(listed, list)
         ):
             lacking.append(container)
     if not lacking or (raw_volumes is not None and not isinstance(raw_volumes, list)):

@@ -94,6 +94,13 @@ def mutation_warnings(policy: Policy, warn: Report, inform: Report) -> None:
             f"runtimeclass {name}` (the GPU Operator's CDI class is nvidia-cdi)",
         )
     size = defaults.shared_memory_size
+    if defaults.shared_memory and size is None:
+        warn(
+            [*GPU_DEFAULTS, "sharedMemory"],
+            "shared memory without a sizeLimit can grow to the Pod's memory limit, or with "
+            "none to the node's allocatable memory: set sizeLimit (what NCCL needs, several "
+            "Gi for a multi-GPU job)",
+        )
     quantity = parse_quantity(size) if size is not None else None
     if quantity is not None and 0 < quantity < RUNTIME_SHM_BYTES:
         warn(
