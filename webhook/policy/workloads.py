@@ -248,9 +248,16 @@ def custom_resource_rules(
 
 
 # What ``cluster check`` needs besides the judged kinds' rules (whose get on daemonsets and list
-# on pods, built-in kinds, read the device plugins it compares): the auditor role has it, the
-# background audit not.
+# on pods, built-in kinds, read the device plugins it compares): the auditor role has them, the
+# background audit not. Namespaces and ResourceQuotas are compared with the tenants'
+# entitlements (``audit --cluster`` notes the same, but not with ``-o policyreport``).
 NODES_READ_RULE: dict[str, Any] = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}
+QUOTAS_READ_RULE: dict[str, Any] = {
+    "apiGroups": [""],
+    "resources": ["namespaces", "resourcequotas"],
+    "verbs": ["list"],
+}
+CLUSTER_CHECK_RULES = (NODES_READ_RULE, QUOTAS_READ_RULE)
 
 
 def read_rules(workloads: Iterable[WorkloadKind]) -> list[dict[str, Any]]:
