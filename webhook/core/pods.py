@@ -235,7 +235,9 @@ def effective_requests(view: PodView) -> dict[str, Quantity]:
                     running = quantity + sidecars.get(name, 0)
                     init_peak[name] = max(init_peak.get(name, 0), running)
     totals: dict[str, Quantity] = {}
-    for name in {*init_peak, *sidecars, *apps}:
+    # In the order the containers ask (not a set's, which varies between processes): the
+    # first name is where a finding on the whole Pod points.
+    for name in dict.fromkeys([*init_peak, *sidecars, *apps]):
         totals[name] = max(init_peak.get(name, 0), apps.get(name, 0) + sidecars.get(name, 0))
     return totals
 
