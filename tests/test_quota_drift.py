@@ -367,11 +367,64 @@ def test_a_quota_with_scopes_holds_nothing_for_the_namespace() -> None:
     )
     held = live_quota(quota("training", "all", {f"requests.{GPU}": "32"}), {GPU})
     assert scoped is not None and wide is not None and held is not None
-    [drift] = find_quota_drift(policy, ["training"], {"training": [scoped]})
+    training: dict[str, Any] = {"training": None}
+    [drift] = find_quota_drift(policy, training, {"training": [scoped]})
     assert drift.kind == "max-gpus-without-quota"
-    [drift] = find_quota_drift(policy, ["training"], {"training": [scoped, wide]})
+    [drift] = find_quota_drift(policy, training, {"training": [scoped, wide]})
     assert (drift.kind, drift.message.split(": ")[1][:26]) == (
         "quota-above-max-gpus",
         "training/wide (100); lower",
     )
-    assert find_quota_drift(policy, ["training"], {"training": [wide, held]}) == []
+    assert find_quota_drift(policy, training, {"training": [wide, held]}) == []
+
+
+def test_a_tenant_that_selects_namespaces_by_label_is_compared_by_their_labels(
+    kube_api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    """Its namespaces are found by the labels it selects (only those kept); the fix writes
+    the quota with kubectl, since gpu-admission quota judges a namespace by its name."""
+    selecting = POLICY.replace(
+        "    - namespaces: [inference-*]\n",
+        "    - namespaceSelector: {matchLabels: {example.com/tier: inference}}\n",
+    )
+    labelled = namespace("vision")
+    labelled["metadata"]["labels"] = {"example.com/tier": "inference", "team": "vision"}
+    kube_api.add_all(
+        [
+            INFERENCE_NODE,
+            labelled,
+            namespace("inference-chat"),  # named like the others' namespaces: not selected
+            quota("vision", "legacy", {f"requests.{GPU}": "2"}),
+            quota("inference-chat", "legacy", {f"requests.{GPU}": "2"}),
+        ]
+    )
+    (tmp_path / "policy.yaml").write_text(selecting)
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    command = [sys.executable, "-m", "webhook.cli", "cluster", "check", "-o", "json"]
+    command += ["--policy", str(tmp_path / "policy.yaml"), "--kubeconfig", str(kubeconfig)]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    drift = json.loads(result.stdout)["drift"]
+    assert [(d["kind"], d["namespaces"]) for d in drift] == [
+        ("quota-allows-forbidden-resource", ["vision"]),
+        ("max-gpus-without-quota", ["vision"]),
+    ]
+    assert (
+        "tenants[0].entitlements (namespaces selected by example.com/tier=inference)"
+        in (drift[0]["message"])
+    )
+    assert drift[0]["message"].endswith(
+        "apply the quota the policy implies, which holds it at 0: kubectl create quota "
+        "gpu-admission-gpus -n vision --hard=requests.nvidia.com/gpu=0,"
+        "requests.nvidia.com/mig-1g.10gb=14"
+    )
+    # One namespace audited: its labels read alone (a field selector), then its quotas.
+    kube_api.serve_discovery({"apps": ["v1"], "batch": ["v1"]})
+    kube_api.register("", "v1", "replicationcontrollers", "ReplicationController")
+    command = [sys.executable, "-m", "webhook.cli", "audit", "--cluster", "-n", "vision"]
+    command += ["--policy", str(tmp_path / "policy.yaml"), "--kubeconfig", str(kubeconfig)]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
+    notes = [line.split(":")[2].strip() for line in result.stderr.splitlines() if "Quota" in line]
+    assert notes == ["quota-allows-forbidden-resource", "max-gpus-without-quota"]
+    [listed] = kube_api.requests_to("GET", "/api/v1/namespaces")[-1:]
+    assert listed.query["fieldSelector"] == ["metadata.name=vision"]

@@ -21,21 +21,23 @@ Only ``requests.<name>`` counts: the API server accepts ``limits.nvidia.com/gpu`
 (``webhook.audit.quotas``), and such entries are named where they would mislead. A quota with
 scopes (``scopes``, ``scopeSelector``) counts only the Pods of its scopes: it holds nothing for
 the namespace. Each finding gathers every namespace of one tenant and resource: at 5,000
-namespaces, a few lines. Namespaces are listed (names kept) to find those without a quota, and
-quotas in pages, of which only the GPU entries of entitled namespaces are kept.
+namespaces, a few lines. Namespaces are listed in pages (their names kept, and the labels
+tenants select namespaces by) to find those without a quota, and quotas in pages, of which
+only the GPU entries of entitled namespaces are kept.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal, NamedTuple
 
 from webhook.audit.drift import Drift
-from webhook.audit.quotas import implied_limits
+from webhook.audit.quotas import QUOTA_NAME, implied_limits
 from webhook.cluster.connection import Cluster
 from webhook.cluster.listing import Lister
+from webhook.core.inventory import namespace_labels
 from webhook.policy.model import Policy
 from webhook.policy.quantity import Quantity, parse_quantity
 from webhook.policy.tenants import Tenant
@@ -95,26 +97,37 @@ def check_quotas(cluster: Cluster, policy: Policy, namespace: str | None) -> Quo
         return QuotaCheck()
     lister = Lister(cluster, None)
     core = k8s.CoreV1Api(cluster.api_client)
-    compared: list[str]
-    list_quotas: Callable[..., Any]
-    if namespace is not None:
-        compared = [namespace] if _limits_of(policy, namespace, {}) else []
-        list_quotas = partial(core.list_namespaced_resource_quota, namespace)
+    labels: dict[str, Mapping[str, str] | None]
+    if namespace is not None and not policy.namespace_label_keys:
+        labels = {namespace: None}  # judged by name: nothing to read of it
     else:
+        # The labels tenants select namespaces by, and only those, of every namespace (or of
+        # the one audited).
+        listed = (
+            partial(core.list_namespace, field_selector=f"metadata.name={namespace}")
+            if namespace is not None
+            else core.list_namespace
+        )
         try:
-            compared = [
-                name
-                for page in lister.pages(core.list_namespace)
+            labels = dict(
+                namespace_labels(item, policy.namespace_label_keys)
+                for page in lister.pages(listed)
                 for item in page.get("items") or ()
-                if isinstance(name := (item.get("metadata") or {}).get("name"), str)
-                and _limits_of(policy, name, {})
-            ]
+                if isinstance(item, dict)
+            )
         except ApiException as exc:
             raise ListRefused("cannot list namespaces", exc) from None
-        list_quotas = core.list_resource_quota_for_all_namespaces
+    cache: dict[int, dict[str, int]] = {}
+    compared = {
+        name: known for name, known in labels.items() if _limits_of(policy, name, known, cache)
+    }
+    list_quotas: Callable[..., Any] = (
+        partial(core.list_namespaced_resource_quota, namespace)
+        if namespace is not None
+        else core.list_resource_quota_for_all_namespaces
+    )
     if not compared:
         return QuotaCheck()
-    kept = set(compared)
     gpu_names = policy.declared_names | {
         name for tenant in policy.tenants for name in implied_limits(policy, tenant)
     }
@@ -123,7 +136,7 @@ def check_quotas(cluster: Cluster, policy: Policy, namespace: str | None) -> Quo
         for page in lister.pages(list_quotas):
             for item in page.get("items") or ():
                 metadata = item.get("metadata") or {}
-                if metadata.get("namespace") in kept:
+                if metadata.get("namespace") in compared:
                     quota = live_quota(item, gpu_names)
                     if quota is not None:
                         live.setdefault(metadata["namespace"], []).append(quota)
@@ -178,16 +191,18 @@ class _Found:
 
 
 def find_quota_drift(
-    policy: Policy, namespaces: Iterable[str], live: Mapping[str, list[LiveQuota]]
+    policy: Policy,
+    namespaces: Mapping[str, Mapping[str, str] | None],
+    live: Mapping[str, list[LiveQuota]],
 ) -> list[Drift]:
     """Every disagreement, in the order of QUOTA_DRIFT_KINDS, then by tenant and resource.
-    ``namespaces``: those compared (each with entitlements that imply a quota); ``live``:
-    their quotas' GPU entries, by namespace."""
+    ``namespaces``: those compared, with the labels tenants select by (None: not read);
+    ``live``: their quotas' GPU entries, by namespace."""
     found: dict[_Key, _Found] = {}
     cache: dict[int, dict[str, int]] = {}
     for namespace in sorted(namespaces):
-        tenant = policy.entitled_tenant(namespace)
-        limits = _limits_of(policy, namespace, cache)
+        tenant = policy.entitled_tenant(namespace, namespaces[namespace])
+        limits = _limits_of(policy, namespace, namespaces[namespace], cache)
         if tenant is None or tenant.entitlements is None or not limits:
             continue
         quotas = live.get(namespace, [])
@@ -226,9 +241,14 @@ def find_quota_drift(
     ]
 
 
-def _limits_of(policy: Policy, namespace: str, cache: dict[int, dict[str, int]]) -> dict[str, int]:
+def _limits_of(
+    policy: Policy,
+    namespace: str,
+    labels: Mapping[str, str] | None,
+    cache: dict[int, dict[str, int]],
+) -> dict[str, int]:
     """What the namespace's tenant's entitlements hold each resource at ({} for none)."""
-    tenant = policy.entitled_tenant(namespace)
+    tenant = policy.entitled_tenant(namespace, labels)
     if tenant is None:
         return {}
     if tenant.index not in cache:
@@ -256,13 +276,13 @@ def _asides(namespace: str, quotas: list[LiveQuota], name: str, limit: int) -> l
 
 def _drift(policy: Policy, key: _Key, entry: _Found) -> Drift:
     tenant, name, limit = entry.tenant, key.resource, entry.limit
-    setting = f"tenants[{tenant.index}].entitlements ({', '.join(tenant.namespaces.patterns)})"
+    setting = f"tenants[{tenant.index}].entitlements ({tenant.named})"
     namespaces, quotas = entry.namespaces, entry.quotas
     one = len(namespaces) == 1
     where = f"namespace {namespaces[0]}" if one else _count(namespaces, "namespace")
     have = "has" if one else "have"
     let = "lets" if len(quotas) == 1 else "let"
-    fix = _fix(policy, namespaces)
+    fix = _fix(policy, tenant, namespaces)
     # What keeps a Pod from a resource its tenant may not use when no quota does.
     rule = (
         "the entitlement rule only warns of it (newChecks: Warn)"
@@ -314,11 +334,24 @@ def _drift(policy: Policy, key: _Key, entry: _Found) -> Drift:
     return Drift(key.kind, subject, (), message, tuple(namespaces), level)
 
 
-def _fix(policy: Policy, namespaces: list[str]) -> str:
-    """The command that writes the quotas the policy implies for these namespaces."""
+def _fix(policy: Policy, tenant: Tenant, namespaces: list[str]) -> str:
+    """The command that writes the quota the policy implies in these namespaces:
+    ``gpu-admission quota`` for a tenant that names them (it judges a namespace by name), the
+    same quota with kubectl for one that selects them by label."""
+    more = f" (and for each of the {len(namespaces) - 5} more)" if len(namespaces) > 5 else ""
+    if tenant.selector is not None:
+        hard = ",".join(f"{REQUESTS}{n}={v}" for n, v in implied_limits(policy, tenant).items())
+        return (
+            "; ".join(
+                f"kubectl create quota {QUOTA_NAME} -n {namespace} --hard={hard}"
+                for namespace in namespaces[:5]
+            )
+            + more
+        )
     flags = " ".join(f"-n {namespace}" for namespace in namespaces[:5])
-    more = f" (and -n for each of the {len(namespaces) - 5} more)" if len(namespaces) > 5 else ""
-    return f"gpu-admission quota --policy {policy.source} {flags} | kubectl apply -f -{more}"
+    return f"gpu-admission quota --policy {policy.source} {flags} | kubectl apply -f -" + (
+        more.replace(" (and for", " (and -n for")
+    )
 
 
 def _shown(value: Quantity) -> str:
