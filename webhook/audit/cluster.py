@@ -19,10 +19,11 @@ from typing import Any
 
 from webhook.admission.objects import decide_object, enforce_everything
 from webhook.audit.documents import Document
+from webhook.audit.drift import refused
 from webhook.audit.judging import Audit, Audited, judge
 from webhook.audit.quota_drift import ListRefused, check_quotas
 from webhook.cluster.connection import Cluster
-from webhook.cluster.listing import AUDITOR_ROLE, Lister, Problem, status_message
+from webhook.cluster.listing import Lister, Problem
 from webhook.cluster.ownership import controller_of, meta, ref_of
 from webhook.policy.model import Policy, WorkloadKind
 from webhook.policy.workloads import LEGACY_GROUPS
@@ -58,9 +59,7 @@ def audit_cluster(
         try:
             quotas = check_quotas(cluster, policy, namespace)
         except ListRefused as exc:
-            hint = f": bind {AUDITOR_ROLE}" if exc.exc.status == 403 else ""
-            message = f"{exc.what} (HTTP {exc.exc.status}): {status_message(exc.exc)}{hint}"
-            audit.problems.append(Problem("resourcequotas", message))
+            audit.problems.append(Problem("resourcequotas", str(refused(exc.what, exc.exc))))
         else:
             audit.notes += [f"{d.kind}: {d.message}" for d in quotas.drift]
     return audit
