@@ -20,6 +20,7 @@ from webhook.policy.load import default_policy_path, load_policy
 from webhook.policy.workloads import (
     NODES_READ_RULE,
     NOT_CONTROLLED,
+    QUOTAS_READ_RULE,
     SPEC_CHANGED,
     WORKLOADS_MUTATING_WEBHOOK,
     WORKLOADS_WEBHOOK,
@@ -604,18 +605,24 @@ def test_the_chart_reads_the_generated_rules():
     assert files["auditorRules"] == [
         *read_rules(DEFAULT_POLICY.workloads.values()),
         NODES_READ_RULE,
+        QUOTAS_READ_RULE,
     ]
     assert files["backgroundAuditRules"] == read_rules(DEFAULT_POLICY.workloads.values())
 
 
 def test_the_auditor_role_reads_exactly_the_judged_kinds():
     role = one(render("base"), "ClusterRole", "gpu-admission-auditor")
-    assert role["rules"] == [*read_rules(DEFAULT_POLICY.workloads.values()), NODES_READ_RULE]
+    assert role["rules"] == [
+        *read_rules(DEFAULT_POLICY.workloads.values()),
+        NODES_READ_RULE,
+        QUOTAS_READ_RULE,
+    ]
 
 
 def test_the_auditor_role_reads_what_cluster_check_reads():
     """Nodes, the device plugin DaemonSets a policy names and their Pods (whatever kinds it
-    judges: the built-in kinds, DaemonSet and Pod among them, are always judged)."""
+    judges: the built-in kinds, DaemonSet and Pod among them, are always judged), and the
+    Namespaces and ResourceQuotas it compares with the tenants' entitlements."""
     role = one(render("base"), "ClusterRole", "gpu-admission-auditor")
 
     def allowed(group: str, resource: str, verb: str) -> bool:
@@ -627,6 +634,8 @@ def test_the_auditor_role_reads_what_cluster_check_reads():
     assert allowed("", "nodes", "list")
     assert allowed("apps", "daemonsets", "get")
     assert allowed("", "pods", "list")
+    assert allowed("", "namespaces", "list")
+    assert allowed("", "resourcequotas", "list")
 
 
 def test_validating_rule_resources_helper():

@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 from webhook.policy.rules import RULES, Rule
+from webhook.policy.workloads import CLUSTER_CHECK_RULES
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "webhook" / "policy" / "data"
@@ -254,8 +255,8 @@ def chart_webhooks(manifests: dict[Path, str]) -> str:
     ):
         parts[name] = {key: hook[key] for key in ("rules", "matchConditions") if key in hook}
     parts["auditorRules"] = auditor["rules"]
-    # The background audit reads the workloads only, not the Nodes cluster check lists.
-    parts["backgroundAuditRules"] = [r for r in auditor["rules"] if r["resources"] != ["nodes"]]
+    # The background audit reads the workloads only, not what cluster check lists besides.
+    parts["backgroundAuditRules"] = [r for r in auditor["rules"] if r not in CLUSTER_CHECK_RULES]
     note = generated_note(", ".join(CHART_WEBHOOK_SOURCES))
     return note + yaml.safe_dump(parts, sort_keys=False, width=1 << 16)
 

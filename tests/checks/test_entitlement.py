@@ -113,3 +113,17 @@ def test_an_entitlement_to_an_undeclared_name_is_warned() -> None:
         "nvidia.com/gpus is not a GPU resource this policy declares, so no Pod is entitled to it "
         "by this entry: declare it (resources, a pool, the MIG catalogue) or correct the name"
     ]
+
+
+@pytest.mark.parametrize("first", ["nvidia.com/gpu", MIG])
+def test_a_pod_above_its_maximum_points_at_its_first_request_in_every_process(first: str) -> None:
+    """The Pod's total is over two resources: the finding points at the first container's,
+    in container order (a set's order varies with the process's hash seed)."""
+    text = SPEC.format(new_checks="Enforce").replace(
+        "resources: [nvidia.com/mig-1g.10gb]", "resources: [nvidia.com/mig-1g.10gb, nvidia.com/gpu]"
+    )
+    second = MIG if first == "nvidia.com/gpu" else "nvidia.com/gpu"
+    obj = pod(container(gpu=2, resource=first), container("b", gpu=2, resource=second))
+    decision = validate(obj, policy(text, name="two-resources"), namespace="inference-chat")
+    found = [path for rule, path in denied(decision) if rule == "entitlement"]
+    assert found == [f"spec.containers[0].resources.limits[{first}]"]

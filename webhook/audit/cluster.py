@@ -19,9 +19,11 @@ from typing import Any
 
 from webhook.admission.objects import decide_object, enforce_everything
 from webhook.audit.documents import Document
+from webhook.audit.drift import refused
 from webhook.audit.judging import Audit, Audited, judge
+from webhook.audit.quota_drift import ListRefused, check_quotas
 from webhook.cluster.connection import Cluster
-from webhook.cluster.listing import Lister
+from webhook.cluster.listing import Lister, Problem
 from webhook.cluster.ownership import controller_of, meta, ref_of
 from webhook.policy.model import Policy, WorkloadKind
 from webhook.policy.workloads import LEGACY_GROUPS
@@ -42,14 +44,24 @@ def audit_cluster(
     respect_modes: bool = False,
     raise_errors: bool = False,
     keep_mutated: bool = True,
+    compare_quotas: bool = False,
 ) -> Audit:
     """Judge the workloads of ``namespace`` (None: every namespace and the cluster-scoped
     kinds). Modes as in :func:`~webhook.audit.files.audit_files`. A resource that cannot be
     listed is a problem of the audit; an unreachable server raises ``ClusterError``. Without
     ``keep_mutated``, a mutation keeps its patch but not the Pod as mutated (a whole Pod per
-    bare GPU Pod: only ``-o json`` prints it)."""
+    bare GPU Pod: only ``-o json`` prints it). With ``compare_quotas``, the ResourceQuotas
+    that contradict the tenants' entitlements are notes of the audit (a quota is no workload:
+    it has no verdict; ``cluster check`` reports the same as drift)."""
     audit = Audit(policy if respect_modes else enforce_everything(policy), respect_modes)
     judge_cluster([audit], cluster, namespace, raise_errors=raise_errors, keep_mutated=keep_mutated)
+    if compare_quotas:
+        try:
+            quotas = check_quotas(cluster, policy, namespace)
+        except ListRefused as exc:
+            audit.problems.append(Problem("resourcequotas", str(refused(exc.what, exc.exc))))
+        else:
+            audit.notes += [f"{d.kind}: {d.message}" for d in quotas.drift]
     return audit
 
 

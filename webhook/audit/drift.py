@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from webhook.cluster.connection import Cluster, ClusterError
 from webhook.cluster.listing import AUDITOR_ROLE, Lister, selector_text, status_message
@@ -90,10 +90,13 @@ SHARED_BY_TIME_SLICING = "nvidia.com/gpu"
 class Drift:
     """One disagreement between the policy and the cluster."""
 
-    kind: str  # one of DRIFT_KINDS
+    kind: str  # one of DRIFT_KINDS (or of the quotas', webhook.audit.quota_drift)
     subject: str  # the pool, taint or resource it is about ("" when none)
     nodes: tuple[str, ...]  # the nodes concerned, sorted (none when none can be named)
     message: str  # one sentence that says what disagrees and what to change
+    namespaces: tuple[str, ...] = ()  # the namespaces concerned, sorted (quota drift)
+    # "info": what holds, though not as the policy means it (no exit status of its own).
+    level: Literal["drift", "info"] = "drift"
 
 
 def check_cluster(cluster: Cluster, policy: Policy) -> tuple[list[Drift], int]:
@@ -113,7 +116,7 @@ def check_cluster(cluster: Cluster, policy: Policy) -> tuple[list[Drift], int]:
             daemonsets[named] = lister.call(read)
         except ApiException as exc:
             if exc.status != 404:
-                raise _refused(f"cannot read DaemonSet {named}", exc) from None
+                raise refused(f"cannot read DaemonSet {named}", exc) from None
             daemonsets[named] = None
     # The labels the DaemonSets select nodes by are kept with the pools' (the GPU Operator's
     # nvidia.com/gpu.deploy.device-plugin is neither).
@@ -128,7 +131,7 @@ def check_cluster(cluster: Cluster, policy: Policy) -> tuple[list[Drift], int]:
             if isinstance(obj, dict)
         ]
     except ApiException as exc:
-        raise _refused("cannot list nodes", exc) from None
+        raise refused("cannot list nodes", exc) from None
 
     def placed(named: DaemonSetName) -> frozenset[str]:
         """The nodes the DaemonSet's Pods are on or bound for: listed (by its selector, kept
@@ -149,12 +152,13 @@ def check_cluster(cluster: Cluster, policy: Policy) -> tuple[list[Drift], int]:
                 if node
             )
         except ApiException as exc:
-            raise _refused(f"cannot list the Pods of DaemonSet {named}", exc) from None
+            raise refused(f"cannot list the Pods of DaemonSet {named}", exc) from None
 
     return find_drift(policy, nodes, daemonsets, placed), len(nodes)
 
 
-def _refused(what: str, exc: Any) -> ClusterError:
+def refused(what: str, exc: Any) -> ClusterError:
+    """A refused read or list, as one line that names it (and the role, for a 403)."""
     hint = f": bind {AUDITOR_ROLE}" if exc.status == 403 else ""
     return ClusterError(f"{what} (HTTP {exc.status}): {status_message(exc)}{hint}")
 

@@ -4,8 +4,11 @@ it names, and 0 for each GPU resource the policy declares that the tenant may no
 ResourceQuota limits what a namespace requests in all; the entitlement rule limits what one
 Pod asks for and which kind: the two together say what the policy means.
 
-Extended resources are quotaed by their requests only (``requests.nvidia.com/gpu``: the API
-server refuses ``limits.`` for them), and a GPU's request equals its limit.
+Extended resources are quotaed by their requests only: the API server accepts any qualified
+name in a quota's ``hard`` (``limits.nvidia.com/gpu``, ``nvidia.com/gpu``), but its quota
+evaluator counts an extended resource only as ``requests.<name>`` (kubernetes
+pkg/quota/v1/evaluator/core/pods.go, ``isExtendedResourceNameForQuota``), and a GPU's request
+equals its limit.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from webhook.policy.model import Policy
+from webhook.policy.tenants import Tenant
 
 QUOTA_NAME = "gpu-admission-gpus"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-admission"}
@@ -29,23 +33,32 @@ def entitled_namespaces(policy: Policy) -> list[str]:
     return list(names)
 
 
+def implied_limits(policy: Policy, tenant: Tenant) -> dict[str, int]:
+    """What a tenant's entitlements hold each GPU resource at in its namespaces, by name
+    (sorted): 0 for a resource the policy declares (cluster-wide or in a pool) and they leave
+    out, their ``maxGPUs`` for the others they name; {} without entitlements."""
+    entitled = tenant.entitlements
+    if entitled is None:
+        return {}
+    declared = {*policy.resources, *(name for pool in policy.pools for name in pool.resources)}
+    limits: dict[str, int] = {}
+    for name in sorted(declared | set(entitled.max_gpus)):
+        if entitled.resources is not None and name not in entitled.resources:
+            limits[name] = 0
+        elif name in entitled.max_gpus:
+            limits[name] = entitled.max_gpus[name]
+    return limits
+
+
 def implied_quotas(policy: Policy, namespaces: Iterable[str]) -> list[dict[str, Any]]:
     """One ResourceQuota per namespace whose tenant's entitlements imply one, in order."""
-    declared = {*policy.resources, *(name for pool in policy.pools for name in pool.resources)}
     quotas = []
     for namespace in namespaces:
         tenant = policy.entitled_tenant(namespace)
-        entitled = tenant.entitlements if tenant is not None else None
-        if tenant is None or entitled is None:
+        limits = implied_limits(policy, tenant) if tenant is not None else {}
+        if tenant is None or not limits:
             continue
-        hard: dict[str, str] = {}
-        for name in sorted(declared | set(entitled.max_gpus)):
-            if entitled.resources is not None and name not in entitled.resources:
-                hard[f"requests.{name}"] = "0"
-            elif name in entitled.max_gpus:
-                hard[f"requests.{name}"] = str(entitled.max_gpus[name])
-        if not hard:
-            continue
+        hard = {f"requests.{name}": str(limit) for name, limit in limits.items()}
         quotas.append(
             {
                 "apiVersion": "v1",

@@ -9,6 +9,13 @@ no entry states entitlements for; companion resources (NICs beside GPUs); names 
 does not declare (the resource-name rule's). New in this release: warned while ``newChecks``
 is Warn. A ResourceQuota limits how many GPUs a namespace requests in all, not which kind nor
 how many one Pod asks for: this is the per-Pod side.
+
+Warned, never denied: a template whose kind counts its Pods (``replicas`` in the workload
+catalogue: a Deployment's replicas, a JobSet's replicated Jobs times their parallelism) and
+whose Pods at once ask for more of a resource than the tenant's ``maxGPUs`` allows the
+namespace: its quota refuses the Pods beyond. A warning only, since the count changes through
+``/scale`` (``kubectl scale``, autoscalers), which no webhook sees; each template is counted on
+its own.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import NamedTuple
 
 from webhook.core.findings import Violation, quote
 from webhook.core.pods import PodView, effective_requests
+from webhook.core.replicas import Replicas, replicas_of
 from webhook.policy.model import Policy
 from webhook.policy.quantity import Quantity
 
@@ -64,8 +72,8 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 "container",
                 container.name,
             )
+    totals = effective_requests(view) if entitled.max_per_pod is not None else {}
     if entitled.max_per_pod is not None:
-        totals = effective_requests(view)
         counted = [name for name in totals if name in policy.declared_names]
         devices = sum((totals[name] for name in counted), Fraction(0))
         if devices > entitled.max_per_pod:
@@ -77,6 +85,13 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 "Pod",
                 "pod",
             )
+    replicas = replicas_of(view.counted) if view.counted and entitled.max_gpus else None
+    if replicas is not None:
+        totals = totals or effective_requests(view)
+        for name, most in sorted(entitled.max_gpus.items()):
+            per_pod = totals.get(name)
+            if per_pod and replicas.pods * per_pod > most:
+                yield said.too_many_at_once(replicas, name, per_pod, most)
 
 
 class _Said(NamedTuple):
@@ -90,7 +105,7 @@ class _Said(NamedTuple):
     def too_many(
         self, path: str, who: str, devices: Quantity, limit: int, per: str, subject: str
     ) -> Violation:
-        shown = int(devices) if devices == int(devices) else float(devices)
+        shown = _shown(devices)
         return Violation(
             rule=RULE,
             path=path,
@@ -104,3 +119,31 @@ class _Said(NamedTuple):
             field=f"maxGPUsPer{per.capitalize()}",
             advisory=self.advisory,
         )
+
+    def too_many_at_once(
+        self, replicas: Replicas, name: str, per_pod: Quantity, most: int
+    ) -> Violation:
+        """Always a warning: the count changes through /scale, which no webhook sees."""
+        total, each = _shown(replicas.pods * per_pod), _shown(per_pod)
+        fit = int(most // per_pod)
+        fix = (
+            f"{fit} of these Pods fit at once: run at most {fit}"
+            if fit
+            else f"not one of these Pods fits: request at most {most} {name} in each"
+        )
+        return Violation(
+            rule=RULE,
+            path=replicas.path,
+            value=replicas.pods,
+            message=f"{replicas.shown} × {each} {name} per Pod = {total}, above the {most} that "
+            f"{self.setting} allows this namespace at once (its ResourceQuota refuses the Pods "
+            "beyond it: they are not created, and their controller reports FailedCreate)",
+            hint=f"{fix}, or {self.ask} for a larger maxGPUs",
+            subject="replicas",
+            field=f"replicas[{name}]",
+            advisory=True,
+        )
+
+
+def _shown(quantity: Quantity) -> int | float:
+    return int(quantity) if quantity == int(quantity) else float(quantity)

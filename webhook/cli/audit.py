@@ -53,7 +53,9 @@ would this policy block?". --respect-modes keeps the policy's Enforce/Warn/Audit
 each judged as it arrives, owners' kinds first). What a reported workload owns (a
 Deployment's ReplicaSets and Pods, a CronJob's Jobs, a PyTorchJob's Pods) is listed under it,
 not judged again. It needs list on them: the gpu-admission-auditor ClusterRole in
-manifests/base grants it.
+manifests/base grants it. Where tenants state entitlements, the ResourceQuotas that contradict
+them are noted too (as cluster check reports them; not with -o policyreport), which needs list
+on namespaces (with -A) and resourcequotas.
 
 exit status: 0 when nothing would be denied, 1 when something would, 2 on usage, policy or
 connection errors and when an input could not be read or an object could not be judged (the
@@ -174,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
                     raise_errors=args.debug,
                     # Only -o json prints the Pods as mutated: a whole Pod per bare GPU Pod.
                     keep_mutated=args.output == "json",
+                    # Policy reports are per workload: a quota has no place in them.
+                    compare_quotas=args.output != "policyreport",
                 )
                 _notes(audit.notes)
                 problems = list(audit.problems)

@@ -7,7 +7,8 @@ import argparse
 import json
 from typing import Any
 
-from webhook.audit.drift import DRIFT_KINDS, check_cluster
+from webhook.audit.drift import DRIFT_KINDS, Drift, check_cluster, refused
+from webhook.audit.quota_drift import QUOTA_DRIFT_KINDS, ListRefused, check_quotas
 from webhook.cli.common import add_command, add_command_group, add_policy_argument, policy_from
 from webhook.cluster.connection import connect
 from webhook.cluster.listing import AUDITOR_ROLE
@@ -17,7 +18,8 @@ examples:
   gpu-admission cluster check --policy my-policy.yaml
   gpu-admission cluster check --context prod -o json | jq '.drift[].kind'
 
-exit status: 0 the policy and the cluster agree, 1 drift found, 2 could not run.
+exit status: 0 the policy and the cluster agree (notes marked info do not count), 1 drift
+found, 2 could not run.
 """
 
 
@@ -34,10 +36,12 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         "check",
         summary="list where the policy and the cluster's nodes disagree",
         description="Read every Node (and the DaemonSets the policy's devicePluginDaemonSets "
-        "names; without it, device plugins are not compared) and compare them with the policy: "
-        + "; ".join(DRIFT_KINDS)
-        + ". Each disagreement once, with the nodes concerned. Needs list on nodes and pods "
-        f"and get on daemonsets ({AUDITOR_ROLE} has them).",
+        "names; without it, device plugins are not compared) and, where tenants state "
+        "entitlements, the Namespaces and ResourceQuotas, and compare them with the policy: "
+        + "; ".join(DRIFT_KINDS + QUOTA_DRIFT_KINDS)
+        + ". Each disagreement once, with the nodes or namespaces concerned. Needs list on "
+        "nodes and pods, get on daemonsets and, for entitlements, list on namespaces and "
+        f"resourcequotas ({AUDITOR_ROLE} has them).",
         epilog=_EPILOG,
     )
     add_policy_argument(check)
@@ -55,29 +59,61 @@ def run_check(args: argparse.Namespace) -> int:
     policy = policy_from(args)
     with connect(args.kubeconfig, args.context) as cluster:
         drift, nodes = check_cluster(cluster, policy)
+        try:
+            quotas = check_quotas(cluster, policy, None)
+        except ListRefused as exc:
+            raise refused(exc.what, exc.exc) from None
+    drift += quotas.drift
+    disagreements = [d for d in drift if d.level == "drift"]
     daemonsets = [str(named) for named in policy.device_plugin_daemonsets]
     if args.output == "json":
         document = {
             "policy": policy.source,
             "nodes": nodes,
             "devicePluginDaemonSets": daemonsets,
+            "namespacesWithEntitlements": quotas.namespaces,
+            "resourceQuotas": quotas.quotas,
             "drift": [
-                {"kind": d.kind, "subject": d.subject, "nodes": list(d.nodes), "message": d.message}
+                {
+                    "kind": d.kind,
+                    "level": d.level,
+                    "subject": d.subject,
+                    "nodes": list(d.nodes),
+                    "namespaces": list(d.namespaces),
+                    "message": d.message,
+                }
                 for d in drift
             ],
         }
         print(json.dumps(document, indent=2))
     else:
         for found in drift:
-            print(f"{found.kind}: {found.message}")
-        read = f"{nodes} node{'' if nodes == 1 else 's'}"
-        if daemonsets:
-            read += f" and {len(daemonsets)} device plugin DaemonSet"
-            read += f"{'' if len(daemonsets) == 1 else 's'} read"
-        else:
-            read += " read (no devicePluginDaemonSets: device plugins not compared)"
-        if drift:
-            print(f"{read}; {len(drift)} disagreement{'' if len(drift) == 1 else 's'}")
-        else:
-            print(f"{read}; the policy and the cluster agree")
-    return 1 if drift else 0
+            print(f"{found.kind}{' (info)' if found.level == 'info' else ''}: {found.message}")
+        print(_summary(nodes, daemonsets, quotas.namespaces, quotas.quotas, drift))
+    return 1 if disagreements else 0
+
+
+def _summary(
+    nodes: int, daemonsets: list[str], namespaces: int, quotas: int, drift: list[Drift]
+) -> str:
+    read = _number(nodes, "node")
+    if daemonsets:
+        read += f" and {_number(len(daemonsets), 'device plugin DaemonSet')}"
+    if namespaces:
+        read += f", {_number(quotas, 'GPU ResourceQuota')} in "
+        read += f"{_number(namespaces, 'namespace')} with entitlements"
+    read += " read"
+    if not daemonsets:
+        read += " (no devicePluginDaemonSets: device plugins not compared)"
+    disagreements = sum(1 for d in drift if d.level == "drift")
+    notes = len(drift) - disagreements
+    said = (
+        _number(disagreements, "disagreement")
+        if disagreements
+        else "the policy and the cluster agree"
+    )
+    return f"{read}; {said}" + (f" ({_number(notes, 'note')})" if notes else "")
+
+
+def _number(count: int, what: str) -> str:
+    return f"{count} {what}{'' if count == 1 else 's'}"

@@ -11,7 +11,7 @@ import yaml
 
 from webhook.cli.common import add_command, add_policy_argument, policy_from
 from webhook.policy.model import WorkloadKind
-from webhook.policy.workloads import NODES_READ_RULE, read_rules
+from webhook.policy.workloads import CLUSTER_CHECK_RULES, read_rules
 
 _EPILOG = """\
 examples:
@@ -28,7 +28,7 @@ def add_to(sub: argparse._SubParsersAction[Any]) -> None:
         description="List every kind the policy judges: the Kubernetes kinds, the built-in "
         "catalogue of GPU workload kinds (less spec.catalogue.disabled) and spec.workloads, "
         "with the paths of their Pod definitions. With --rbac, print the ClusterRole rules "
-        "that read them all (and the Nodes, for cluster check).",
+        "that read them all (and the Nodes, Namespaces and ResourceQuotas, for cluster check).",
         epilog=_EPILOG,
     )
     add_policy_argument(parser)
@@ -39,7 +39,7 @@ def add_to(sub: argparse._SubParsersAction[Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     policy = policy_from(args)
     if args.rbac:
-        rules = [*read_rules(policy.workloads.values()), NODES_READ_RULE]
+        rules = [*read_rules(policy.workloads.values()), *CLUSTER_CHECK_RULES]
         print(yaml.safe_dump(rules, sort_keys=False), end="")
         return 0
     for workload in policy.workloads.values():

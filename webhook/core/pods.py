@@ -13,6 +13,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from webhook.core.inventory import NodeSnapshot, bound_to_cpu_node
+from webhook.core.replicas import Counted
 from webhook.policy.annotations import Injection
 from webhook.policy.model import Policy
 from webhook.policy.quantity import Quantity, parse_quantity
@@ -152,6 +153,9 @@ class PodView:
     annotations: Mapping[str, Any] = field(default_factory=dict)
     # Pod-level fields taken from another object (an Argo Workflow's spec): field -> its path.
     inherited: Mapping[str, str] = field(default_factory=dict)
+    # Where the count of the template's Pods run at once is read, where its kind counts them
+    # and it asks for a GPU resource (``webhook.core.replicas.replicas_of``); None otherwise.
+    counted: Counted | None = None
     # Facts several checks read, worked out on first use by the functions that own them:
     # ``webhook.core.pools.select_pool``'s Selection, ``webhook.core.scope.reach``'s Reach,
     # ``webhook.core.scope.asks_for_gpu``'s answer, ``webhook.core.injection.injections``'
@@ -235,7 +239,9 @@ def effective_requests(view: PodView) -> dict[str, Quantity]:
                     running = quantity + sidecars.get(name, 0)
                     init_peak[name] = max(init_peak.get(name, 0), running)
     totals: dict[str, Quantity] = {}
-    for name in {*init_peak, *sidecars, *apps}:
+    # In the order the containers ask (not a set's, which varies between processes): the
+    # first name is where a finding on the whole Pod points.
+    for name in dict.fromkeys([*init_peak, *sidecars, *apps]):
         totals[name] = max(init_peak.get(name, 0), apps.get(name, 0) + sidecars.get(name, 0))
     return totals
 

@@ -18,6 +18,7 @@ from webhook.core.pods import (
     listed_containers,
     view_of,
 )
+from webhook.core.replicas import Counted
 from webhook.policy.model import (
     FieldStep,
     PodTarget,
@@ -80,9 +81,10 @@ def walk_views(
             for path, identity, template in walk_path(obj, target.path):
                 view = build_view(kind, path, template, namespace, policy, identity)
                 if view is not None:
-                    yield view
+                    yield _counted(view, obj, target, path)
         elif target.shape == "podSpec":
-            yield from _pod_spec_views(obj, kind, target, namespace, policy)
+            for view in _pod_spec_views(obj, kind, target, namespace, policy):
+                yield _counted(view, obj, target, view.spec_path)
         elif target.shape == "container":
             for path, identity, container in walk_path(obj, target.path):
                 parent, _, name = path.rpartition(".")
@@ -90,6 +92,14 @@ def walk_views(
                 yield view_of(kind, {}, parent, {}, parent, [source], namespace, policy, identity)
         else:
             yield from _resources_views(obj, kind, target, namespace, policy)
+
+
+def _counted(view: PodView, obj: Mapping[str, Any], target: PodTarget, where: str) -> PodView:
+    """The view with where to count its Pods run at once, where its kind counts them and it
+    asks for a GPU resource (only the entitlement rule reads it, and only for a maxGPUs)."""
+    if target.replicas and view.requested_gpu_names:
+        view.counted = Counted(obj, target.replicas, where)
+    return view
 
 
 def _pod_spec_views(
@@ -184,10 +194,12 @@ def _resources_views(
         source = ContainerSource(
             name, 0, container, path, resources_field=field.name, fallback_name=name
         )
+        where = f"{path}.{field.name}" if path else field.name  # the target's match
         if not pods[path]:  # no pod-level fields written: the resources alone
-            yield view_of(kind, {}, path, {}, path, [source], namespace, policy, identity)
+            view = view_of(kind, {}, path, {}, path, [source], namespace, policy, identity)
+            yield _counted(view, obj, target, where)
         for pod_path, pod_identity, pod in pods[path]:
-            yield _pod_fields_view(
+            view = _pod_fields_view(
                 kind,
                 pod,
                 pod_path,
@@ -197,6 +209,7 @@ def _resources_views(
                 policy,
                 target,
             )
+            yield _counted(view, obj, target, where)
 
 
 def _pod_fields_view(

@@ -38,6 +38,7 @@ from webhook.policy.workloads import (
     catalogued_kinds,
     compile_template_path,
     entry_paths,
+    replica_errors,
 )
 
 LABEL_SELECTOR_KEYS = ("labels", "matchLabels", "objectSelector", "podSelector", "selector")
@@ -228,6 +229,8 @@ def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
                 compile_template_path(text)
             except TemplatePathError as exc:
                 err(["spec", "workloads", i, *where], str(exc))
+        for where, message in replica_errors(workload):
+            err(["spec", "workloads", i, *where], message)
         for j, target in enumerate(workload.get("resources", [])):
             if not re.search(r"(?:^|\.)[A-Za-z_][A-Za-z0-9_]*$", target["path"]):
                 err(

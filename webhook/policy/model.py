@@ -216,6 +216,32 @@ TargetShape = Literal["template", "podSpec", "container", "resources"]
 
 
 @dataclass(frozen=True, slots=True)
+class CountField:
+    """A field that counts a target's Pods, found from the target's match: ``prefix`` the
+    steps its path shares with the target's (walked to the match's ancestor: the same map
+    entry, the same list item), then ``fields`` below it. ``text``: the path as written."""
+
+    text: str
+    prefix: TemplatePath
+    fields: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFactor:
+    """One factor of how many Pods of a target run at once: the integer ``count`` field
+    (``default`` where it is absent; None: the count is then unknown), raised to
+    ``at_least``'s value and capped by ``at_most``'s where those are written, less one where
+    ``less_one_with`` is written (a LeaderWorkerSet's size counts the leader, whose Pod its
+    leaderTemplate makes when written)."""
+
+    count: CountField
+    default: int | None = None
+    at_least: CountField | None = None
+    at_most: CountField | None = None
+    less_one_with: CountField | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PodTarget:
     """Where a workload kind keeps one kind of pod definition, in one of four shapes:
 
@@ -247,6 +273,8 @@ class PodTarget:
     # Where the Pods' annotations and labels are, relative to the match (() for the match
     # itself): ``metadata`` unless the kind writes them elsewhere.
     pod_metadata: tuple[str, ...] = ("metadata",)
+    # How many Pods of each match run at once: the product of these (none: not counted).
+    replicas: tuple[ReplicaFactor, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -175,7 +175,8 @@ RULES: tuple[Rule, ...] = (
         restricts=(
             "where the policy states a tenant's entitlements: a declared GPU resource they do "
             "not list, more GPU devices in one container or one Pod than they allow (warned "
-            "while `newChecks` is Warn)"
+            "while `newChecks` is Warn); warned, never denied: a workload whose replicas ask "
+            "for more of a resource at once than its `maxGPUs`"
         ),
     ),
     Rule(

@@ -4,8 +4,9 @@ to the places (``PodTarget``) where its Pods are defined."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
 from importlib import resources
 from types import MappingProxyType
@@ -15,10 +16,12 @@ import yaml
 
 from webhook.policy import schemas
 from webhook.policy.model import (
+    CountField,
     EachItem,
     EachValue,
     FieldStep,
     PodTarget,
+    ReplicaFactor,
     TemplatePath,
     TemplateStep,
     WorkloadKind,
@@ -46,6 +49,37 @@ BUILTIN_WORKLOADS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("batch", "Job", "jobs", ("spec.template",)),
     ("batch", "CronJob", "cronjobs", ("spec.jobTemplate.spec.template",)),
 )
+
+# How many Pods of the built-in kinds' templates run at once, in the catalogue's ``replicas``
+# shape (apps and extensions alike): a Job runs ``parallelism`` Pods, fewer when fewer
+# ``completions`` remain; a DaemonSet's count is its nodes', and a Pod is one.
+_SPEC_REPLICAS = ({"target": "spec.template", "count": [{"path": "spec.replicas", "default": 1}]},)
+BUILTIN_REPLICAS: dict[str, tuple[dict[str, Any], ...]] = {
+    "ReplicationController": _SPEC_REPLICAS,
+    "Deployment": _SPEC_REPLICAS,
+    "ReplicaSet": _SPEC_REPLICAS,
+    "StatefulSet": _SPEC_REPLICAS,
+    "Job": (
+        {
+            "target": "spec.template",
+            "count": [{"path": "spec.parallelism", "default": 1, "atMost": "spec.completions"}],
+        },
+    ),
+    "CronJob": (
+        {
+            "target": "spec.jobTemplate.spec.template",
+            "count": [
+                {
+                    "path": "spec.jobTemplate.spec.parallelism",
+                    "default": 1,
+                    "atMost": "spec.jobTemplate.spec.completions",
+                }
+            ],
+        },
+    ),
+}
+# The fields of a ``replicas`` count that are paths.
+COUNT_PATHS = ("path", "atLeast", "atMost", "lessOneWith")
 
 # A field name (or ``*``), then ``[*]`` once per level of nested lists (Argo's steps).
 _SEGMENT = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*|\*)(?P<items>(?:\[\*\])*)\Z")
@@ -89,6 +123,90 @@ def entry_paths(entry: Mapping[str, Any]) -> Iterable[tuple[tuple[str | int, ...
         yield ("resources", i, "path"), target["path"]
         for j, text in enumerate(_pod_fields(target)):
             yield ("resources", i, "podFields", j), text
+    for i, counted in enumerate(entry.get("replicas", ())):
+        yield ("replicas", i, "target"), counted["target"]
+        for j, factor in enumerate(counted["count"]):
+            for key in COUNT_PATHS:
+                if key in factor:
+                    yield ("replicas", i, "count", j, key), factor[key]
+
+
+def replica_errors(entry: Mapping[str, Any]) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """What is wrong with an entry's ``replicas`` beyond a path's syntax (``entry_paths``'):
+    a target that is none of its templates, podSpecs or resources, and a count that is not a
+    field beside the target's match (in the same map entry or list item, or above them)."""
+    countable = [
+        *entry.get("templates", ()),
+        *(target["path"] for target in entry.get("podSpecs", ())),
+        *(target["path"] for target in entry.get("resources", ())),
+    ]
+    for i, counted in enumerate(entry.get("replicas", ())):
+        try:
+            target = compile_template_path(counted["target"])
+        except TemplatePathError:
+            continue  # entry_paths names it
+        if counted["target"] not in countable:
+            yield (
+                ("replicas", i, "target"),
+                (
+                    f"{counted['target']!r} is none of this entry's templates, podSpecs or "
+                    "resources paths: nothing to count"
+                ),
+            )
+            continue
+        for j, factor in enumerate(counted["count"]):
+            for key in COUNT_PATHS:
+                try:
+                    if key in factor:
+                        count_field(factor[key], target)
+                except TemplatePathError as exc:
+                    yield ("replicas", i, "count", j, key), str(exc)
+
+
+def count_field(text: str, target: TemplatePath) -> CountField:
+    """A ``replicas`` path, found from the target's match: the steps it shares with the
+    target's path, then fields only (else ``TemplatePathError``)."""
+    path = compile_template_path(text)
+    shared = 0
+    for mine, theirs in zip(path.steps, target.steps, strict=False):
+        if mine != theirs:
+            break
+        shared += 1
+    fields = [step.name for step in path.steps[shared:] if isinstance(step, FieldStep)]
+    if not fields or len(fields) < len(path.steps) - shared:
+        raise TemplatePathError(
+            f"invalid replicas path {text!r}: below what it shares with {target.text!r} it "
+            "must name a field, without '*' or '[*]' (a count in the same map entry or list "
+            "item as the target's, or above them)"
+        )
+    return CountField(text, TemplatePath("", path.steps[:shared]), tuple(fields))
+
+
+def _counted(entries: Iterable[Mapping[str, Any]], targets: list[PodTarget]) -> list[PodTarget]:
+    """The targets with the replica counts ``entries`` declare for their paths."""
+    counts = {entry["target"]: entry["count"] for entry in entries}
+    return [
+        dataclasses.replace(
+            target,
+            replicas=tuple(_factor(f, target.path) for f in counts[target.path.text]),
+        )
+        if target.path.text in counts and target.shape != "container"
+        else target
+        for target in targets
+    ]
+
+
+def _factor(raw: Mapping[str, Any], target: TemplatePath) -> ReplicaFactor:
+    def optional(key: str) -> CountField | None:
+        return count_field(raw[key], target) if key in raw else None
+
+    return ReplicaFactor(
+        count_field(raw["path"], target),
+        raw.get("default"),
+        optional("atLeast"),
+        optional("atMost"),
+        optional("lessOneWith"),
+    )
 
 
 def compile_workload(entry: Mapping[str, Any], *, catalogued: bool = False) -> WorkloadKind:
@@ -128,11 +246,13 @@ def compile_workload(entry: Mapping[str, Any], *, catalogued: bool = False) -> W
                 pod_metadata=_pod_metadata(target),
             )
         )
+    for where, message in replica_errors(entry):  # the lint's for a policy's own entries
+        raise TemplatePathError(f"replicas at {where}: {message}")
     return WorkloadKind(
         entry["group"],
         entry["kind"],
         entry.get("resource", entry["kind"].lower() + "s"),
-        tuple(targets),
+        tuple(_counted(entry.get("replicas", ()), targets)),
         scope=entry.get("scope", "Namespaced"),
         catalogued=catalogued,
     )
@@ -184,11 +304,9 @@ def compile_workloads(
     policy switches off, and the policy's own (which win over the catalogue's of one kind)."""
     workloads: dict[tuple[str, str], WorkloadKind] = {}
     for group, kind, resource, paths in BUILTIN_WORKLOADS:
+        targets = [PodTarget("template", compile_template_path(p)) for p in paths]
         workloads[(group, kind)] = WorkloadKind(
-            group,
-            kind,
-            resource,
-            tuple(PodTarget("template", compile_template_path(p)) for p in paths),
+            group, kind, resource, tuple(_counted(BUILTIN_REPLICAS.get(kind, ()), targets))
         )
     disabled = {(d["group"], d["kind"]) for d in spec.get("catalogue", {}).get("disabled", ())}
     for entry in catalogue():
@@ -248,9 +366,16 @@ def custom_resource_rules(
 
 
 # What ``cluster check`` needs besides the judged kinds' rules (whose get on daemonsets and list
-# on pods, built-in kinds, read the device plugins it compares): the auditor role has it, the
-# background audit not.
+# on pods, built-in kinds, read the device plugins it compares): the auditor role has them, the
+# background audit not. Namespaces and ResourceQuotas are compared with the tenants'
+# entitlements (``audit --cluster`` notes the same, but not with ``-o policyreport``).
 NODES_READ_RULE: dict[str, Any] = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}
+QUOTAS_READ_RULE: dict[str, Any] = {
+    "apiGroups": [""],
+    "resources": ["namespaces", "resourcequotas"],
+    "verbs": ["list"],
+}
+CLUSTER_CHECK_RULES = (NODES_READ_RULE, QUOTAS_READ_RULE)
 
 
 def read_rules(workloads: Iterable[WorkloadKind]) -> list[dict[str, Any]]:
