@@ -699,3 +699,56 @@ def test_gpu_nodes_without_a_product_label_are_named_where_a_tenant_is_kept_to_p
         "feature discovery (the GPU Operator runs it), or label them with their product "
         "(kubectl label nodes NODE nvidia.com/gpu.product=PRODUCT)"
     )
+
+
+def test_classes_the_gpu_defaults_name_must_exist(kube_api: FakeKubeAPI, tmp_path: Path) -> None:
+    """A RuntimeClass or PriorityClass the mutating webhook writes into GPU workloads that the
+    cluster does not have gets every Pod of them refused: cluster check reads each by name."""
+    text = POLICY.replace(
+        "  devicePluginDaemonSets:",
+        "  mutation:\n"
+        "    enabled: true\n"
+        "    gpuDefaults: {runtimeClassName: nvidia-cdi, priorityClassName: gpu-batch}\n"
+        "  devicePluginDaemonSets:",
+    ).replace(
+        "    - name: inference\n",
+        "    - name: inference\n      priorityClassName: gpu-inference\n",
+    )
+    kube_api.add_all(clean_cluster())
+    kube_api.add_all([operator_plugin(desired=7), gke_plugin(desired=2)])
+    kube_api.add(
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": "nvidia-cdi"},
+            "handler": "nvidia-cdi",
+        }
+    )
+    kube_api.add(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "gpu-batch"},
+            "value": 1000,
+        }
+    )
+    result = check(kube_api, tmp_path, "-o", "json", policy=text)
+    assert result.returncode == 1, result.stderr
+    [drift] = json.loads(result.stdout)["drift"]
+    assert (drift["kind"], drift["subject"]) == ("priority-class-missing", "gpu-inference")
+    assert drift["message"].startswith(
+        "PriorityClass 'gpu-inference' (pools[1].priorityClassName (inference)) does not exist"
+    )
+    kube_api.add(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "gpu-inference"},
+            "value": 2000,
+        }
+    )
+    assert check(kube_api, tmp_path, policy=text).returncode == 0
+    kube_api.forbid("/apis/node.k8s.io/v1/runtimeclasses/*")
+    refused = check(kube_api, tmp_path, policy=text)
+    assert refused.returncode == 2
+    assert "cannot read RuntimeClass nvidia-cdi (HTTP 403)" in refused.stderr

@@ -18,6 +18,7 @@ from tests.support.kube import kustomize
 from tests.support.paths import REPO
 from webhook.policy.load import default_policy_path, load_policy
 from webhook.policy.workloads import (
+    CLASSES_READ_RULES,
     NODES_READ_RULE,
     NOT_CONTROLLED,
     QUOTAS_READ_RULE,
@@ -606,6 +607,7 @@ def test_the_chart_reads_the_generated_rules():
         *read_rules(DEFAULT_POLICY.workloads.values()),
         NODES_READ_RULE,
         QUOTAS_READ_RULE,
+        *CLASSES_READ_RULES,
     ]
     assert files["backgroundAuditRules"] == read_rules(DEFAULT_POLICY.workloads.values())
 
@@ -616,6 +618,7 @@ def test_the_auditor_role_reads_exactly_the_judged_kinds():
         *read_rules(DEFAULT_POLICY.workloads.values()),
         NODES_READ_RULE,
         QUOTAS_READ_RULE,
+        *CLASSES_READ_RULES,
     ]
 
 
@@ -636,6 +639,8 @@ def test_the_auditor_role_reads_what_cluster_check_reads():
     assert allowed("", "pods", "list")
     assert allowed("", "namespaces", "list")
     assert allowed("", "resourcequotas", "list")
+    assert allowed("node.k8s.io", "runtimeclasses", "get")
+    assert allowed("scheduling.k8s.io", "priorityclasses", "get")
 
 
 def test_validating_rule_resources_helper():

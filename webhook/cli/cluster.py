@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from webhook.audit.class_drift import CLASS_DRIFT_KINDS, check_classes
 from webhook.audit.drift import DRIFT_KINDS, Drift, check_cluster, refused
 from webhook.audit.quota_drift import QUOTA_DRIFT_KINDS, ListRefused, check_quotas
 from webhook.cli.common import add_command, add_command_group, add_policy_argument, policy_from
@@ -38,10 +39,11 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         description="Read every Node (and the DaemonSets the policy's devicePluginDaemonSets "
         "names; without it, device plugins are not compared) and, where tenants state "
         "entitlements, the Namespaces and ResourceQuotas, and compare them with the policy: "
-        + "; ".join(DRIFT_KINDS + QUOTA_DRIFT_KINDS)
+        + "; ".join(DRIFT_KINDS + QUOTA_DRIFT_KINDS + CLASS_DRIFT_KINDS)
         + ". Each disagreement once, with the nodes or namespaces concerned. Needs list on "
         "nodes and pods, get on daemonsets and, for entitlements, list on namespaces and "
-        f"resourcequotas ({AUDITOR_ROLE} has them).",
+        "resourcequotas, and for GPU defaults get on runtimeclasses and priorityclasses "
+        f"({AUDITOR_ROLE} has them).",
         epilog=_EPILOG,
     )
     add_policy_argument(check)
@@ -63,6 +65,7 @@ def run_check(args: argparse.Namespace) -> int:
             quotas = check_quotas(cluster, policy, None)
         except ListRefused as exc:
             raise refused(exc.what, exc.exc) from None
+        drift += check_classes(cluster, policy)
     drift += quotas.drift
     disagreements = [d for d in drift if d.level == "drift"]
     daemonsets = [str(named) for named in policy.device_plugin_daemonsets]

@@ -375,7 +375,12 @@ QUOTAS_READ_RULE: dict[str, Any] = {
     "resources": ["namespaces", "resourcequotas"],
     "verbs": ["list"],
 }
-CLUSTER_CHECK_RULES = (NODES_READ_RULE, QUOTAS_READ_RULE)
+# The RuntimeClasses and PriorityClasses the policy's GPU defaults name are read by name.
+CLASSES_READ_RULES: tuple[dict[str, Any], ...] = (
+    {"apiGroups": ["node.k8s.io"], "resources": ["runtimeclasses"], "verbs": ["get"]},
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get"]},
+)
+CLUSTER_CHECK_RULES = (NODES_READ_RULE, QUOTAS_READ_RULE, *CLASSES_READ_RULES)
 
 
 def read_rules(workloads: Iterable[WorkloadKind]) -> list[dict[str, Any]]:
