@@ -90,3 +90,32 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
         main(["quota", "--help"])
     assert exit_info.value.code == 0
     assert "examples:\n  gpu-admission quota" in capsys.readouterr().out
+
+
+def test_a_tenant_selected_by_label_is_found_as_the_webhook_finds_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The quota is the tenant's the webhook judges the namespace by: with its labels, an
+    entry that selects it by label comes before a broader named one; without them, the
+    namespace is judged by name, and a note says so."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(
+        POLICY.replace(
+            "  tenants:\n",
+            "  tenants:\n"
+            "    - namespaceSelector: {matchLabels: {team: vision}}\n"
+            "      entitlements: {maxGPUs: {nvidia.com/gpu: 4}}\n"
+            "    - namespaces: [vision]\n"
+            "      entitlements: {maxGPUs: {nvidia.com/gpu: 16}}\n",
+        )
+    )
+    args = ("--policy", str(path), "-n", "vision")
+    [labelled] = quotas(capsys, *args, "-l", "team=vision")
+    assert labelled["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
+    assert "tenants[0]" in labelled["metadata"]["annotations"]["gpu-admission.io/tenant"]
+    assert main(["quota", *args]) == 0
+    out, err = capsys.readouterr()
+    [by_name] = [doc for doc in yaml.safe_load_all(out) if doc]
+    assert by_name["spec"]["hard"] == {"requests.nvidia.com/gpu": "16"}
+    assert "select namespaces by label" in err
+    assert main(["quota", *args, "-l", "team"]) == 2

@@ -61,7 +61,7 @@ def plan(
     tenant = product_tenant(view, policy) if confine_products else None
     if tenant is not None and tenant.entitlements is not None and not view.spec.get("nodeName"):
         reach = product_reach(view, policy, tenant.entitlements.product_values)
-        # A Pod that names a product it may not use is left to the entitlement rule: an In
+        # A Pod that names a product it may not use is left to the pool-access rule: an In
         # requirement beside its own would only make it pend forever.
         if not reach.confined and not reach.named:
             products = _required_operations(planned.working, (product_expression(tenant),))

@@ -13,7 +13,7 @@ equals its limit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.policy.model import Policy
@@ -50,11 +50,15 @@ def implied_limits(policy: Policy, tenant: Tenant) -> dict[str, int]:
     return limits
 
 
-def implied_quotas(policy: Policy, namespaces: Iterable[str]) -> list[dict[str, Any]]:
-    """One ResourceQuota per namespace whose tenant's entitlements imply one, in order."""
+def implied_quotas(
+    policy: Policy, namespaces: Iterable[str], labels: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """One ResourceQuota per namespace whose tenant's entitlements imply one, in order: the
+    tenant the webhook finds for it, by name, or by ``labels`` (the namespaces') where an
+    entry selects namespaces by label (None: by name only)."""
     quotas = []
     for namespace in namespaces:
-        tenant = policy.entitled_tenant(namespace)
+        tenant = policy.entitled_tenant(namespace, labels)
         limits = implied_limits(policy, tenant) if tenant is not None else {}
         if tenant is None or not limits:
             continue

@@ -198,8 +198,8 @@ def _daemonset(view: PodView, tenant: Tenant, advisory: bool) -> Violation:
         message=f"a DaemonSet that requests GPUs puts a Pod on every node it selects, and no "
         f"queue holds them: {_setting(tenant)} requires namespace {quote(view.namespace)}'s "
         "GPU workloads to go through a queue",
-        hint="run it as a queued Job or Deployment, or ask the platform team to run it from "
-        f"a namespace of theirs ({_ask(tenant)})",
+        hint="run it as a queued Job or Deployment, or have the platform team run it from a "
+        f"namespace of theirs ({_ask(tenant)})",
         error_type="Forbidden",
         subject="queue",
         field="daemonset",

@@ -43,13 +43,39 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="NAMESPACE",
         help="a namespace to write the quota of (repeatable)",
     )
+    parser.add_argument(
+        "-l",
+        "--labels",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a label of the namespaces (repeatable), for the tenants entries that select "
+        "namespaces by label (namespaceSelector), as the webhook reads them: kubectl get "
+        "namespace NS --show-labels",
+    )
     parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     policy = policy_from(args)
-    quotas = implied_quotas(policy, args.namespaces or entitled_namespaces(policy))
+    labels = None
+    if args.labels:
+        pairs = [label.partition("=") for label in args.labels]
+        bad = [key for key, sep, _ in pairs if not sep or not key]
+        if bad:
+            print(
+                f"gpu-admission: error: --labels takes KEY=VALUE, not {bad[0]!r}", file=sys.stderr
+            )
+            return 2
+        labels = {key: value for key, _, value in pairs}
+    elif any(t.selector is not None and t.entitlements is not None for t in policy.tenants):
+        print(
+            "gpu-admission: note: some tenants entries select namespaces by label: without "
+            "--labels, namespaces are judged by name only, as the webhook judges a namespace "
+            "it does not know",
+            file=sys.stderr,
+        )
+    quotas = implied_quotas(policy, args.namespaces or entitled_namespaces(policy), labels)
     if not quotas:
         print("gpu-admission: note: no entitlement implies a quota here", file=sys.stderr)
     if args.output == "json":

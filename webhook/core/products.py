@@ -4,8 +4,9 @@ A ``nvidia.com/gpu`` request names no product: only the Pod's node selection doe
 GPU feature discovery's product label. A tenant entitled to some products
 (``tenants[].entitlements.products``) is confined to them the way a reserved pool is: the
 mutating webhook adds ``nvidia.com/gpu.product In [their label values]`` to every required
-nodeSelectorTerm, and the entitlement rule requires that confinement of the final Pod. This
-module says what a Pod's own selection already does, for both.
+nodeSelectorTerm, and the pool-access rule (a product is a place, like a pool: never lifted by
+an exception) requires that confinement of the final Pod. This module says what a Pod's own
+selection already does, for both.
 """
 
 from __future__ import annotations

@@ -74,7 +74,8 @@ class GpuDefaults:
     ``runtime_class``, ``priority_class``: of workload templates that request a GPU (a pool's
     own class wins for the templates whose Pods land in it); ``bare_pod_deadline``: a bare GPU
     Pod's ``activeDeadlineSeconds``; ``job_deadline``: a GPU Job's (a CronJob's job template's);
-    ``shared_memory``: a memory-backed ``/dev/shm`` for Pods of more than one GPU, of
+    ``shared_memory``: a memory-backed ``/dev/shm`` for Pods of more than one whole GPU or MIG
+    instance (none where an MPS-shared resource is asked: ``webhook.admission.gpu_defaults``), of
     ``shared_memory_size`` (as written) when set. ``for_workloads``: some default goes on
     workload objects (here or in a pool), so that they are planned for at all."""
 
