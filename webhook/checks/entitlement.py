@@ -38,11 +38,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     if tenant is None or tenant.entitlements is None:
         return
     entitled = tenant.entitlements
-    said = _Said(
-        f"tenants[{tenant.index}].entitlements ({tenant.named})",
-        f"ask {tenant.contact}" if tenant.contact else "ask the platform team",
-        policy.new_checks_advisory,
-    )
+    said = _Said(tenant.setting("entitlements"), tenant.ask, policy.new_checks_advisory)
     for container in view.gpu_containers:
         devices: Quantity = 0
         for name, quantity in container.gpu_quantity.items():

@@ -265,17 +265,14 @@ def _products(view: PodView, policy: Policy) -> Iterator[Violation]:
     reach = product_reach(view, policy, tenant.entitlements.product_values)
     if reach.confined and not reach.named:
         return
-    setting = f"tenants[{tenant.index}].entitlements ({tenant.named})"
+    setting = tenant.setting("entitlements")
     products = ", ".join(tenant.entitlements.products)
     node_name = view.spec.get("nodeName")
     if reach.named:
         named = ", ".join(quote(name) for name in reach.named)
         message = f"namespace {quote(view.namespace)} may not use {named}: {setting} allows "
         message += f"the products {products}"
-        hint = "select one of those (nvidia.com/gpu.product), or " + (
-            f"ask {tenant.contact}" if tenant.contact else "ask the platform team"
-        )
-        hint += " to be entitled"
+        hint = f"select one of those (nvidia.com/gpu.product), or {tenant.ask} to be entitled"
     elif node_name:
         message = (
             f"the Pod names its node, whose GPU product the webhook cannot tell (no node "

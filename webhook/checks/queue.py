@@ -116,14 +116,6 @@ def _first_asked(
     )
 
 
-def _setting(tenant: Tenant) -> str:
-    return f"tenants[{tenant.index}].requirements ({tenant.named})"
-
-
-def _ask(tenant: Tenant) -> str:
-    return f"ask {tenant.contact}" if tenant.contact else "ask the platform team"
-
-
 def _what_to_write(view: PodView, requirement: QueueRequirement, labels_path: str) -> str:
     """The fixes the requirement accepts: the label with an allowed queue, or a scheduler."""
     queue = (
@@ -149,13 +141,14 @@ def _no_queue(
             *(f"the scheduler {name}" for name in sorted(requirement.scheduler_names)),
         ]
     )
+    setting = tenant.setting("requirements")
     return Violation(
         rule=RULE,
         path=f"{labels_path}[{requirement.label}]",
         value=None,
-        message=f"the GPU workload goes through no queue: {_setting(tenant)} requires "
+        message=f"the GPU workload goes through no queue: {setting} requires "
         f"namespace {quote(view.namespace)}'s GPU workloads to go through {through}",
-        hint=f"write {_what_to_write(view, requirement, labels_path)}; {_ask(tenant)} "
+        hint=f"write {_what_to_write(view, requirement, labels_path)}; {tenant.ask} "
         "which queue to use",
         error_type="Required value",
         subject="queue",
@@ -175,13 +168,14 @@ def _not_allowed(
 ) -> Violation:
     allowed = ", ".join(sorted(requirement.queues or ()))
     default = " (KAI's queue for Pods that name none)" if queue == KAI_DEFAULT_QUEUE else ""
+    setting = tenant.setting("requirements")
     return Violation(
         rule=RULE,
         path=f"{labels_path}[{label}]",
         value=str(queue),
         message=f"namespace {quote(view.namespace)} may not use queue {quote(queue)}{default}: "
-        f"{_setting(tenant)} allows {allowed}",
-        hint=f"name one of those in {label}, or {_ask(tenant)} for access to {quote(queue)}",
+        f"{setting} allows {allowed}",
+        hint=f"name one of those in {label}, or {tenant.ask} for access to {quote(queue)}",
         error_type="Unsupported value",
         subject="queue",
         field=label,
@@ -191,15 +185,16 @@ def _not_allowed(
 
 def _daemonset(view: PodView, tenant: Tenant, advisory: bool) -> Violation:
     """A DaemonSet's Pods run on every node it selects, and no queue holds them."""
+    setting = tenant.setting("requirements")
     return Violation(
         rule=RULE,
         path=view.field_path("containers"),
         value=None,
         message=f"a DaemonSet that requests GPUs puts a Pod on every node it selects, and no "
-        f"queue holds them: {_setting(tenant)} requires namespace {quote(view.namespace)}'s "
+        f"queue holds them: {setting} requires namespace {quote(view.namespace)}'s "
         "GPU workloads to go through a queue",
         hint="run it as a queued Job or Deployment, or have the platform team run it from a "
-        f"namespace of theirs ({_ask(tenant)})",
+        f"namespace of theirs ({tenant.ask})",
         error_type="Forbidden",
         subject="queue",
         field="daemonset",
@@ -209,12 +204,13 @@ def _daemonset(view: PodView, tenant: Tenant, advisory: bool) -> Violation:
 
 def _named_node(view: PodView, tenant: Tenant, advisory: bool) -> Violation:
     """A Pod that names its node skips every scheduler and queue."""
+    setting = tenant.setting("requirements")
     return Violation(
         rule=RULE,
         path=view.field_path("nodeName"),
         value=view.spec.get("nodeName"),
         message=f"a GPU Pod that names its node skips the scheduler and the queue that "
-        f"{_setting(tenant)} requires",
+        f"{setting} requires",
         hint="remove nodeName, and let the queue and its scheduler place the Pod",
         error_type="Forbidden",
         subject="queue",
@@ -231,17 +227,18 @@ def _not_taken(view: PodView, tenant: Tenant, field: str, advisory: bool) -> Vio
         if field.endswith("schedulingGates")
         else (f"suspended ({field}: true)")
     )
+    setting = tenant.setting("requirements")
     return Violation(
         rule=RULE,
         path=field,
         value=None,
         message=f"the GPU workload carries Kueue's queue label, yet Kueue did not take it: "
         f"Kueue's webhook leaves what it queues {what} until it admits it, and this one is "
-        f"not, so it would run outside the queue that {_setting(tenant)} requires (Kueue's "
+        f"not, so it would run outside the queue that {setting} requires (Kueue's "
         "integration for this kind is off, the namespace is outside its "
         "managedJobsNamespaceSelector, its webhook did not run, or an owner reference made "
         "Kueue leave it to a parent)",
-        hint=f"remove any ownerReferences you wrote and create it again, or {_ask(tenant)} to "
+        hint=f"remove any ownerReferences you wrote and create it again, or {tenant.ask} to "
         "have Kueue manage this kind in this namespace",
         error_type="Forbidden",
         subject="queue",

@@ -147,6 +147,15 @@ class Tenant:
             return labels is not None and self.selector.matches(labels)
         return self.namespaces.matches(namespace)
 
+    def setting(self, field: str) -> str:
+        """How a message names one of its settings: ``tenants[2].entitlements (team-*)``."""
+        return f"tenants[{self.index}].{field} ({self.named})"
+
+    @property
+    def ask(self) -> str:
+        """Whom a message tells its users to ask: its ``contact``, else the platform team."""
+        return f"ask {self.contact}" if self.contact else "ask the platform team"
+
     @property
     def named(self) -> str:
         """The namespaces as the entry names them, for messages."""
