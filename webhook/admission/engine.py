@@ -5,9 +5,14 @@ tests all call it, and nothing outside it adds to the verdict.
 
 Two paths. The validate path judges the final object (after every mutating webhook and the
 API server's own validation) and is the only source of denials for most rules, of warnings
-and of audit records. The mutate path plans the pool's tolerations and affinity for a Pod on
-CREATE, and denies only what the API server would reject anyway before any validating webhook
-runs (the quantity rule), so that the user sees the policy's message instead.
+and of audit records. The mutate path plans, on CREATE, what a Pod gets (``mutation``: its
+pool's tolerations and affinity, its tenant's products where the pool-access rule would deny
+it unconfined, ``NVIDIA_VISIBLE_DEVICES=void``, the GPU defaults of a Pod) and what a
+workload's templates get (``gpu_defaults``: classes, a Job's deadline), and denies only what
+the API server would reject anyway before any validating webhook runs (the quantity rule), so
+that the user sees the policy's message instead. Who sent the object (``request.userInfo``
+among the policy's ``controllers``) is read once and shared by the object's views
+(``webhook.core.queues.Submission``).
 """
 
 from __future__ import annotations
