@@ -19,7 +19,8 @@ import pytest
 from tests.kubeapi import FakeKubeAPI
 from tests.support.paths import REPO
 from webhook import parse_policy
-from webhook.audit.drift import DRIFT_KINDS, Drift, find_drift
+from webhook.audit.drift import DRIFT_KINDS, find_drift
+from webhook.audit.drift_finding import Drift
 from webhook.cluster.listing import selector_text
 from webhook.core.inventory import NodeFields, node_info
 from webhook.policy.model import DaemonSetName

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-from webhook.audit.drift import Drift, refused
+from webhook.audit.drift_finding import Drift
 from webhook.cluster.connection import Cluster
-from webhook.cluster.listing import Lister
+from webhook.cluster.listing import Lister, RequestRefused
 from webhook.policy.model import Policy
 
 CLASS_DRIFT_KINDS = ("runtime-class-missing", "priority-class-missing")
@@ -41,7 +41,7 @@ def named_classes(policy: Policy, field: str) -> dict[str, list[str]]:
 
 def check_classes(cluster: Cluster, policy: Policy) -> list[Drift]:
     """The classes the policy names that the cluster does not have. A read refused for
-    another reason than not found raises ``ClusterError``."""
+    another reason than not found raises ``RequestRefused`` (a ``ClusterError``)."""
     from kubernetes import client as k8s
     from kubernetes.client.exceptions import ApiException
 
@@ -55,7 +55,7 @@ def check_classes(cluster: Cluster, policy: Policy) -> list[Drift]:
         except ApiException as exc:
             if exc.status == 404:
                 return False
-            raise refused(f"cannot read {what} {name}", exc) from None
+            raise RequestRefused(f"cannot read {what} {name}", exc) from None
         return True
 
     return find_class_drift(

@@ -19,11 +19,10 @@ from typing import Any
 
 from webhook.admission.objects import decide_object, enforce_everything
 from webhook.audit.documents import Document
-from webhook.audit.drift import refused
 from webhook.audit.judging import Audit, Audited, judge
-from webhook.audit.quota_drift import ListRefused, check_quotas
+from webhook.audit.quota_drift import check_quotas
 from webhook.cluster.connection import Cluster
-from webhook.cluster.listing import Lister, Problem
+from webhook.cluster.listing import Lister, Problem, RequestRefused
 from webhook.cluster.ownership import controller_of, meta, ref_of
 from webhook.policy.model import Policy, WorkloadKind
 from webhook.policy.workloads import LEGACY_GROUPS
@@ -58,8 +57,8 @@ def audit_cluster(
     if compare_quotas:
         try:
             quotas = check_quotas(cluster, policy, namespace)
-        except ListRefused as exc:
-            audit.problems.append(Problem("resourcequotas", str(refused(exc.what, exc.exc))))
+        except RequestRefused as exc:
+            audit.problems.append(Problem("resourcequotas", str(exc)))
         else:
             audit.notes += [f"{d.kind}: {d.message}" for d in quotas.drift]
     return audit

@@ -33,11 +33,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal, NamedTuple
 
-from webhook.audit.drift import Drift
+from webhook.audit.drift_finding import Drift
 from webhook.audit.quotas import QUOTA_NAME, implied_limits
 from webhook.cluster.connection import Cluster
-from webhook.cluster.listing import Lister
+from webhook.cluster.listing import Lister, RequestRefused
 from webhook.core.inventory import namespace_labels
+from webhook.core.wording import count, first, names, plain_number
 from webhook.policy.model import Policy
 from webhook.policy.quantity import Quantity, parse_quantity
 from webhook.policy.tenants import Tenant
@@ -73,15 +74,6 @@ class QuotaCheck:
     drift: list[Drift] = field(default_factory=list)
 
 
-class ListRefused(Exception):
-    """A list the comparison needs was refused (``exc``: the client's ``ApiException``)."""
-
-    def __init__(self, what: str, exc: Any) -> None:
-        super().__init__(what)
-        self.what = what
-        self.exc = exc
-
-
 def compares_quotas(policy: Policy) -> bool:
     """Whether some tenant states entitlements that imply a quota (else nothing is read)."""
     return any(implied_limits(policy, tenant) for tenant in policy.tenants)
@@ -89,7 +81,7 @@ def compares_quotas(policy: Policy) -> bool:
 
 def check_quotas(cluster: Cluster, policy: Policy, namespace: str | None) -> QuotaCheck:
     """The quota drift of one namespace (None: every namespace, listed). A refused list raises
-    :class:`ListRefused`; an unreachable server, ``ClusterError``."""
+    ``RequestRefused``; an unreachable server, ``ClusterError`` (which it is one of)."""
     from kubernetes import client as k8s
     from kubernetes.client.exceptions import ApiException
 
@@ -116,7 +108,7 @@ def check_quotas(cluster: Cluster, policy: Policy, namespace: str | None) -> Quo
                 if isinstance(item, dict)
             )
         except ApiException as exc:
-            raise ListRefused("cannot list namespaces", exc) from None
+            raise RequestRefused("cannot list namespaces", exc) from None
     cache: dict[int, dict[str, int]] = {}
     compared = {
         name: known for name, known in labels.items() if _limits_of(policy, name, known, cache)
@@ -142,7 +134,7 @@ def check_quotas(cluster: Cluster, policy: Policy, namespace: str | None) -> Quo
                         live.setdefault(metadata["namespace"], []).append(quota)
     except ApiException as exc:
         where = f"in namespace {namespace}" if namespace else "in all namespaces"
-        raise ListRefused(f"cannot list resourcequotas {where}", exc) from None
+        raise RequestRefused(f"cannot list resourcequotas {where}", exc) from None
     return QuotaCheck(
         len(compared),
         sum(len(quotas) for quotas in live.values()),
@@ -232,7 +224,9 @@ def find_quota_drift(
                 continue
             entry = found.setdefault(_Key(kind, tenant.index, name), _Found(tenant, limit))
             entry.namespaces.append(namespace)
-            entry.quotas += [f"{namespace}/{quota.name} ({_shown(value)})" for quota, value in over]
+            entry.quotas += [
+                f"{namespace}/{quota.name} ({plain_number(value)})" for quota, value in over
+            ]
             entry.asides += _asides(namespace, quotas, name, limit)
     order = {kind: i for i, kind in enumerate(QUOTA_DRIFT_KINDS)}
     return [
@@ -279,7 +273,7 @@ def _drift(policy: Policy, key: _Key, entry: _Found) -> Drift:
     setting = f"tenants[{tenant.index}].entitlements ({tenant.named})"
     namespaces, quotas = entry.namespaces, entry.quotas
     one = len(namespaces) == 1
-    where = f"namespace {namespaces[0]}" if one else _count(namespaces, "namespace")
+    where = f"namespace {namespaces[0]}" if one else count(namespaces, "namespace")
     have = "has" if one else "have"
     let = "lets" if len(quotas) == 1 else "let"
     fix = _fix(policy, tenant, namespaces)
@@ -289,9 +283,9 @@ def _drift(policy: Policy, key: _Key, entry: _Found) -> Drift:
         if policy.new_checks_advisory
         else "only the entitlement rule refuses it, one Pod at a time"
     )
-    listed = "" if one else f": {_names(namespaces)}"
+    listed = "" if one else f": {names(namespaces)}"
     asides = (
-        f" What looks as if it held it does not: {'; '.join(_first(entry.asides, 3))}."
+        f" What looks as if it held it does not: {'; '.join(first(entry.asides, 3))}."
         if entry.asides
         else ""
     )
@@ -305,14 +299,14 @@ def _drift(policy: Policy, key: _Key, entry: _Found) -> Drift:
             else ""
         )
         message = (
-            f"{_count(quotas, 'ResourceQuota')} {let} {where} of {setting} request {name}, "
-            f"which it leaves out (resources: {allowed}): {_names(quotas)}; {rule}. Set "
+            f"{count(quotas, 'ResourceQuota')} {let} {where} of {setting} request {name}, "
+            f"which it leaves out (resources: {allowed}): {names(quotas)}; {rule}. Set "
             f"{REQUESTS}{name} to 0 in {'it' if len(quotas) == 1 else 'them'}{implied}"
         )
     elif key.kind == "quota-above-max-gpus":
         message = (
-            f"{_count(quotas, 'ResourceQuota')} {let} {where} of {setting} request more {name} "
-            f"than its maxGPUs of {limit}: {_names(quotas)}; lower {REQUESTS}{name} to "
+            f"{count(quotas, 'ResourceQuota')} {let} {where} of {setting} request more {name} "
+            f"than its maxGPUs of {limit}: {names(quotas)}; lower {REQUESTS}{name} to "
             f"{limit}, or apply the quota the policy implies: {fix}"
         )
     elif key.kind == "max-gpus-without-quota":
@@ -352,20 +346,3 @@ def _fix(policy: Policy, tenant: Tenant, namespaces: list[str]) -> str:
     return f"gpu-admission quota --policy {policy.source} {flags} | kubectl apply -f -" + (
         more.replace(" (and for", " (and -n for")
     )
-
-
-def _shown(value: Quantity) -> str:
-    return str(int(value)) if value == int(value) else str(float(value))
-
-
-def _count(items: list[str], what: str) -> str:
-    return f"{len(items)} {what}{'' if len(items) == 1 else 's'}"
-
-
-def _first(items: list[str], shown: int) -> list[str]:
-    return items if len(items) <= shown else [*items[:shown], f"{len(items) - shown} more"]
-
-
-def _names(items: list[str]) -> str:
-    shown = ", ".join(items[:10])
-    return shown if len(items) <= 10 else f"{shown} and {len(items) - 10} more"

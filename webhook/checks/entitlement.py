@@ -27,6 +27,7 @@ from typing import NamedTuple
 from webhook.core.findings import Violation, quote
 from webhook.core.pods import PodView, effective_requests
 from webhook.core.replicas import Replicas, replicas_of
+from webhook.core.wording import plain_number
 from webhook.policy.model import Policy
 from webhook.policy.quantity import Quantity
 
@@ -101,7 +102,7 @@ class _Said(NamedTuple):
     def too_many(
         self, path: str, who: str, devices: Quantity, limit: int, per: str, subject: str
     ) -> Violation:
-        shown = _shown(devices)
+        shown = plain_number(devices)
         return Violation(
             rule=RULE,
             path=path,
@@ -120,7 +121,7 @@ class _Said(NamedTuple):
         self, replicas: Replicas, name: str, per_pod: Quantity, most: int
     ) -> Violation:
         """Always a warning: the count changes through /scale, which no webhook sees."""
-        total, each = _shown(replicas.pods * per_pod), _shown(per_pod)
+        total, each = plain_number(replicas.pods * per_pod), plain_number(per_pod)
         fit = int(most // per_pod)
         fix = (
             f"{fit} of these Pods fit at once: run at most {fit}"
@@ -139,7 +140,3 @@ class _Said(NamedTuple):
             field=f"replicas[{name}]",
             advisory=True,
         )
-
-
-def _shown(quantity: Quantity) -> int | float:
-    return int(quantity) if quantity == int(quantity) else float(quantity)

@@ -20,6 +20,7 @@ from difflib import SequenceMatcher
 
 from webhook.core.findings import Violation, quote
 from webhook.core.pods import ContainerView, PodView
+from webhook.core.wording import names
 from webhook.policy import mig
 from webhook.policy.model import Policy
 
@@ -115,9 +116,7 @@ def _unadvertised(
             )
         else:
             closest = sorted(same_domain)
-        shown = closest[:MAX_SUGGESTIONS]
-        more = len(closest) - len(shown)
-        suggestion = "nodes advertise " + ", ".join(shown) + (f" and {more} more" if more else "")
+        suggestion = "nodes advertise " + names(closest, MAX_SUGGESTIONS)
     else:
         suggestion = f"no node advertises any resource under {domain} now"
     if found is None:

@@ -8,11 +8,13 @@ import json
 from typing import Any
 
 from webhook.audit.class_drift import CLASS_DRIFT_KINDS, check_classes
-from webhook.audit.drift import DRIFT_KINDS, Drift, check_cluster, refused
-from webhook.audit.quota_drift import QUOTA_DRIFT_KINDS, ListRefused, check_quotas
+from webhook.audit.drift import DRIFT_KINDS, check_cluster
+from webhook.audit.drift_finding import Drift
+from webhook.audit.quota_drift import QUOTA_DRIFT_KINDS, check_quotas
 from webhook.cli.common import add_command, add_command_group, add_policy_argument, policy_from
 from webhook.cluster.connection import connect
 from webhook.cluster.listing import AUDITOR_ROLE
+from webhook.core.wording import number
 
 _EPILOG = """\
 examples:
@@ -61,10 +63,7 @@ def run_check(args: argparse.Namespace) -> int:
     policy = policy_from(args)
     with connect(args.kubeconfig, args.context) as cluster:
         drift, nodes = check_cluster(cluster, policy)
-        try:
-            quotas = check_quotas(cluster, policy, None)
-        except ListRefused as exc:
-            raise refused(exc.what, exc.exc) from None
+        quotas = check_quotas(cluster, policy, None)
         drift += check_classes(cluster, policy)
     drift += quotas.drift
     disagreements = [d for d in drift if d.level == "drift"]
@@ -99,24 +98,20 @@ def run_check(args: argparse.Namespace) -> int:
 def _summary(
     nodes: int, daemonsets: list[str], namespaces: int, quotas: int, drift: list[Drift]
 ) -> str:
-    read = _number(nodes, "node")
+    read = number(nodes, "node")
     if daemonsets:
-        read += f" and {_number(len(daemonsets), 'device plugin DaemonSet')}"
+        read += f" and {number(len(daemonsets), 'device plugin DaemonSet')}"
     if namespaces:
-        read += f", {_number(quotas, 'GPU ResourceQuota')} in "
-        read += f"{_number(namespaces, 'namespace')} with entitlements"
+        read += f", {number(quotas, 'GPU ResourceQuota')} in "
+        read += f"{number(namespaces, 'namespace')} with entitlements"
     read += " read"
     if not daemonsets:
         read += " (no devicePluginDaemonSets: device plugins not compared)"
     disagreements = sum(1 for d in drift if d.level == "drift")
     notes = len(drift) - disagreements
     said = (
-        _number(disagreements, "disagreement")
+        number(disagreements, "disagreement")
         if disagreements
         else "the policy and the cluster agree"
     )
-    return f"{read}; {said}" + (f" ({_number(notes, 'note')})" if notes else "")
-
-
-def _number(count: int, what: str) -> str:
-    return f"{count} {what}{'' if count == 1 else 's'}"
+    return f"{read}; {said}" + (f" ({number(notes, 'note')})" if notes else "")

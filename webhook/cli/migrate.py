@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.cli.common import add_command, error
+from webhook.core.wording import count
 from webhook.policy.files import unreadable_file
 from webhook.policy.load import PolicyError
 from webhook.policy.migrate import migrate_policy
@@ -70,8 +71,7 @@ def run(args: argparse.Namespace) -> int:
     except PolicyError as exc:
         for line in exc.errors:
             print(line, file=sys.stderr)
-        count = len(exc.errors)
-        print(f"{source}: invalid, {count} error{'' if count == 1 else 's'}", file=sys.stderr)
+        print(f"{source}: invalid, {count(exc.errors, 'error')}", file=sys.stderr)
         return 1
     for move in migration.moves:
         print(f"gpu-admission: {move}", file=sys.stderr)

@@ -29,6 +29,7 @@ from webhook.cli.webhook_coverage import (
     match_condition_errors,
     webhook_manifests,
 )
+from webhook.core.wording import count, number
 from webhook.policy.files import missing_file
 from webhook.policy.load import PolicyError, load_policy, schema
 
@@ -218,7 +219,7 @@ def run_validate(args: argparse.Namespace) -> int:
             for line in exc.errors:
                 print(line)
             invalid = output.paint("invalid", "red", colour)
-            print(f"{source}: {invalid}, {_count(len(exc.errors), 'error')}")
+            print(f"{source}: {invalid}, {count(exc.errors, 'error')}")
             status = max(status, 1)
             continue
         warnings = [
@@ -257,18 +258,14 @@ def run_validate(args: argparse.Namespace) -> int:
             status = max(status, 1)
         else:
             verdict = output.paint("valid", "green", colour)
-        counts = [_count(len(errors), "error")] if errors else []
-        counts += [_count(len(warnings), "warning")] if warnings else []
+        counts = [count(errors, "error")] if errors else []
+        counts += [count(warnings, "warning")] if warnings else []
         strict = " (--strict)" if not errors and warnings and args.strict else ""
         detail = f", {', '.join(counts)}" if counts else ""
         if hooks is not None and not errors:
             detail += f" (the webhook rules in {args.manifests} cover every kind it judges)"
         print(f"{source}: {verdict}{strict}{detail}")
     return status
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 # --- policy test ------------------------------------------------------------------------
@@ -328,7 +325,7 @@ def run_test(args: argparse.Namespace) -> int:
                 print(f"      {violation}")
     ok = bool(found) and not failed and not errors
     summary = f"{passed} passed, {failed} failed" + (
-        f", {_count(errors, 'error')}" if errors else ""
+        f", {number(errors, 'error')}" if errors else ""
     )
     print(output.paint(summary, "green" if ok else "red", colour))
     return 0 if ok else 1

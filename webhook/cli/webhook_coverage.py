@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.audit.documents import Document, DocumentError, discover, parse, read_text
+from webhook.core.wording import names
 from webhook.policy.model import Policy
 from webhook.policy.workloads import LEGACY_GROUPS, WORKLOADS_MUTATING_WEBHOOK
 
@@ -212,7 +213,7 @@ def defaults_coverage_errors(
     mutation = spec.get("mutation") if isinstance(spec, dict) else None
     written = isinstance(mutation, dict) and "gpuDefaults" in mutation
     path = "spec.mutation.gpuDefaults" if written else "spec.pools"
-    shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+    shown = names(missing, 8)
     return [
         f"{document.source}:{document.line_of(path)}: {path}: the policy gives GPU workload "
         f"templates defaults (runtimeClassName, priorityClassName, a Job's deadline), but no "

@@ -2,7 +2,8 @@
 
 Lists go through the kubernetes client, their JSON bodies read as sent (no model round trip
 that drops fields). Failing to list one resource is a :class:`Problem` and the caller goes on;
-an unreachable server or refused credentials are a :class:`ClusterError` that ends the work.
+an unreachable server or refused credentials are a :class:`ClusterError` that ends the work,
+and so is a refused list or read the work cannot do without (:class:`RequestRefused`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,16 @@ BUILTIN_LISTS: dict[tuple[str, str], tuple[str, str]] = {
     ("batch", "Job"): ("BatchV1Api", "job"),
     ("batch", "CronJob"): ("BatchV1Api", "cron_job"),
 }
+
+
+class RequestRefused(ClusterError):
+    """The API server refused a list or read the work needs: one line that names what was
+    asked, with its HTTP status and the server's words (and, for a 403, the role that grants
+    it). A ``ClusterError``: the work cannot go on, unless its caller makes it a problem."""
+
+    def __init__(self, what: str, exc: ApiException) -> None:
+        hint = f": bind {AUDITOR_ROLE}" if exc.status == 403 else ""
+        super().__init__(f"{what} (HTTP {exc.status}): {status_message(exc)}{hint}")
 
 
 @dataclass(frozen=True, slots=True)
