@@ -360,3 +360,26 @@ def test_products_as_feature_discovery_labels_them_are_not_warned(written: str) 
         "products: [NVIDIA-H100-80GB-HBM3, NVIDIA-L4]", f"products: [{written}]"
     )
     assert not [w for w in policy(text, name=f"ok-{written}").warnings if written in w.message]
+
+
+def test_a_preferred_pool_of_another_product_is_warned() -> None:
+    """Sent to a pool that selects the A100s, and kept to the H100s and L4s: the Pod can
+    never be scheduled; lint says so before any Pod pends."""
+    text = SPEC.format(new_checks="Warn").replace(
+        '    contact: "#gpu-platform"\n',
+        '    contact: "#gpu-platform"\n    poolPreference: [h100, a100]\n',
+    ) + (
+        "pools:\n"
+        "  - name: h100\n"
+        f"    nodeSelector: {{{PRODUCT}: {H100}}}\n"
+        "    resources: [{name: nvidia.com/gpu, sharing: Exclusive}]\n"
+        "  - name: a100\n"
+        f"    nodeSelector: {{{PRODUCT}: A100-SXM4-40GB}}\n"
+        "    resources: [{name: nvidia.com/gpu, sharing: Exclusive}]\n"
+    )
+    found = [w.message for w in policy(text, name="other-product").warnings]
+    assert [m for m in found if "which this entry prefers or reserves" in m] == [
+        f"pool 'a100', which this entry prefers or reserves, selects {PRODUCT}=A100-SXM4-40GB, "
+        "not one of these products: the Pods sent there are also kept to these products and "
+        "can never be scheduled; add the pool's product, or send the tenant to another pool"
+    ]

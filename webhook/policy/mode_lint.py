@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from webhook.policy.lines import LineFinder
-from webhook.policy.mig import catalogued_as, gfd_product
+from webhook.policy.mig import GPU_PRODUCT, catalogued_as, gfd_product
 from webhook.policy.model import SECURITY_RULES, Policy, RuleSet
+from webhook.policy.tenants import Tenant
 
 # What product names start with in GPU feature discovery's label (the driver's name).
 _MAKERS = ("NVIDIA-", "TESLA-", "QUADRO-")
@@ -105,6 +106,26 @@ def entitlement_warnings(policy: Policy, warn: Report) -> None:
                     "-MIG-<profile> and -SHARED to the product label): name the product, "
                     f"{bare.name}, and every form of it is allowed",
                 )
+        _lint_pools_of_other_products(policy, tenant, warn)
+
+
+def _lint_pools_of_other_products(policy: Policy, tenant: Tenant, warn: Report) -> None:
+    """A pool the entry prefers or reserves for itself that selects another product by its
+    label: its Pods are sent there and kept to their products, and pend forever."""
+    entitled = tenant.entitlements
+    if entitled is None or entitled.products is None:
+        return
+    named = dict.fromkeys((*tenant.pool_preference, *tenant.reserved_pools))
+    for pool in policy.pools:
+        selected = pool.node_selector.get(GPU_PRODUCT)
+        if pool.name in named and selected is not None and selected not in entitled.product_values:
+            warn(
+                ["spec", "tenants", tenant.index, "entitlements", "products"],
+                f"pool {pool.name!r}, which this entry prefers or reserves, selects "
+                f"{GPU_PRODUCT}={selected}, not one of these products: the Pods sent there "
+                "are also kept to these products and can never be scheduled; add the pool's "
+                "product, or send the tenant to another pool",
+            )
 
 
 # The Job controller's identities: with neither a controller, a Job's Pods are asked again.
