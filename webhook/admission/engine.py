@@ -24,24 +24,20 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.admission import gpu_defaults, mutation, response, updates
+from webhook.admission.lifting import EVERY_RULE, Excepting, excepted_rules, exempt_rules
 from webhook.admission.request import RequestError, parse_request, workload_kind
 from webhook.admission.wire import AdmissionReviewResponse
 from webhook.checks.registry import CHECKS
 from webhook.core.findings import Finding, exceptions_of
-from webhook.core.inventory import NodeSnapshot, pools_of
+from webhook.core.inventory import NodeSnapshot
 from webhook.core.pods import PodView, attach_nodes
 from webhook.core.pools import (
-    closed_pools_tolerated,
-    named_node_pools,
-    reachable_closed_pools,
     select_pool,
 )
 from webhook.core.queues import Submission
 from webhook.core.scope import reach, requests_gpu
 from webhook.core.targets import walk_views
-from webhook.policy.exceptions import PolicyException
 from webhook.policy.model import (
-    RULE_IDS,
     SECURITY_RULES,
     Mode,
     Policy,
@@ -54,8 +50,6 @@ STOP_AFTER_DENIALS = response.MAX_DENIAL_ERRORS + 1
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 JUDGED_SUBRESOURCES = ("", "ephemeralcontainers")
-EVERY_RULE = frozenset(RULE_IDS)
-NO_RULES: frozenset[str] = frozenset()
 
 # Each rule's check function, for the judging loop.
 _RUNS = {check.rule: check.run for check in CHECKS}
@@ -293,14 +287,6 @@ def _take(judging: Iterator[Finding], denials: int) -> tuple[list[Finding], bool
     return findings, True
 
 
-class Excepting(NamedTuple):
-    """What the policy's exceptions are matched with: the name of the object under review
-    and the time of the decision (seconds since the epoch)."""
-
-    object_name: str
-    now: float
-
-
 def _judge(
     views: Iterable[PodView],
     policy: Policy,
@@ -314,11 +300,11 @@ def _judge(
     # A template's reach is the scope of the security rules alone: not worked out without one.
     security = only is None or not only.isdisjoint(SECURITY_RULES)
     for view in views:
-        exempt = _exempt_rules(policy, view)
+        exempt = exempt_rules(policy, view)
         if exempt is EVERY_RULE:
             continue
         excepted = (
-            _excepted(policy, view, excepting)
+            excepted_rules(policy, view, excepting)
             if excepting is not None and view.namespace in policy.excepted_namespaces
             else None
         )
@@ -336,52 +322,6 @@ def _judge(
                     yield Finding(violation, "Warn", view.identity, scope, exception.describe())
                 else:
                     yield Finding(violation, effective, view.identity, scope)
-
-
-def _may_reach_closed_pool(view: PodView, policy: Policy) -> bool:
-    """Whether the template can land in a pool closed to its namespace: by its tolerations
-    and node selection, or by naming a node (unless the inventory places that node in pools
-    its namespace may use, or on a CPU node)."""
-    if reachable_closed_pools(view, policy) or closed_pools_tolerated(view, policy):
-        return True
-    if not view.spec.get("nodeName") or policy.is_binder(view.namespace):
-        return False
-    placed = named_node_pools(view, policy)
-    return placed is None or not all(
-        policy.may_use(pool, view.namespace) for pool in pools_of(placed[0], policy)
-    )
-
-
-def _excepted(policy: Policy, view: PodView, excepting: Excepting) -> dict[str, PolicyException]:
-    """The rules a current exception lifts for this template, each with the first such."""
-    labels = view.metadata.get("labels")
-    labels = labels if isinstance(labels, dict) else {}
-    lifted: dict[str, PolicyException] = {}
-    for exception in policy.exceptions:
-        if excepting.now < exception.expires and exception.matches(
-            view.namespace, excepting.object_name, labels
-        ):
-            for rule in exception.rules:
-                lifted.setdefault(rule, exception)
-    if lifted and policy.has_reserved_pools and _may_reach_closed_pool(view, policy):
-        # A Pod that can land in a pool closed to its namespace (a wildcard toleration, which
-        # pool-access only warns about for node agents, or a named node) is lifted nothing:
-        # an exception must not carry what it lifts onto another tenant's nodes.
-        return {}
-    return lifted
-
-
-def _exempt_rules(policy: Policy, view: PodView) -> frozenset[str]:
-    """The rules this template is exempt from, looked up once per template."""
-    if view.namespace not in policy.exempted_names and not policy.exempts_by_glob:
-        return NO_RULES  # no exemption names its namespace
-    exempt = NO_RULES
-    for exemption in policy.exemptions:
-        if exemption.applies(view.namespace, view.service_account):
-            if exemption.rules is None:
-                return EVERY_RULE
-            exempt = exempt | exemption.rules
-    return exempt
 
 
 def _mutate(
@@ -420,7 +360,7 @@ def _mutate(
     inject_void = (
         policy.inject_void
         and reach(view, policy).reachable
-        and "device-visibility" not in _exempt_rules(policy, view)
+        and "device-visibility" not in exempt_rules(policy, view)
     )
     if request["operation"] == "UPDATE" and request.get("subResource") == updates.EPHEMERAL:
         # kubectl debug: the ephemeral containers it adds get what the Pod's others got.
@@ -470,7 +410,7 @@ def _confines_products(policy: Policy, view: PodView) -> bool:
     return (
         not policy.new_checks_advisory
         and policy.rule_modes(view.namespace)["pool-access"].gpu_pods == "Enforce"
-        and "pool-access" not in _exempt_rules(policy, view)
+        and "pool-access" not in exempt_rules(policy, view)
     )
 
 
