@@ -37,7 +37,7 @@ from webhook.audit.drift_finding import Drift
 from webhook.audit.quotas import QUOTA_NAME, implied_limits
 from webhook.cluster.connection import Cluster
 from webhook.cluster.listing import Lister, RequestRefused
-from webhook.core.inventory import namespace_labels
+from webhook.core.inventory import namespace_record
 from webhook.core.wording import count, first, names, plain_number
 from webhook.policy.model import Policy
 from webhook.policy.quantity import Quantity, parse_quantity
@@ -102,7 +102,7 @@ def check_quotas(cluster: Cluster, policy: Policy, namespace: str | None) -> Quo
         )
         try:
             labels = dict(
-                namespace_labels(item, policy.namespace_label_keys)
+                namespace_record(item, policy.namespace_label_keys)
                 for page in lister.pages(listed)
                 for item in page.get("items") or ()
                 if isinstance(item, dict)

@@ -321,7 +321,7 @@ Sizes = Mapping[str | None, Mapping[str, tuple[Quantity, str]]]
 EMPTY_NAMESPACES: Mapping[str, Mapping[str, str]] = MappingProxyType({})
 
 
-def namespace_labels(obj: Mapping[str, Any], kept: frozenset[str]) -> tuple[str, Mapping[str, str]]:
+def namespace_record(obj: Mapping[str, Any], kept: frozenset[str]) -> tuple[str, Mapping[str, str]]:
     """A Namespace's name and the labels of it that are kept (those tenants select by)."""
     metadata = _mapping(obj.get("metadata"))
     labels = _mapping(metadata.get("labels"))

@@ -44,7 +44,7 @@ from webhook.core.inventory import (
     NodeInfo,
     SharedParts,
     Taint,
-    namespace_labels,
+    namespace_record,
     node_info,
 )
 
@@ -145,7 +145,7 @@ def follow(fields: NodeFields, out: IO[bytes]) -> None:
     if fields.namespace_label_keys:
         keys = fields.namespace_label_keys
         namespaces = WatchCache(
-            cluster, api.list_namespace, lambda obj: namespace_labels(obj, keys)[1], options=OPTIONS
+            cluster, api.list_namespace, lambda obj: namespace_record(obj, keys)[1], options=OPTIONS
         )
     for cache in (nodes, namespaces):
         if cache is not None:
