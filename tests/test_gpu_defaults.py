@@ -899,3 +899,26 @@ def test_a_pod_a_controller_sends_gets_no_deadline():
     assert "activeDeadlineSeconds" not in json.dumps(list(decision.patch))
     _, patched = mutate(obj, DEFAULTS)
     assert patched["spec"]["activeDeadlineSeconds"] == 28800
+
+
+def test_a_workload_that_names_its_own_priority_class_keeps_it_for_every_pod():
+    """Volcano gives a Job's spec.priorityClassName to the Pods whose templates name none
+    (and to its PodGroup): a template default would split the job's priorities."""
+    tmpl = {"spec": {"restartPolicy": "Never", "containers": [container("train", gpus="8")]}}
+    obj = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {
+            "priorityClassName": "high-priority",
+            "tasks": [{"name": "worker", "replicas": 2, "template": tmpl}],
+        },
+    }
+    outcome = decide_object(obj, DEFAULTS, "ml", mutate=True)
+    [own] = [m for m in outcome.mutations if m.workload]
+    template_spec = own.mutated["spec"]["tasks"][0]["template"]["spec"]
+    assert template_spec["runtimeClassName"] == "nvidia-cdi"
+    assert "priorityClassName" not in template_spec
+    del obj["spec"]["priorityClassName"]  # without its own, the template gets the default
+    [own] = [m for m in decide_object(obj, DEFAULTS, "ml", mutate=True).mutations if m.workload]
+    assert own.mutated["spec"]["tasks"][0]["template"]["spec"]["priorityClassName"] == "gpu-batch"

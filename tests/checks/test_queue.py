@@ -197,6 +197,23 @@ def test_a_cronjobs_label_goes_in_its_job_template() -> None:
     assert_allowed_clean(judge(obj))
 
 
+def test_kais_queue_of_a_cronjob_is_its_job_templates() -> None:
+    """KAI's grouper reads the queue of a CronJob's Pods on their top owner, the Job: its
+    labels are the job template's, not the CronJob's own."""
+    [cronjob] = [k for k in KINDS if k.name == "CronJob"]
+    tmpl = template(container(gpu=1))
+    tmpl["spec"]["schedulerName"] = "kai-scheduler"
+    obj = cronjob.wrap(tmpl)
+    obj["spec"]["jobTemplate"]["metadata"] = {"labels": {"kai.scheduler/queue": "team-a"}}
+    obj["metadata"]["labels"] = {"kai.scheduler/queue": "other-team"}
+    assert "queue" not in {rule for rule, _ in denied(judge(obj))}
+    obj["spec"]["jobTemplate"]["metadata"]["labels"]["kai.scheduler/queue"] = "other-team"
+    obj["metadata"]["labels"]["kai.scheduler/queue"] = "team-a"
+    assert denied(judge(obj)) == [
+        ("queue", "spec.jobTemplate.metadata.labels[kai.scheduler/queue]")
+    ]
+
+
 def test_a_workload_with_several_gpu_templates_is_asked_once() -> None:
     tmpl = template(container(gpu=1))
     obj = {

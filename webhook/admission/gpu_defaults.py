@@ -25,7 +25,8 @@ Where each default goes follows from when the API server reads it:
   Windows Pods and containers with a block device at /dev/shm are left alone.
 - ``priorityClassName`` is left out of a template that sets ``priority`` or
   ``preemptionPolicy`` itself (the Priority plugin refuses a Pod whose priority its class
-  did not give it).
+  did not give it), and out of a workload that names a class for all its Pods
+  (``WORKLOAD_PRIORITY_FIELDS``).
 
 An object a controller owns (a Deployment's ReplicaSet, a CronJob's Job, an operator's
 StatefulSet) is its owner's to default: a template changed under a Deployment would no longer
@@ -51,6 +52,13 @@ SHM_PATH = "/dev/shm"
 SHM_VOLUME = "gpu-admission-shm"
 # The containers a Pod is created with (ephemeral ones come later, through their subresource).
 POD_CONTAINER_LISTS = ("initContainers", "containers")
+# Where a workload names a priority class for all its Pods (Volcano's Job, which gives it to
+# the Pods whose templates name none and to its PodGroup; Kubeflow's scheduling policy): a
+# template default would split one job's priorities.
+WORKLOAD_PRIORITY_FIELDS = (
+    ("spec", "priorityClassName"),
+    ("spec", "runPolicy", "schedulingPolicy", "priorityClass"),
+)
 # Where a Job's deadline is, by kind of the batch API: the Job's own spec, a CronJob's template.
 JOB_DEADLINE_AT = {
     "Job": ("spec", "activeDeadlineSeconds"),
@@ -112,6 +120,8 @@ def plan_workload(
             if _planned(planned, (*segments, "runtimeClassName"), runtime):
                 runtime_classes[runtime] = None
         priority = _class_in(pools, "priority_class", defaults.priority_class)
+        if any(_lookup(obj, path) for path in WORKLOAD_PRIORITY_FIELDS):
+            priority = None  # the workload's own class is its Pods' (and its PodGroup's)
         own_priority = any(view.spec.get(f) is not None for f in ("priority", "preemptionPolicy"))
         if priority is not None and not view.spec.get("priorityClassName") and not own_priority:
             if _planned(planned, (*segments, "priorityClassName"), priority):

@@ -57,9 +57,10 @@ WHOLE_WORKLOADS = frozenset(
         ("ray.io", "RayService"),
     }
 )
+CRONJOB = ("batch", "CronJob")
 # Where other kinds keep the metadata of what they create, beside their Pod templates'.
 _METADATA_ELSEWHERE: dict[tuple[str, str], tuple[str, ...]] = {
-    ("batch", "CronJob"): ("spec", "jobTemplate", "metadata"),
+    CRONJOB: ("spec", "jobTemplate", "metadata"),
     ("argoproj.io", "Workflow"): ("spec", "podMetadata"),
     ("argoproj.io", "WorkflowTemplate"): ("spec", "podMetadata"),
     ("argoproj.io", "ClusterWorkflowTemplate"): ("spec", "podMetadata"),
@@ -147,17 +148,19 @@ def kueue_label_place(view: PodView, submission: Submission, label: str) -> Labe
     own = _label_of(view.metadata, label)
     if elsewhere is not None and own is None:
         found = _labels(submission.obj, elsewhere).get(label)
-        if submission.key == ("batch", "CronJob") or found is not None:
+        if submission.key == CRONJOB or found is not None:
             return LabelPlace(found, ".".join((*elsewhere, "labels")), shared=True)
     return LabelPlace(own, f"{view.metadata_path}.labels" if view.metadata_path else "labels")
 
 
 def kai_queue(view: PodView, submission: Submission) -> LabelPlace:
-    """Where KAI reads the queue of the view's Pods: the top owner's label, else the Pod's
-    (value None where neither names one: KAI's default queue)."""
-    value = _labels(submission.obj, ("metadata",)).get(KAI_QUEUE_LABEL)
+    """Where KAI reads the queue of the view's Pods: the top owner's label (a CronJob's Jobs
+    are the top owners of their Pods: KAI's grouper reads the job template's labels), else
+    the Pod's (value None where neither names one: KAI's default queue)."""
+    owner = ("spec", "jobTemplate", "metadata") if submission.key == CRONJOB else ("metadata",)
+    value = _labels(submission.obj, owner).get(KAI_QUEUE_LABEL)
     if value is not None:
-        return LabelPlace(value, "metadata.labels", shared=True)
+        return LabelPlace(value, ".".join((*owner, "labels")), shared=True)
     value = _label_of(view.metadata, KAI_QUEUE_LABEL)
     return LabelPlace(value, f"{view.metadata_path}.labels" if view.metadata_path else "labels")
 
