@@ -15,6 +15,7 @@ import pytest
 import webhook
 from tests.patching import apply_both, assert_add_only, validate_pod
 from tests.support.admission import (
+    KINDS,
     admission,
     assert_allowed_clean,
     container,
@@ -186,9 +187,26 @@ def test_pods_without_a_gpu_and_other_tenants_are_not_confined() -> None:
     assert_allowed_clean(validate(pod(container(gpu=1)), entitled(), namespace="training"))
 
 
+def deployment(**fields: Any) -> dict:
+    [kind] = [k for k in KINDS if k.name == "Deployment"]
+    return kind.wrap(template(container(gpu=1), **fields))
+
+
 def test_templates_are_not_refused_for_the_confinement_their_pods_get() -> None:
-    obj = template("Deployment", container(gpu=1))
+    obj = deployment()
+    assert obj["kind"] == "Deployment"
     assert_allowed_clean(validate(obj, entitled(), namespace="vision"))
+
+
+def test_a_template_that_names_another_product_is_refused_when_it_is_written() -> None:
+    """Every Pod made from it would be refused (its ReplicaSet's events the only word): the
+    template is told at kubectl apply."""
+    obj = deployment(node_selector={PRODUCT: A100})
+    decision = validate(obj, entitled(), namespace="vision")
+    assert denied(decision) == [("pool-access", "spec.template.spec.affinity.nodeAffinity")]
+    assert f'may not use "{A100}"' in status_message(decision)
+    allowed = deployment(node_selector={PRODUCT: H100})
+    assert_allowed_clean(validate(allowed, entitled(), namespace="vision"))
 
 
 def test_a_named_node_is_judged_by_its_product_label_in_the_inventory() -> None:

@@ -55,9 +55,9 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         found = _problem(view, policy, problem)
         if found is not None:
             yield found
+    yield from _products(view, policy)
     if view.kind != "Pod" or view.spec_path != "spec":
         return
-    yield from _products(view, policy)
     if selection.passed_over and not view.spec.get("nodeName"):
         yield from _passed_over(view, policy, selection.pools)
     if not policy.has_reserved_pools:
@@ -257,13 +257,16 @@ def _problem(view: PodView, policy: Policy, problem: Problem) -> Violation | Non
 def _products(view: PodView, policy: Policy) -> Iterator[Violation]:
     """A GPU Pod that can land on GPUs of a product its tenant is not entitled to
     (``tenants[].entitlements.products``): its node selection names one, or does not keep it
-    to theirs (the mutating webhook adds that confinement). New in this release: advisory
-    while ``newChecks`` is Warn. Like a pool, a product is never excepted."""
+    to theirs (the mutating webhook adds that confinement). A template is told only when it
+    names another product: every Pod made from it would be refused, and the mutation confines
+    the others. New in this release: advisory while ``newChecks`` is Warn. Like a pool, a
+    product is never excepted."""
     tenant = product_tenant(view, policy)
     if tenant is None or tenant.entitlements is None or tenant.entitlements.products is None:
         return
     reach = product_reach(view, policy, tenant.entitlements.product_values)
-    if reach.confined and not reach.named:
+    is_pod = view.kind == "Pod" and view.spec_path == "spec"
+    if reach.confined and not reach.named or not is_pod and not reach.named:
         return
     setting = tenant.setting("entitlements")
     products = ", ".join(tenant.entitlements.products)
