@@ -120,7 +120,7 @@ def plan_workload(
             if _planned(planned, (*segments, "runtimeClassName"), runtime):
                 runtime_classes[runtime] = None
         priority = _class_in(pools, "priority_class", defaults.priority_class)
-        if any(_lookup(obj, path) for path in WORKLOAD_PRIORITY_FIELDS):
+        if any(patch.lookup(obj, path) for path in WORKLOAD_PRIORITY_FIELDS):
             priority = None  # the workload's own class is its Pods' (and its PodGroup's)
         own_priority = any(view.spec.get(f) is not None for f in ("priority", "preemptionPolicy"))
         if priority is not None and not view.spec.get("priorityClassName") and not own_priority:
@@ -134,7 +134,7 @@ def plan_workload(
     deadline_at = JOB_DEADLINE_AT.get(workload.kind) if workload.group == "batch" else None
     deadline = defaults.job_deadline
     if deadline is not None and deadline_at is not None and gpu_templates:
-        if _lookup(planned.working, deadline_at) is None:
+        if patch.lookup(planned.working, deadline_at) is None:
             if _planned(planned, deadline_at, deadline):
                 notes.append(f"active-deadline={deadline}")
     if not planned.operations:
@@ -175,12 +175,6 @@ def _class_in(pools: tuple[Pool, ...], attribute: str, default: str | None) -> s
         return default
     classes = {getattr(pool, attribute) or default for pool in pools}
     return classes.pop() if len(classes) == 1 else None
-
-
-def _lookup(obj: object, segments: tuple[str, ...]) -> object:
-    for segment in segments:
-        obj = obj.get(segment) if isinstance(obj, dict) else None
-    return obj
 
 
 def _gpus(view: PodView, policy: Policy) -> Quantity:

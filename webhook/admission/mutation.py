@@ -138,17 +138,11 @@ def _has(term: Mapping[str, Any], expr: Mapping[str, Any]) -> bool:
     )
 
 
-def _lookup(obj: object, segments: tuple[Any, ...]) -> object:
-    for segment in segments:
-        obj = obj.get(segment) if isinstance(obj, dict) else None
-    return obj
-
-
 def _required_operations(
     pod: Mapping[str, Any], wanted: tuple[dict[str, Any], ...]
 ) -> list[dict[str, Any]]:
     terms_path = (*REQUIRED, "nodeSelectorTerms")
-    terms = _lookup(pod, terms_path)
+    terms = patch.lookup(pod, terms_path)
     if not isinstance(terms, list) or not terms:
         return patch.append(pod, terms_path, [{"matchExpressions": list(wanted)}]) or []
     operations: list[dict[str, Any]] = []
@@ -166,7 +160,7 @@ def _preferred_operations(
     """The operations that add the missing preferred terms, and how many terms they add."""
     if not preferences:
         return [], 0
-    node = _lookup(pod, PREFERRED)
+    node = patch.lookup(pod, PREFERRED)
     existing = node if isinstance(node, list) else []
     missing = []
     for preference in preferences:

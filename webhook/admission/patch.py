@@ -41,6 +41,13 @@ def _child(node: Any, segment: Segment) -> Any:
     return None
 
 
+def lookup(obj: Any, segments: Sequence[Segment]) -> Any:
+    """The value at ``segments`` (None where the path does not lead to one)."""
+    for segment in segments:
+        obj = _child(obj, segment)
+    return obj
+
+
 def add(
     obj: Mapping[str, Any], segments: Sequence[Segment], value: Any
 ) -> list[dict[str, Any]] | None:

@@ -270,7 +270,7 @@ def _asides(namespace: str, quotas: list[LiveQuota], name: str, limit: int) -> l
 
 def _drift(policy: Policy, key: _Key, entry: _Found) -> Drift:
     tenant, name, limit = entry.tenant, key.resource, entry.limit
-    setting = f"tenants[{tenant.index}].entitlements ({tenant.named})"
+    setting = tenant.setting("entitlements")
     namespaces, quotas = entry.namespaces, entry.quotas
     one = len(namespaces) == 1
     where = f"namespace {namespaces[0]}" if one else count(namespaces, "namespace")
