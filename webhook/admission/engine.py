@@ -38,6 +38,7 @@ from webhook.core.queues import Submission
 from webhook.core.scope import reach, requests_gpu
 from webhook.core.targets import walk_views
 from webhook.policy.model import (
+    CLAIM_RULES,
     SECURITY_RULES,
     Mode,
     Policy,
@@ -312,12 +313,20 @@ def _judge(
         needs_reach = security and ruleset.needs_reach
         reach_scope = reach(view, policy).scope if needs_reach else None
         relevance: Scope = "gpuPods" if view.gpu_relevant else "otherPods"
+        # A Pod GPU-relevant only through the GPUs it claims is judged by the GPU rules for
+        # the first time in this release: warned while newChecks is Warn.
+        claimed = view.relevant_by_claims and policy.new_checks_advisory
         for rule, mode, scope in ruleset.steps[relevance, reach_scope]:
-            if (exempt and rule in exempt) or (only is not None and rule not in only):
+            if (
+                (exempt and rule in exempt)
+                or (only is not None and rule not in only)
+                or (view.claim_object and rule not in CLAIM_RULES)
+            ):
                 continue
             exception = excepted.get(rule) if excepted else None
             for violation in _RUNS[rule](view, policy):
-                effective: Mode = "Warn" if violation.advisory and mode == "Enforce" else mode
+                advisory = violation.advisory or (claimed and rule not in SECURITY_RULES)
+                effective: Mode = "Warn" if advisory and mode == "Enforce" else mode
                 if exception is not None and effective == "Enforce":
                     yield Finding(violation, "Warn", view.identity, scope, exception.describe())
                 else:

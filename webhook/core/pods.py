@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from webhook.core.claims import ClaimSpec
+from webhook.core.dra import PodClaims, has_claims, mark_claimed_gpus
 from webhook.core.inventory import NodeSnapshot, bound_to_cpu_node
 from webhook.core.replicas import Counted
 from webhook.policy.annotations import Injection
@@ -51,8 +53,10 @@ class ContainerView:
     # Parsed quantities of ``gpu``; None where the quantity is not one the API server accepts.
     gpu_quantity: dict[str, Quantity | None]
     # Asks for a GPU the policy knows (not e.g. the network operator's nvidia.com/hostdev), in
-    # any quantity but a clean zero: read through ``webhook.core.scope.requests_gpu``.
+    # any quantity but a clean zero; or claims one through DRA (``webhook.core.dra``). Both
+    # are read through ``webhook.core.scope.requests_gpu``.
     requests_declared_gpu: bool = False
+    claims_gpu: bool = False
     # The field of ``spec`` with the ResourceRequirements: ``resources`` but in a catalogued
     # container-like object (Trainer's ``resourcesPerNode``).
     resources_field: str = "resources"
@@ -172,6 +176,14 @@ class PodView:
     nodes: NodeSnapshot | None = field(default=None, repr=False)
     # The object under review and who sent it (``webhook.core.queues``), set by the engine.
     submission: Submission | None = field(default=None, repr=False)
+    # DRA (``webhook.core.dra``): the claim specs a claim or claim template is (a view of one
+    # has no Pod, ``claim_object``); a Pod's claims as read on first use; and whether it is
+    # GPU-relevant only through the GPUs its containers claim (judged so for the first time
+    # in this release: warned while ``newChecks`` is Warn).
+    claim_specs: tuple[ClaimSpec, ...] = ()
+    claim_object: bool = False
+    pod_claims: PodClaims | None = field(default=None, repr=False)
+    relevant_by_claims: bool = False
 
     def field_path(self, name: str) -> str:
         """The path of a pod-level field, in the object it was written in."""
@@ -219,6 +231,10 @@ def attach_nodes(view: PodView, nodes: NodeSnapshot, policy: Policy) -> None:
         for quantity in container.gpu_quantity.values()
     ):
         view.gpu_relevant = _gpu_relevant(view, policy)
+        view.relevant_by_claims = False
+    if not view.claim_object and has_claims(view):
+        # The inventory's templates say what the claims ask for.
+        mark_claimed_gpus(view, policy)
 
 
 def effective_requests(view: PodView) -> dict[str, Quantity]:
@@ -429,6 +445,8 @@ def view_of(
         view.annotations = annotations
     if not asks_vendor_resource:
         view.gpu_relevant = _gpu_relevant(view, policy)
+    if has_claims(view):
+        mark_claimed_gpus(view, policy)
     return view
 
 

@@ -25,8 +25,6 @@ device-visibility rule and the ``injectVoid`` mutation share.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from operator import attrgetter
 from typing import Any, NamedTuple
 
 from webhook.core.hostpaths import in_device_list_dir, is_gpu_device_path
@@ -74,10 +72,11 @@ def is_toolkit_variable(name: object) -> bool:
 
 # The one answer to "does this container request a GPU", for the device-visibility rule and
 # the ``injectVoid`` mutation alike: a declared (or retired) GPU resource in any quantity but a
-# clean zero, decided when the view was built against its policy. Not an undeclared vendor
-# resource such as ``nvidia.com/hostdev``, and not a DRA claim (out of scope). An attribute
-# getter: called for every container of every review, it costs no Python frame.
-requests_gpu: Callable[[ContainerView], bool] = attrgetter("requests_declared_gpu")
+# clean zero, or a DRA claim of a GPU (``webhook.core.dra``), decided when the view was built
+# against its policy. Not an undeclared vendor resource such as ``nvidia.com/hostdev``, nor a
+# claim of another class (a NIC's).
+def requests_gpu(container: ContainerView) -> bool:
+    return container.requests_declared_gpu or container.claims_gpu
 
 
 def toolkit_env(container: ContainerView) -> list[tuple[int, dict[str, Any]]]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from webhook.core.claims import read_claim_spec
+from webhook.core.dra import claim_view_relevant
 from webhook.core.paths import Match, walk_paired, walk_path
 from webhook.core.pods import (
     ContainerSource,
@@ -85,6 +87,9 @@ def walk_views(
         elif target.shape == "podSpec":
             for view in _pod_spec_views(obj, kind, target, namespace, policy):
                 yield _counted(view, obj, target, view.spec_path)
+        elif target.shape == "claim":
+            for path, identity, spec in walk_path(obj, target.path):
+                yield _claim_view(obj, kind, path, spec, namespace, policy, identity)
         elif target.shape == "container":
             for path, identity, container in walk_path(obj, target.path):
                 parent, _, name = path.rpartition(".")
@@ -92,6 +97,26 @@ def walk_views(
                 yield view_of(kind, {}, parent, {}, parent, [source], namespace, policy, identity)
         else:
             yield from _resources_views(obj, kind, target, namespace, policy)
+
+
+def _claim_view(
+    obj: Mapping[str, Any],
+    kind: str,
+    path: str,
+    spec: Mapping[str, Any],
+    namespace: str,
+    policy: Policy,
+    identity: str,
+) -> PodView:
+    """A view of a claim or claim template: its claim spec and metadata, no Pod."""
+    metadata = obj.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    view = view_of(kind, {}, path, metadata, "metadata", [], namespace, policy, identity)
+    claim = read_claim_spec(spec, path)
+    view.claim_specs = (claim,)
+    view.claim_object = True
+    view.gpu_relevant = claim_view_relevant(claim, policy)
+    return view
 
 
 def _counted(view: PodView, obj: Mapping[str, Any], target: PodTarget, where: str) -> PodView:

@@ -12,6 +12,7 @@ from typing import Any
 
 from webhook.policy import mig
 from webhook.policy.capabilities import capability_name
+from webhook.policy.dra import compile_dra
 from webhook.policy.exceptions import PolicyException
 from webhook.policy.hostpaths import canonical, unsafe_to_allow
 from webhook.policy.model import (
@@ -123,6 +124,7 @@ def _grants(raw: dict[str, Any]) -> Grants:
         ),
         toolkit_variables=frozenset(raw.get("toolkitVariables", [])),
         host_paths=allowed_host_paths(raw.get("hostPaths", [])),
+        dra_admin_access=raw.get("draAdminAccess", False),
     )
 
 
@@ -448,6 +450,7 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
             node_name=inventory_use.get("nodeName", True),
         ),
         gpu_defaults=_gpu_defaults(mutation.get("gpuDefaults", {}), pools),
+        dra=compile_dra(spec.get("dra", {})),
         device_plugin_daemonsets=tuple(
             DaemonSetName(d["namespace"], d["name"]) for d in spec.get("devicePluginDaemonSets", [])
         ),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
+from webhook.policy.dra import NO_DRA_SETTINGS, DraSettings
 from webhook.policy.exceptions import PolicyException
 from webhook.policy.names import NearMisses
 from webhook.policy.queues import DEFAULT_CONTROLLERS, Controllers
@@ -27,6 +28,8 @@ RULE_IDS: tuple[str, ...] = tuple(rule.id for rule in RULES)
 # The rules that keep a tenant from the node's devices and host: they bind every Pod that can
 # reach a GPU node (``webhook.core.scope``), not only the Pods that ask for a GPU.
 SECURITY_RULES = frozenset(rule.id for rule in RULES if rule.security)
+# The rules run on a DRA claim or claim template (no Pod).
+CLAIM_RULES = frozenset(rule.id for rule in RULES if rule.claims)
 # Where a rule's mode is looked up: the policy's ``gpuPods``, ``reachablePods`` or ``otherPods``.
 Scope = Literal["gpuPods", "reachablePods", "otherPods"]
 SCOPES: tuple[Scope, ...] = ("gpuPods", "reachablePods", "otherPods")
@@ -213,7 +216,7 @@ class TemplatePath:
     steps: tuple[TemplateStep, ...]
 
 
-TargetShape = Literal["template", "podSpec", "container", "resources"]
+TargetShape = Literal["template", "podSpec", "container", "resources", "claim"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +257,8 @@ class PodTarget:
       ``spec`` for its templates) and ``unjudged`` (fields that change the Pod in ways nothing
       can judge before it exists: Argo's ``podSpecPatch``);
     - ``container``: one container, without pod-level fields;
+    - ``claim``: a ResourceClaimSpec (a ResourceClaim's ``spec``, a template's
+      ``spec.spec``): no Pod, judged by the rules that judge claims;
     - ``resources``: ResourceRequirements inside a container-like object (its parent, whose
       env and security context are judged too), with ``pod_fields`` the paths of the objects
       holding the pod-level fields of the same Pods (Trainer's TrainJob: ``resourcesPerNode``
@@ -291,6 +296,11 @@ class WorkloadKind:
     def built_in(self) -> bool:
         """A kind of the Kubernetes API itself (its webhook rules fail closed)."""
         return self.group in ("", "apps", "batch", "extensions")
+
+    @property
+    def claims(self) -> bool:
+        """A DRA claim or claim template: no Pod of its own (``webhook.policy.workloads``)."""
+        return any(t.shape == "claim" for t in self.targets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +408,7 @@ class Policy:
     # The device plugin DaemonSets cluster check compares with the GPU nodes (none: not compared).
     device_plugin_daemonsets: tuple[DaemonSetName, ...] = ()
     gpu_defaults: GpuDefaults = GpuDefaults()
+    dra: DraSettings = NO_DRA_SETTINGS
     warnings: tuple[PolicyWarning, ...] = ()  # whole-policy lints, in line order
 
     def rule_modes(self, namespace: str) -> RuleSet:

@@ -29,6 +29,9 @@ class Rule:
     severity: Severity
     security: bool
     restricts: str
+    # It judges DRA claim specs too: the only rules run on a ResourceClaim or a
+    # ResourceClaimTemplate, which hold no Pod.
+    claims: bool = False
 
 
 RULES: tuple[Rule, ...] = (
@@ -143,8 +146,12 @@ RULES: tuple[Rule, ...] = (
         security=False,
         restricts=(
             "several sharing modes in one Pod, a Pod pinned to a pool that lacks its resources, "
-            "time-sliced requests above 1"
+            "time-sliced requests above 1; through DRA too (warned while `newChecks` is Warn): "
+            "modes mixed in one claim or claim template, or between a Pod's extended resources "
+            "and the claims its templates make (with the node inventory's templates; a Pod "
+            "whose claims cannot be read is warned that the check was skipped)"
         ),
+        claims=True,
     ),
     Rule(
         id="pool-access",
@@ -191,6 +198,36 @@ RULES: tuple[Rule, ...] = (
             "(KAI's, Volcano's); objects a controller creates (`request.userInfo` in "
             "`controllers`) are not asked again (warned while `newChecks` is Warn)"
         ),
+    ),
+    Rule(
+        id="dra-claims",
+        title="DRA claims ask for device classes, configurations and MIG profiles that exist.",
+        severity="medium",
+        security=False,
+        restricts=(
+            "in ResourceClaims and ResourceClaimTemplates (warned while `newChecks` is Warn): a "
+            "near miss of a known device class (did you mean?), an undeclared class under a "
+            "vendor domain (as `unknownResources` says), with the node inventory a class the "
+            "cluster does not have (warning); NVIDIA's opaque parameters the driver would "
+            "refuse after scheduling (kinds, fields, values, sharing strategies whose feature "
+            "gate is off; unknown kinds and fields warned), an opaque driver that is a near "
+            "miss of `gpu.nvidia.com`; MIG profiles in simple CEL selectors that no declared "
+            "product offers (as `migCatalogue.uncataloguedProfiles` says)"
+        ),
+        claims=True,
+    ),
+    Rule(
+        id="dra-admin-access",
+        title="DRA admin access to devices only where a tenant grant allows it.",
+        severity="high",
+        security=False,
+        restricts=(
+            "a claim or claim template asking for `adminAccess: true` (which sees and manages "
+            "devices other Pods use) in a namespace no `tenants[].grants.draAdminAccess` "
+            "covers, on top of the API server's namespace label (warned while `newChecks` is "
+            "Warn)"
+        ),
+        claims=True,
     ),
     Rule(
         id="topology",

@@ -46,7 +46,8 @@ class Grants:
     to (None: every container). ``annotations``: injection annotation key (NRI, GKE) -> the
     exact values admitted (the value is what the node injects). ``toolkit_variables``: the
     container toolkit's node-shared device variables (``NVIDIA_MOFED``...). ``host_paths``:
-    host paths (and below) its Pods may mount."""
+    host paths (and below) its Pods may mount. ``dra_admin_access``: its DRA claims may ask
+    for admin access to devices (which sees devices other Pods use)."""
 
     capabilities: MappingProxyType[str, frozenset[str] | None] = field(
         default_factory=lambda: MappingProxyType({})
@@ -58,6 +59,7 @@ class Grants:
     )
     toolkit_variables: frozenset[str] = frozenset()
     host_paths: tuple[str, ...] = ()
+    dra_admin_access: bool = False
 
     def allows_annotation(self, key: str, value: object) -> bool:
         """Whether the annotation ``key`` is granted with this exact value."""
@@ -86,6 +88,7 @@ class Grants:
             MappingProxyType(_union_values(self.annotations, other.annotations)),
             self.toolkit_variables | other.toolkit_variables,
             tuple(dict.fromkeys(self.host_paths + other.host_paths)),
+            self.dra_admin_access or other.dra_admin_access,
         )
 
 

@@ -50,6 +50,15 @@ BUILTIN_WORKLOADS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("batch", "CronJob", "cronjobs", ("spec.jobTemplate.spec.template",)),
 )
 
+# The DRA kinds judged on their own (the claim specs a Pod's devices come from), in every
+# served version (the review's kind names the group, not the version): where each keeps its
+# ResourceClaimSpec.
+DRA_GROUP = "resource.k8s.io"
+CLAIM_KINDS: tuple[tuple[str, str, str], ...] = (
+    ("ResourceClaimTemplate", "resourceclaimtemplates", "spec.spec"),
+    ("ResourceClaim", "resourceclaims", "spec"),
+)
+
 # How many Pods of the built-in kinds' templates run at once, in the catalogue's ``replicas``
 # shape (apps and extensions alike): a Job runs ``parallelism`` Pods, fewer when fewer
 # ``completions`` remain; a DaemonSet's count is its nodes', and a Pod is one.
@@ -308,6 +317,9 @@ def compile_workloads(
         workloads[(group, kind)] = WorkloadKind(
             group, kind, resource, tuple(_counted(BUILTIN_REPLICAS.get(kind, ()), targets))
         )
+    for kind, resource, path in CLAIM_KINDS:
+        target = PodTarget("claim", compile_template_path(path))
+        workloads[(DRA_GROUP, kind)] = WorkloadKind(DRA_GROUP, kind, resource, (target,))
     disabled = {(d["group"], d["kind"]) for d in spec.get("catalogue", {}).get("disabled", ())}
     for entry in catalogue():
         if (entry["group"], entry["kind"]) not in disabled:
@@ -348,7 +360,9 @@ def custom_resource_rules(
     shape the GPU defaults go in)."""
     by_group: dict[str, set[str]] = {}
     for workload in workloads:
-        if workload.built_in:
+        # DRA's kinds have entries of their own (manifests/webhooks): a template fails
+        # closed like a Pod, a claim fails open.
+        if workload.built_in or workload.claims:
             continue
         if mutating and not any(t.shape == "template" for t in workload.targets):
             continue

@@ -1,0 +1,177 @@
+"""Reading a ResourceClaimSpec: the devices it asks for, the opaque configuration it gives them,
+and the sharing mode each device is used in.
+
+The spec's shape moved between API versions: in ``resource.k8s.io/v1`` (and v1beta2) a
+request asks through ``exactly`` or a ``firstAvailable`` list of subrequests; in v1beta1 and
+v1alpha3 the request itself holds ``deviceClassName`` and the rest (or ``firstAvailable``).
+Both are read, so that a manifest of any served version is judged as its v1 form would be.
+The classic DRA of v1alpha2 (``resourceClassName``, ``parametersRef``), removed in Kubernetes
+1.31, is recognised and asks for nothing: no API server serves it any more.
+
+A config entry applies to the requests it lists (``request`` or ``request/subrequest``), or
+to every request when it lists none (``resource.k8s.io/v1`` DeviceClaimConfiguration).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.core.dra_parameters import sharing_strategy
+from webhook.policy.dra import KnownClass
+from webhook.policy.nvidia_dra import GPU_DRIVER
+
+# The sharing mode of a configured device: (its class's mode, the config's strategy) -> mode.
+_SHARED = {
+    ("Exclusive", "TimeSlicing"): "TimeSlicing",
+    ("Exclusive", "MPS"): "MPS",
+    ("MIG", "TimeSlicing"): "MIGTimeSlicing",
+    ("MIG", "MPS"): "MIG with MPS",
+}
+# A request for part of a device's capacity (consumable capacity, KEP-5075): its device is
+# shared with the other claims that take a part of it.
+CAPACITY_SHARE = "a share of a GPU's capacity"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAsk:
+    """One way a claim asks for devices: a request's ``exactly`` (in v1beta1 the request
+    itself), or one subrequest of its ``firstAvailable`` list."""
+
+    request: str  # the request's name
+    subrequest: str  # the subrequest's name; "" for none
+    path: str  # where the ask's fields are written
+    device_class: Any  # ``deviceClassName`` as written
+    selectors: tuple[tuple[str, str], ...]  # (path of the CEL expression, expression)
+    admin_access: bool
+    capacity: bool  # asks for part of a device's capacity
+
+    @property
+    def class_path(self) -> str:
+        return f"{self.path}.deviceClassName"
+
+    @property
+    def reference(self) -> str:
+        """How a container or a config names it: ``request`` or ``request/subrequest``."""
+        return f"{self.request}/{self.subrequest}" if self.subrequest else self.request
+
+
+@dataclass(frozen=True, slots=True)
+class OpaqueConfig:
+    """A ``config[].opaque`` entry: the driver's own parameters for some requests."""
+
+    path: str  # of the ``opaque`` object
+    requests: tuple[str, ...]  # the requests it applies to; empty: every one
+    driver: Any
+    parameters: Any
+
+    def applies_to(self, ask: DeviceAsk) -> bool:
+        return not self.requests or ask.request in self.requests or ask.reference in self.requests
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSpec:
+    """What a ResourceClaimSpec asks for, at ``path`` in its object."""
+
+    path: str
+    asks: tuple[DeviceAsk, ...]
+    configs: tuple[OpaqueConfig, ...]
+    requests: tuple[tuple[str, Any, str], ...]  # (name, request object, its path), as written
+    classic: bool = False  # the v1alpha2 shape no API server serves
+
+
+def read_claim_spec(spec: Any, path: str) -> ClaimSpec:
+    """The claim spec at ``path`` (any object: what is not the expected shape asks for
+    nothing; the API server refuses it, and an embedded copy is judged by its structure)."""
+    if not isinstance(spec, dict):
+        return ClaimSpec(path, (), (), ())
+    if "resourceClassName" in spec or "parametersRef" in spec:
+        return ClaimSpec(path, (), (), (), classic=True)
+    devices = spec.get("devices")
+    devices_path = f"{path}.devices" if path else "devices"
+    if not isinstance(devices, dict):
+        return ClaimSpec(path, (), (), ())
+    requests: list[tuple[str, Any, str]] = []
+    asks: list[DeviceAsk] = []
+    for index, request in _items(devices.get("requests")):
+        where = f"{devices_path}.requests[{index}]"
+        name = request.get("name") if isinstance(request, dict) else None
+        name = name if isinstance(name, str) else f"#{index}"
+        requests.append((name, request, where))
+        if isinstance(request, dict):
+            asks += _asks(name, request, where)
+    configs = [
+        OpaqueConfig(
+            f"{devices_path}.config[{index}].opaque",
+            tuple(r for r in _strings(entry.get("requests"))),
+            entry["opaque"].get("driver"),
+            entry["opaque"].get("parameters"),
+        )
+        for index, entry in _items(devices.get("config"))
+        if isinstance(entry, dict) and isinstance(entry.get("opaque"), dict)
+    ]
+    return ClaimSpec(path, tuple(asks), tuple(configs), tuple(requests))
+
+
+def _asks(name: str, request: Mapping[str, Any], where: str) -> Iterator[DeviceAsk]:
+    exactly = request.get("exactly")
+    if isinstance(exactly, dict):
+        yield _ask(name, "", exactly, f"{where}.exactly")
+    elif "deviceClassName" in request:  # v1beta1, v1alpha3
+        yield _ask(name, "", request, where)
+    for index, sub in _items(request.get("firstAvailable")):
+        if isinstance(sub, dict):
+            sub_name = sub.get("name")
+            yield _ask(
+                name,
+                sub_name if isinstance(sub_name, str) else f"#{index}",
+                sub,
+                f"{where}.firstAvailable[{index}]",
+            )
+
+
+def _ask(request: str, subrequest: str, fields: Mapping[str, Any], where: str) -> DeviceAsk:
+    selectors = []
+    for index, selector in _items(fields.get("selectors")):
+        cel = selector.get("cel") if isinstance(selector, dict) else None
+        expression = cel.get("expression") if isinstance(cel, dict) else None
+        if isinstance(expression, str):
+            selectors.append((f"{where}.selectors[{index}].cel.expression", expression))
+    capacity = fields.get("capacity")
+    return DeviceAsk(
+        request,
+        subrequest,
+        where,
+        fields.get("deviceClassName"),
+        tuple(selectors),
+        fields.get("adminAccess") is True,
+        isinstance(capacity, dict) and bool(capacity.get("requests")),
+    )
+
+
+def sharing_of(ask: DeviceAsk, known: KnownClass, spec: ClaimSpec) -> tuple[str, str]:
+    """The sharing mode of the devices ``ask`` gets from a GPU class, and the path of what
+    set it (the config, else the class name). The last config that sets a strategy wins, as
+    the driver applies configs in order."""
+    mode = known.sharing or "Exclusive"
+    where = ask.class_path
+    if ask.capacity:
+        return CAPACITY_SHARE, f"{ask.path}.capacity"
+    for config in spec.configs:
+        if config.driver == GPU_DRIVER and config.applies_to(ask):
+            strategy = sharing_strategy(config.parameters)
+            if strategy is not None:
+                mode = _SHARED.get((known.sharing or "Exclusive", strategy), mode)
+                where = f"{config.path}.parameters.sharing.strategy"
+    return mode, where
+
+
+def _items(value: Any) -> Iterator[tuple[int, Any]]:
+    return enumerate(value) if isinstance(value, list) else iter(())
+
+
+def _strings(value: Any) -> Iterator[str]:
+    for item in value if isinstance(value, list) else ():
+        if isinstance(item, str):
+            yield item

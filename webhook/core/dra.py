@@ -1,0 +1,207 @@
+"""DRA from a Pod's side, and claims as objects of their own.
+
+A Pod names its claims in ``spec.resourceClaims`` (each made from a ResourceClaimTemplate,
+``resourceClaimTemplateName``, or an existing ResourceClaim, ``resourceClaimName``; before
+v1.31 both under ``source``), and each container lists the claims (and requests of them) it
+uses in ``resources.claims``. What a claim asks for is in its template or claim, not in the
+Pod: the node inventory keeps the cluster's ResourceClaimTemplates
+(``NodeSnapshot.claim_template``); ResourceClaims are not watched.
+
+A container claims a GPU when a claim it uses asks, in the requests it uses, for a device of a
+GPU class (``webhook.policy.dra``; with the inventory, a DeviceClass of NVIDIA's GPU driver),
+or when what the claim asks for cannot be read (a ResourceClaim, a template the inventory has
+not seen, no inventory): a claim is made to give a container devices, and the GPU rules then
+err towards treating it as one. A container also claims a GPU through the extended resource
+name DRA derives from a GPU class (``deviceclass.resource.kubernetes.io/gpu.nvidia.com``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from webhook.core.claims import ClaimSpec, read_claim_spec
+from webhook.policy.dra import KnownClass
+from webhook.policy.model import Policy
+from webhook.policy.nvidia_dra import GPU_DRIVER
+
+if TYPE_CHECKING:
+    from webhook.core.inventory import NodeSnapshot
+    from webhook.core.pods import ContainerView, PodView
+
+# The extended resource name of a DeviceClass without an extendedResourceName of its own
+# (KEP-5004, DRAExtendedResource): this prefix, then the class's name.
+DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaim:
+    """One of a Pod's ``spec.resourceClaims``. ``spec``: its template's claim spec as the
+    inventory has it; None when that cannot be read (a ResourceClaim, a template not seen)."""
+
+    name: str
+    path: str
+    template: str | None
+    claim: str | None
+    spec: ClaimSpec | None
+
+    @property
+    def source(self) -> str:
+        if self.template is not None:
+            return f"ResourceClaimTemplate {self.template}"
+        return f"ResourceClaim {self.claim}" if self.claim is not None else "no source"
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaims:
+    """A Pod's claims by name, and whether the inventory's templates were looked in."""
+
+    by_name: Mapping[str, PodClaim]
+    templates_known: bool
+
+
+NO_CLAIMS = PodClaims({}, False)
+
+
+def pod_claims(view: PodView) -> PodClaims:
+    """The view's Pod claims, read on first use (``mark_claimed_gpus`` reads them first)."""
+    found = view.pod_claims
+    if found is None:
+        found = view.pod_claims = _read_pod_claims(view)
+    return found
+
+
+def _read_pod_claims(view: PodView) -> PodClaims:
+    entries = view.spec.get("resourceClaims")
+    if not isinstance(entries, list) or not entries:
+        return NO_CLAIMS
+    nodes = view.nodes
+    known = nodes is not None and nodes.knows_claim_templates
+    claims: dict[str, PodClaim] = {}
+    path = view.field_path("resourceClaims")
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            continue
+        source = entry.get("source") if isinstance(entry.get("source"), dict) else entry
+        template = _string(source.get("resourceClaimTemplateName"))
+        spec = None
+        if template is not None and nodes is not None and known:
+            kept = nodes.claim_template(view.namespace, template)
+            if kept is not None:
+                spec = read_claim_spec({"devices": kept}, "")
+        claims[entry["name"]] = PodClaim(
+            entry["name"],
+            f"{path}[{index}]",
+            template,
+            _string(source.get("resourceClaimName")),
+            spec,
+        )
+    return PodClaims(claims, known)
+
+
+def container_claims(container: ContainerView) -> list[tuple[str, str, str]]:
+    """The claims a container uses: (claim name, request name or "", field path)."""
+    listed = container.resources.get("claims")
+    if not isinstance(listed, list):
+        return []
+    where = f"{container.path}.{container.resources_field}.claims"
+    return [
+        (item["name"], _string(item.get("request")) or "", f"{where}[{index}]")
+        for index, item in enumerate(listed)
+        if isinstance(item, dict) and isinstance(item.get("name"), str)
+    ]
+
+
+def known_class(name: Any, policy: Policy, nodes: NodeSnapshot | None) -> KnownClass | None:
+    """The device class ``name`` as the policy knows it or, with the inventory, as a
+    DeviceClass of NVIDIA's GPU driver (whose sharing mode is then unknown)."""
+    if not isinstance(name, str):
+        return None
+    found = policy.dra.classes.get(name)
+    if found is not None or nodes is None:
+        return found
+    record = nodes.device_class(name)
+    if record is not None and GPU_DRIVER in record.drivers:
+        return KnownClass(name, True, None)
+    return None
+
+
+def mark_claimed_gpus(view: PodView, policy: Policy) -> None:
+    """Mark the containers that claim a GPU (``ContainerView.claims_gpu``), with the Pod's
+    claims as the view's inventory has them, and the view GPU-relevant where they make it."""
+    view.pod_claims = None
+    claims = pod_claims(view)
+    marked = False
+    for container in view.containers:
+        container.claims_gpu = _claims_gpu(container, claims, policy, view.nodes)
+        marked = marked or container.claims_gpu
+    if marked and not view.gpu_relevant:
+        view.gpu_relevant = view.relevant_by_claims = True
+    elif not marked and view.relevant_by_claims:
+        view.gpu_relevant = view.relevant_by_claims = False
+
+
+def has_claims(view: PodView) -> bool:
+    """Whether anything of the Pod's could claim a device through DRA."""
+    if view.spec.get("resourceClaims"):
+        return True
+    for container in view.containers:
+        resources = container.resources
+        if resources.get("claims"):
+            return True
+        limits = resources.get("limits")
+        if isinstance(limits, dict) and any(
+            isinstance(k, str) and k.startswith(DEVICE_CLASS_RESOURCE_PREFIX) for k in limits
+        ):
+            return True
+    return False
+
+
+def _claims_gpu(
+    container: ContainerView, claims: PodClaims, policy: Policy, nodes: NodeSnapshot | None
+) -> bool:
+    for name, request, _ in container_claims(container):
+        claim = claims.by_name.get(name)
+        if claim is None:
+            continue  # names no claim of the Pod's: the API server refuses it
+        if claim.spec is None:
+            return True
+        for ask in claim.spec.asks:
+            if request and ask.request != request:
+                continue
+            known = known_class(ask.device_class, policy, nodes)
+            if known is not None and known.gpu:
+                return True
+    limits = container.resources.get("limits")
+    for key in limits if isinstance(limits, dict) else ():
+        if isinstance(key, str) and key.startswith(DEVICE_CLASS_RESOURCE_PREFIX):
+            known = known_class(key[len(DEVICE_CLASS_RESOURCE_PREFIX) :], policy, nodes)
+            if known is not None and known.gpu:
+                return True
+    return False
+
+
+def claim_view_relevant(spec: ClaimSpec, policy: Policy) -> bool:
+    """Whether a claim or template is the GPU rules' business: it asks for a device class the
+    policy knows, a near miss of one, or one under a vendor domain (nvidia.com)."""
+    for ask in spec.asks:
+        name = ask.device_class
+        if not isinstance(name, str):
+            continue
+        if (
+            name in policy.dra.classes
+            or policy.dra.near_miss(name) is not None
+            or in_vendor_domain(name, policy)
+        ):
+            return True
+    return False
+
+
+def in_vendor_domain(name: str, policy: Policy) -> bool:
+    """A device class named under a vendor domain (``mig-1g-12gb.gpu.nvidia.com``)."""
+    return any(name == d or name.endswith(f".{d}") for d in policy.vendor_domains)
+
+
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

@@ -1,0 +1,125 @@
+"""What a policy knows about Dynamic Resource Allocation: the device classes whose claims hand a
+container a GPU (NVIDIA's, built in from ``webhook.policy.nvidia_dra``, and the policy's
+``dra.deviceClasses``), the NVIDIA driver's feature gates as the cluster sets them, and the
+largest ComputeDomain the racks hold.
+
+A class is known by its name only: a DeviceClass's selectors can pick any devices, but the
+classes NVIDIA's chart creates pick what their names say, and a class the policy declares is
+declared for what it gives. With the node inventory, a class the cluster has whose selectors pin
+NVIDIA's GPU driver is read as a GPU class too (``webhook.core.claims``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from webhook.policy import nvidia_dra
+from webhook.policy.names import within_one_edit
+
+# The sharing mode of a device of each of NVIDIA's device types when no configuration shares
+# it (the sharing-mode rule's words); channels and daemons are no GPU.
+_TYPE_SHARING = {"gpu": "Exclusive", "mig": "MIG", "vfio": "VFIO"}
+
+
+@dataclass(frozen=True, slots=True)
+class KnownClass:
+    """A device class the policy knows. ``sharing``: the sharing mode of its devices where no
+    opaque configuration changes it (None: it hands out no GPU). ``device_type``: NVIDIA's
+    device type (``gpu``, ``mig``, ``vfio``, ``channel``, ``daemon``) for the NVIDIA driver's
+    classes, which says which opaque configuration kinds apply; None for another driver's."""
+
+    name: str
+    gpu: bool
+    sharing: str | None
+    device_type: str | None = None
+    declared: bool = False  # in the policy's dra.deviceClasses (else built in)
+
+
+def _built_in() -> dict[str, KnownClass]:
+    return {
+        name: KnownClass(name, info.gpu, _TYPE_SHARING.get(info.device_type), info.device_type)
+        for name, info in nvidia_dra.DEVICE_CLASSES.items()
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class DraSettings:
+    """The policy's ``dra`` block, compiled. ``feature_gates``: every gate of NVIDIA's driver,
+    as the policy sets it or at the driver's default."""
+
+    classes: MappingProxyType[str, KnownClass] = field(
+        default_factory=lambda: MappingProxyType(_built_in())
+    )
+    feature_gates: MappingProxyType[str, bool] = field(
+        default_factory=lambda: MappingProxyType(dict(nvidia_dra.FEATURE_GATES))
+    )
+    max_compute_domain_nodes: int | None = None
+
+    def near_miss(self, name: str) -> str | None:
+        """The known class ``name`` is a near miss of (another case, another separator, one
+        letter added, changed, dropped or two swapped), if any: ``gpu.nvidia.con``."""
+        return near_miss(name, self.classes)
+
+
+def near_miss(name: str, known: Iterable[str]) -> str | None:
+    """The first of ``known`` (in sorted order) that ``name`` is a near miss of, if any. The
+    lists compared are short (a policy's device classes, a kind's fields)."""
+    candidates = sorted(known)
+    if name in candidates:
+        return None
+    folded = _fold(name)
+    lowered = name.lower()
+    for candidate in candidates:
+        other = candidate.lower()
+        if (
+            _fold(candidate) == folded
+            or within_one_edit(lowered, other)
+            or _one_swap(lowered, other)
+        ):
+            return candidate
+    return None
+
+
+def _fold(name: str) -> str:
+    return name.lower().replace("-", "").replace("_", "").replace(".", "")
+
+
+def _one_swap(a: str, b: str) -> bool:
+    """Whether swapping two neighbouring letters turns ``a`` into ``b``."""
+    if len(a) != len(b) or a == b:
+        return False
+    apart = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+    return (
+        len(apart) == 2
+        and apart[1] == apart[0] + 1
+        and a[apart[0]] == b[apart[1]]
+        and (a[apart[1]] == b[apart[0]])
+    )
+
+
+def compile_dra(raw: Mapping[str, Any]) -> DraSettings:
+    """The ``spec.dra`` block (validated by the schema) compiled."""
+    classes = _built_in()
+    for entry in raw.get("deviceClasses", ()):
+        gpu = entry.get("gpu", True)
+        built_in = classes.get(entry["name"])
+        classes[entry["name"]] = KnownClass(
+            entry["name"],
+            gpu,
+            entry.get("sharing", "Exclusive") if gpu else None,
+            built_in.device_type if built_in is not None else None,
+            declared=True,
+        )
+    gates = dict(nvidia_dra.FEATURE_GATES)
+    gates.update(raw.get("nvidiaDriver", {}).get("featureGates", {}))
+    return DraSettings(
+        MappingProxyType(classes),
+        MappingProxyType(gates),
+        raw.get("computeDomains", {}).get("maxNodes"),
+    )
+
+
+NO_DRA_SETTINGS = DraSettings()
