@@ -37,6 +37,7 @@ from webhook.core.pools import (
 from webhook.core.queues import Submission
 from webhook.core.scope import reach, requests_gpu
 from webhook.core.targets import walk_views
+from webhook.policy.dra import CLAIM_MAKERS
 from webhook.policy.model import (
     CLAIM_RULES,
     SECURITY_RULES,
@@ -133,11 +134,13 @@ def decide(
     workload = workload_kind(request, obj, policy)
     if workload is None:
         return Decision(response.build(uid))
+    user = request.get("userInfo")
+    if workload.claims and isinstance(user, dict) and user.get("username") in CLAIM_MAKERS:
+        return Decision(response.build(uid))
     metadata = obj.get("metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
     namespace = request.get("namespace") or metadata.get("namespace") or "default"
     namespace = namespace if isinstance(namespace, str) else "default"
-    user = request.get("userInfo")
     by_controller = made_by_controller or (
         isinstance(user, dict)
         and policy.controllers.include(user.get("username"), user.get("groups"))

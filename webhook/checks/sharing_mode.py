@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from webhook.core.dra import ClaimedMode, PodClaim, claim_modes, container_claims, pod_claims
 from webhook.core.findings import Violation, quote
 from webhook.core.pods import PodView
 from webhook.core.pools import PendsForever, PoolLacks, resource_spec, select_pool
@@ -32,6 +33,10 @@ def _mig_sharing(name: str) -> str | None:
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
+    if view.claim_object:
+        for spec in view.claim_specs:
+            yield from _mixed_in_claim(claim_modes(spec, policy, view.nodes), policy)
+        return
     for problem in select_pool(view, policy).problems:
         if isinstance(problem, PendsForever):
             yield _pends_forever(view, policy, problem)
@@ -73,6 +78,88 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                     subject=container.name,
                     field=f"{container.list_name}.resources[{name}]",
                 )
+    if view.pod_claims is not None and view.pod_claims.by_name:
+        yield from _mixed_with_claims(view, policy, first, reported)
+
+
+def _mixed_in_claim(modes: list[ClaimedMode], policy: Policy) -> Iterator[Violation]:
+    """Requests of one claim in different sharing modes: one Pod gets them all."""
+    for claimed in modes[1:]:
+        if claimed.mode != modes[0].mode:
+            yield Violation(
+                rule=RULE,
+                path=claimed.where,
+                value=claimed.mode,
+                message=f"mixes GPU sharing modes in one claim: request "
+                f"{quote(claimed.ask.request)} is {claimed.mode}, while request "
+                f"{quote(modes[0].ask.request)} ({modes[0].where}) is {modes[0].mode}",
+                hint="ask for one kind of GPU per claim and Pod; split the work into Pods "
+                "with claims of their own",
+                subject=claimed.ask.request,
+                field="sharing",
+                advisory=policy.new_checks_advisory,
+            )
+
+
+def _mixed_with_claims(
+    view: PodView, policy: Policy, first: tuple[str, str, str] | None, reported: set[str]
+) -> Iterator[Violation]:
+    """The Pod's claimed GPUs against its extended resources and one another: through the
+    node inventory's templates. A claim whose spec cannot be read is warned once, where the
+    Pod has something to compare it with."""
+    claims = pod_claims(view)
+    unread: dict[str, PodClaim] = {}
+    sources = 1 if first is not None else 0
+    for container in view.containers:
+        for name, request, path in container_claims(container):
+            claim = claims.by_name.get(name)
+            if claim is None:
+                continue
+            if claim.spec is None:
+                unread.setdefault(name, claim)
+                continue
+            for claimed in claim_modes(claim.spec, policy, view.nodes):
+                if request and claimed.ask.request != request:
+                    continue
+                sources += 1
+                label = f"request {claimed.ask.request} of {claim.source}"
+                if first is None:
+                    first = (claimed.mode, label, path)
+                elif claimed.mode != first[0] and label not in reported:
+                    reported.add(label)
+                    yield Violation(
+                        rule=RULE,
+                        path=path,
+                        value=name,
+                        message=f"mixes GPU sharing modes in one Pod: {label} is "
+                        f"{claimed.mode} ({claimed.where} in the template), while {first[1]} "
+                        f"({first[2]}) is {first[0]}",
+                        hint="request one kind of GPU per Pod; split the work into several Pods",
+                        subject=container.name,
+                        field=f"{container.list_name}.resources.claims[{name}]",
+                        advisory=policy.new_checks_advisory,
+                    )
+    if unread and sources + len(unread) > 1:
+        claim = next(iter(unread.values()))
+        if claim.template is not None and claims.templates_known:
+            why = "the node inventory has not seen it (yet: a template applied with its Pod "
+            why += "in one apply races the inventory)"
+        elif claim.template is not None:
+            why = "templates are read from the node inventory, which this server does not run"
+        else:
+            why = "ResourceClaims are not watched; the check covers claim templates only"
+        yield Violation(
+            rule=RULE,
+            path=claim.path,
+            value=claim.name,
+            message=f"whether this Pod mixes GPU sharing modes is not checked: what "
+            f"{claim.source} asks for cannot be read ({why})",
+            hint="use one kind of GPU per Pod; claims made from templates are checked where "
+            "the server runs with the node inventory",
+            subject="resourceClaims",
+            field=f"resourceClaims[{claim.name}]",
+            advisory=True,
+        )
 
 
 def _pends_forever(view: PodView, policy: Policy, problem: PendsForever) -> Violation:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from webhook.core.claims import ClaimSpec, read_claim_spec
+from webhook.core.claims import ClaimSpec, DeviceAsk, read_claim_spec, sharing_of
 from webhook.policy.dra import KnownClass
 from webhook.policy.model import Policy
 from webhook.policy.nvidia_dra import GPU_DRIVER
@@ -205,3 +205,34 @@ def in_vendor_domain(name: str, policy: Policy) -> bool:
 
 def _string(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedMode:
+    """The sharing mode of the devices one ask of a claim gets: ``where`` is the field that
+    sets it (the opaque configuration's strategy, else the class name)."""
+
+    mode: str
+    ask: DeviceAsk
+    where: str
+
+
+def claim_modes(spec: ClaimSpec, policy: Policy, nodes: NodeSnapshot | None) -> list[ClaimedMode]:
+    """The sharing mode of each request of ``spec`` that asks for a GPU class whose mode is
+    known. A ``firstAvailable`` request gets one of its subrequests: it counts only when all
+    of them share one mode (the allocation could take any)."""
+    by_request: dict[str, list[ClaimedMode | None]] = {}
+    for ask in spec.asks:
+        known = known_class(ask.device_class, policy, nodes)
+        if known is None or not known.gpu:
+            continue
+        if known.sharing is None:
+            by_request.setdefault(ask.request, []).append(None)
+            continue
+        mode, where = sharing_of(ask, known, spec)
+        by_request.setdefault(ask.request, []).append(ClaimedMode(mode, ask, where))
+    found = []
+    for modes in by_request.values():
+        if all(m is not None for m in modes) and len({m.mode for m in modes if m}) == 1:
+            found.append(modes[0])
+    return [m for m in found if m is not None]

@@ -123,3 +123,19 @@ def compile_dra(raw: Mapping[str, Any]) -> DraSettings:
 
 
 NO_DRA_SETTINGS = DraSettings()
+
+# Who creates the ResourceClaims of Pods (``request.userInfo.username``): the resource-claim
+# controller, from a Pod's templates (its own service account with
+# --use-service-account-credentials, else the controller manager's identity), and the
+# scheduler, for the extended resources a DeviceClass serves (DRAExtendedResource). Such a
+# claim is judged through its template or its Pod, never on its own: a denial there would
+# leave the Pod pending with no word to its owner. The annotations such claims carry
+# (resource.kubernetes.io/pod-claim-name, .../extended-resource-claim) prove nothing: anyone
+# who creates a claim can write them.
+CLAIM_MAKERS = frozenset(
+    {
+        "system:serviceaccount:kube-system:resource-claim-controller",
+        "system:kube-controller-manager",
+        "system:kube-scheduler",
+    }
+)
