@@ -388,20 +388,29 @@ def test_the_void_requirement_binds_every_pod_that_can_reach_gpu_nodes():
     assert_allowed_clean(validate(patched, STRICT))
 
 
-def test_a_dra_claim_is_no_gpu_request_for_the_void_requirement():
-    # DRA is out of scope: a claim brings the Pod under the rules, but gives no exemption.
+def test_a_dra_claim_is_a_gpu_request_for_the_void_requirement():
+    # A container that uses a claim gets its devices (issue 35): it is not asked for void, and
+    # may tune the GPU it gets; a claim it does not use gives it nothing.
     claimed = container("sim", resources={"claims": [{"name": "gpu"}]})
     obj = with_spec(
         pod(claimed), resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
     )
-    assert denied_rules(validate(obj, STRICT)) == {"device-visibility"}
+    assert_allowed_clean(validate(obj, STRICT))
+    unused = with_spec(
+        pod(container("sim")),
+        resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+    )
+    assert denied_rules(validate(unused, STRICT)) == {"device-visibility"}
     tuned = with_spec(
         pod(
             container("sim", resources={"claims": [{"name": "gpu"}]}, env={"NVIDIA_GDS": "enabled"})
         ),
-        nodeName="gpu-1",
+        resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
     )
-    assert denied_rules(validate(tuned)) == {"device-visibility"}
+    # The node-shared variables in a GPU container: granted only (warned while newChecks is
+    # Warn), no longer refused as in a container that requests no GPU.
+    decision = validate(tuned)
+    assert decision.allowed and {f.rule for f in decision.findings} == {"device-visibility"}
 
 
 def test_the_void_requirement_does_not_need_the_mutating_webhook():

@@ -135,7 +135,12 @@ def decide(
     if workload is None:
         return Decision(response.build(uid))
     user = request.get("userInfo")
-    if workload.claims and isinstance(user, dict) and user.get("username") in CLAIM_MAKERS:
+    if (
+        workload.kind == "ResourceClaim"
+        and workload.claims
+        and isinstance(user, dict)
+        and user.get("username") in CLAIM_MAKERS
+    ):
         return Decision(response.build(uid))
     metadata = obj.get("metadata")
     metadata = metadata if isinstance(metadata, dict) else {}

@@ -56,10 +56,10 @@ class ContainerView:
     # any quantity but a clean zero; or claims one through DRA (``webhook.core.dra``). Both
     # are read through ``webhook.core.scope.requests_gpu``.
     requests_declared_gpu: bool = False
-    claims_gpu: bool = False
     # The field of ``spec`` with the ResourceRequirements: ``resources`` but in a catalogued
     # container-like object (Trainer's ``resourcesPerNode``).
     resources_field: str = "resources"
+    claims_gpu: bool = False
     _nvidia_env: tuple[tuple[int, dict[str, Any]], ...] | None = None
     _cuda_version: int | None = None  # the index of a CUDA_VERSION entry; -1 for none
 
