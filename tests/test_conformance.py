@@ -1,7 +1,8 @@
 """Every real manifest of the conformance corpus, reviewed under the default and strict policies,
 gets the verdict and rule ids the conformance table writes down for it; the Kueue and KAI
 manifests of the governance corpus likewise under the default policy and one that requires a
-queue (the governance table)."""
+queue (the governance table); the DRA manifests under the default and strict policies (the DRA
+table)."""
 
 from __future__ import annotations
 
@@ -10,23 +11,28 @@ import pytest
 import webhook
 from tests.conformance.corpus import (
     CORPUS,
+    DRA,
+    DRA_TABLE,
     GOVERNANCE,
     GOVERNANCE_POLICIES,
     GOVERNANCE_TABLE,
     POLICIES,
     admission_review,
     documents,
+    dra_files,
     governance_files,
     judge,
     load_table,
     policy,
     requires_corpus,
+    requires_dra,
     requires_governance,
 )
 from webhook.admission.objects import decide_object
 
 TABLE = load_table()["files"]
 GOVERNED = load_table(GOVERNANCE_TABLE)["files"]
+DRA_ROWS = load_table(DRA_TABLE)["files"]
 
 
 @requires_corpus
@@ -57,6 +63,28 @@ def test_the_mutate_path_handles_every_file(file_name: str) -> None:
         # The mutate path only ever denies what the API server would reject anyway.
         if not response["allowed"]:
             assert "gpu-quantity" in TABLE[file_name]["default"].get("denied", [])
+
+
+@requires_dra
+def test_the_dra_table_covers_every_file_of_the_dra_corpus() -> None:
+    assert DRA.is_dir(), f"DRA corpus missing at {DRA}"
+    assert sorted(DRA_ROWS) == dra_files()
+
+
+@requires_dra
+@pytest.mark.parametrize("policy_name", sorted(POLICIES))
+@pytest.mark.parametrize("file_name", sorted(DRA_ROWS))
+def test_dra_verdicts_match_the_table(file_name: str, policy_name: str) -> None:
+    row = DRA_ROWS[file_name]
+    assert judge(file_name, row["namespace"], policy_name, DRA) == row[policy_name], row["why"]
+
+
+def test_nvidias_quickstarts_are_admitted_under_the_default_policy_or_say_why_not() -> None:
+    for name, row in DRA_ROWS.items():
+        if name.startswith("dra-driver-nvidia-gpu__quickstart") and row["default"].get(
+            "denied"
+        ):
+            assert "denied" in row["why"], name
 
 
 @requires_governance

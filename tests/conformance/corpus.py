@@ -4,7 +4,8 @@
 and rule ids under each policy. The engine tests and the CLI tests both read it.
 ``governance.yaml`` says the same of the Kueue and KAI manifests of
 ../shared/conformance/governance, under the default policy and under one that requires a queue
-(``policies/examples/queues.yaml``).
+(``policies/examples/queues.yaml``); ``dra.yaml`` of the DRA manifests of
+../shared/conformance/dra, under the default and strict policies.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ GOVERNANCE_POLICIES = {
 # The governance corpus' Kueue and KAI manifests (its RuntimeClasses, quotas and Volcano
 # queues are other tables').
 GOVERNANCE_SOURCES = ("kueue__", "kai-scheduler__")
+DRA = SHARED / "conformance" / "dra"
+DRA_TABLE = Path(__file__).with_name("dra.yaml")
+requires_dra = pytest.mark.skipif(
+    not DRA.is_dir() and not os.environ.get("CI"),
+    reason=f"the DRA corpus is not at {DRA}",
+)
 requires_governance = pytest.mark.skipif(
     not GOVERNANCE.is_dir() and not os.environ.get("CI"),
     reason=f"the governance corpus is not at {GOVERNANCE}",
@@ -55,6 +62,10 @@ def policy(name: str) -> webhook.Policy:
 
 def load_table(path: Path = TABLE) -> dict:
     return yaml.safe_load(path.read_text("utf-8"))
+
+
+def dra_files() -> list[str]:
+    return sorted(p.name for p in DRA.iterdir() if p.suffix in (".yaml", ".yml"))
 
 
 def governance_files() -> list[str]:

@@ -2,7 +2,8 @@
 
 Not a test: ``python -m tests.conformance.generate_table > /tmp/table.yaml`` and compare with
 ``tests/conformance/expectations.yaml`` (``... generate_table governance`` for
-``tests/conformance/governance.yaml``); every change to the table is a decision to review.
+``tests/conformance/governance.yaml``, ``... generate_table dra`` for ``dra.yaml``); every change
+to the table is a decision to review.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import yaml
 
 from tests.conformance.corpus import (
     CORPUS,
+    DRA,
+    DRA_TABLE,
     GOVERNANCE,
     GOVERNANCE_POLICIES,
     GOVERNANCE_TABLE,
@@ -39,9 +42,11 @@ def render(table: dict, header: str, policies: Iterable[str] = POLICIES) -> str:
 
 
 def main(argv: list[str]) -> int:
-    governance = argv[:1] == ["governance"]
-    path, corpus = (GOVERNANCE_TABLE, GOVERNANCE) if governance else (TABLE, CORPUS)
-    policies = GOVERNANCE_POLICIES if governance else POLICIES
+    which = argv[0] if argv else ""
+    path, corpus = {"governance": (GOVERNANCE_TABLE, GOVERNANCE), "dra": (DRA_TABLE, DRA)}.get(
+        which, (TABLE, CORPUS)
+    )
+    policies = GOVERNANCE_POLICIES if which == "governance" else POLICIES
     table = load_table(path)
     for name, row in table["files"].items():
         for policy in policies:

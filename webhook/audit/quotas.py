@@ -4,6 +4,9 @@ it names, and 0 for each GPU resource the policy declares that the tenant may no
 ResourceQuota limits what a namespace requests in all; the entitlement rule limits what one
 Pod asks for and which kind: the two together say what the policy means.
 
+DRA claims are quotaed per device class (``<class>.deviceclass.resource.k8s.io/devices``): 0
+for a GPU class ``entitlements.deviceClasses`` leaves out, ``maxGPUs`` for a class it names.
+
 Extended resources are quotaed by their requests only: the API server accepts any qualified
 name in a quota's ``hard`` (``limits.nvidia.com/gpu``, ``nvidia.com/gpu``), but its quota
 evaluator counts an extended resource only as ``requests.<name>`` (kubernetes
@@ -20,6 +23,9 @@ from webhook.policy.model import Policy
 from webhook.policy.tenants import Tenant
 
 QUOTA_NAME = "gpu-admission-gpus"
+# How a ResourceQuota counts the devices claims allocate from one DeviceClass (KEP-4381):
+# ``<class>.deviceclass.resource.k8s.io/devices``.
+DEVICE_CLASS_QUOTA = "deviceclass.resource.k8s.io/devices"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-admission"}
 TENANT_ANNOTATION = "gpu-admission.io/tenant"
 
@@ -42,8 +48,25 @@ def implied_limits(policy: Policy, tenant: Tenant) -> dict[str, int]:
         return {}
     declared = {*policy.resources, *(name for pool in policy.pools for name in pool.resources)}
     limits: dict[str, int] = {}
-    for name in sorted(declared | set(entitled.max_gpus)):
+    for name in sorted(declared | {n for n in entitled.max_gpus if "/" in n}):
         if entitled.resources is not None and name not in entitled.resources:
+            limits[name] = 0
+        elif name in entitled.max_gpus:
+            limits[name] = entitled.max_gpus[name]
+    return limits
+
+
+def implied_device_limits(policy: Policy, tenant: Tenant) -> dict[str, int]:
+    """What a tenant's entitlements hold the devices of each DRA device class at, by class
+    (sorted): 0 for a GPU class the policy knows that ``deviceClasses`` leaves out, ``maxGPUs``
+    for a class it names (a key without ``/``)."""
+    entitled = tenant.entitlements
+    if entitled is None:
+        return {}
+    gpu_classes = {name for name, known in policy.dra.classes.items() if known.gpu}
+    limits: dict[str, int] = {}
+    for name in sorted(gpu_classes | {n for n in entitled.max_gpus if "/" not in n}):
+        if entitled.device_classes is not None and name not in entitled.device_classes:
             limits[name] = 0
         elif name in entitled.max_gpus:
             limits[name] = entitled.max_gpus[name]
@@ -59,10 +82,15 @@ def implied_quotas(
     quotas = []
     for namespace in namespaces:
         tenant = policy.entitled_tenant(namespace, labels)
-        limits = implied_limits(policy, tenant) if tenant is not None else {}
-        if tenant is None or not limits:
+        if tenant is None:
             continue
-        hard = {f"requests.{name}": str(limit) for name, limit in limits.items()}
+        hard = {f"requests.{name}": str(n) for name, n in implied_limits(policy, tenant).items()}
+        hard.update(
+            (f"{name}.{DEVICE_CLASS_QUOTA}", str(n))
+            for name, n in implied_device_limits(policy, tenant).items()
+        )
+        if not hard:
+            continue
         quotas.append(
             {
                 "apiVersion": "v1",

@@ -39,6 +39,9 @@ RULE = "dra-claims"
 
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
+    if not view.claim_object:
+        yield from _templates_not_found(view)
+        return
     advisory = policy.new_checks_advisory
     for spec in view.claim_specs:
         types: dict[str, str | None] = {}  # ask reference -> NVIDIA device type (None: other)
@@ -49,6 +52,30 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             if known is not None and known.device_type == "mig":
                 yield from _mig_profiles(ask, policy, advisory)
         yield from _configs(spec, policy, types, advisory)
+
+
+def _templates_not_found(view: PodView) -> Iterator[Violation]:
+    """With the node inventory's templates: a Pod's template it has not seen. A warning: the
+    template may be applied with the Pod (the inventory hears of it a moment later), or be a
+    ComputeDomain's channel template, which the driver creates once the domain exists."""
+    claims = view.pod_claims
+    if claims is None or not claims.templates_known:
+        return
+    for claim in claims.by_name.values():
+        if claim.template is not None and claim.spec is None:
+            yield Violation(
+                rule=RULE,
+                path=f"{claim.path}.resourceClaimTemplateName",
+                value=claim.template,
+                message=f"ResourceClaimTemplate {quote(claim.template)} is not in namespace "
+                f"{quote(view.namespace)} as the node inventory knows it: the Pod will not "
+                "start until it exists, and what it asks for (its sharing mode) is not checked",
+                hint="apply the template before the Pod, or check its name; a ComputeDomain's "
+                "channel template appears once the driver has created the domain",
+                subject="resourceClaims",
+                field=f"resourceClaims[{claim.name}]",
+                advisory=True,
+            )
 
 
 def _device_class(

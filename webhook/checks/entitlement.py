@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from fractions import Fraction
 from typing import NamedTuple
 
+from webhook.core.dra import known_class
 from webhook.core.findings import Violation, quote
 from webhook.core.pods import PodView, effective_requests
 from webhook.core.replicas import Replicas, replicas_of
@@ -40,6 +41,9 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         return
     entitled = tenant.entitlements
     said = _Said(tenant.setting("entitlements"), tenant.ask, policy.new_checks_advisory)
+    if view.claim_object:
+        yield from _claimed_classes(view, policy, entitled.device_classes, said)
+        return
     for container in view.gpu_containers:
         devices: Quantity = 0
         for name, quantity in container.gpu_quantity.items():
@@ -89,6 +93,31 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             per_pod = totals.get(name)
             if per_pod and replicas.pods * per_pod > most:
                 yield said.too_many_at_once(replicas, name, per_pod, most)
+
+
+def _claimed_classes(
+    view: PodView, policy: Policy, classes: frozenset[str] | None, said: _Said
+) -> Iterator[Violation]:
+    """A claim's requests of GPU device classes the tenant does not list."""
+    if classes is None:
+        return
+    for spec in view.claim_specs:
+        for ask in spec.asks:
+            known = known_class(ask.device_class, policy, view.nodes)
+            if known is None or not known.gpu or known.name in classes:
+                continue
+            yield Violation(
+                rule=RULE,
+                path=ask.class_path,
+                value=known.name,
+                message=f"namespace {quote(view.namespace)} may not claim {known.name} "
+                f"devices: {said.setting} lists device classes {', '.join(sorted(classes))}",
+                hint=f"ask for one of those, or {said.ask} to be entitled to {known.name}",
+                error_type="Forbidden",
+                subject=ask.reference,
+                field="deviceClassName",
+                advisory=said.advisory,
+            )
 
 
 class _Said(NamedTuple):

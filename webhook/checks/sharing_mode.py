@@ -116,7 +116,8 @@ def _mixed_with_claims(
             if claim is None:
                 continue
             if claim.spec is None:
-                unread.setdefault(name, claim)
+                if claim.template is None or not claims.templates_known:
+                    unread.setdefault(name, claim)  # (a template not found: dra-claims says)
                 continue
             for claimed in claim_modes(claim.spec, policy, view.nodes):
                 if request and claimed.ask.request != request:
@@ -141,10 +142,7 @@ def _mixed_with_claims(
                     )
     if unread and sources + len(unread) > 1:
         claim = next(iter(unread.values()))
-        if claim.template is not None and claims.templates_known:
-            why = "the node inventory has not seen it (yet: a template applied with its Pod "
-            why += "in one apply races the inventory)"
-        elif claim.template is not None:
+        if claim.template is not None:
             why = "templates are read from the node inventory, which this server does not run"
         else:
             why = "ResourceClaims are not watched; the check covers claim templates only"

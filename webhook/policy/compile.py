@@ -168,6 +168,7 @@ def _entitlements(raw: dict[str, Any], catalogue: Mapping[str, Any]) -> Entitlem
             for product in products or ()
             for value in mig.product_label_values(product, catalogue)
         ),
+        frozenset(raw["deviceClasses"]) if "deviceClasses" in raw else None,
     )
 
 

@@ -181,10 +181,12 @@ RULES: tuple[Rule, ...] = (
         security=False,
         restricts=(
             "where the policy states a tenant's entitlements: a declared GPU resource they do "
-            "not list, more GPU devices in one container or one Pod than they allow (warned "
-            "while `newChecks` is Warn); warned, never denied: a workload whose replicas ask "
-            "for more of a resource at once than its `maxGPUs`"
+            "not list (in a DRA claim or claim template, a GPU device class not in "
+            "`deviceClasses`), more GPU devices in one container or one Pod than they allow "
+            "(warned while `newChecks` is Warn); warned, never denied: a workload whose "
+            "replicas ask for more of a resource at once than its `maxGPUs`"
         ),
+        claims=True,
     ),
     Rule(
         id="queue",

@@ -118,6 +118,8 @@ class Entitlements:
     # their nodes (``webhook.policy.mig.product_label_values``): what a GPU Pod is confined to.
     products: tuple[str, ...] | None = None
     product_values: frozenset[str] = frozenset()
+    # The DRA device classes handing out GPUs its claims may ask for (None: any).
+    device_classes: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
