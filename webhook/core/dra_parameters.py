@@ -1,28 +1,22 @@
 """Judging one opaque parameters object of NVIDIA's DRA driver, as its kubelet plugin will.
 
-The driver checks these parameters only in NodePrepareResources, after the Pod is scheduled
-(its own webhook ships disabled): strict decoding, then ``Normalize`` and ``Validate``, then,
-for the devices a config applies to, its kind against their type and the sharing getters.
-This module reproduces that, from the API in :mod:`webhook.policy.nvidia_dra` at the pinned
-commit, and lists every problem where the driver stops at the first:
+The driver checks these parameters only in NodePrepareResources, after scheduling (its own
+webhook ships disabled): strict decoding, ``Normalize``, ``Validate``, then, per device, the
+config's kind against the device's type and the sharing getters. This module does the same
+from :mod:`webhook.policy.nvidia_dra` and lists every problem (the driver stops at the first).
 
-- refused: a missing or other apiVersion, a missing kind, a kind the decoder knows that is no
-  configuration, a kind or field that is a near miss of a known one (case, or one letter
-  added, dropped, changed or two swapped), a value of the wrong JSON type, an enum value
-  outside the driver's list, an active-thread percentage outside 0..100, a malformed
-  quantity or a pinned memory limit under 1Mi, a negative device index, an empty domainID,
-  ``sharing`` without a strategy (there is no default), a strategy whose feature gate is off,
-  ``timeSlicingConfig`` under MPS and ``mpsConfig`` under TimeSlicing (``GetMpsConfig`` and
-  ``GetTimeSlicingConfig``), ``timeSlicingConfig`` on a ``MigDeviceConfig`` (its sharing has
-  no such field), a ``timeSlicingConfig`` without an interval under TimeSlicing (Validate
-  dereferences it: the driver fails on it), a kind for another device type than the
-  caller's;
-- warned (``refused`` false): another unknown kind or field, which a newer driver may add
-  (the pinned driver's strict decoder refuses them too); a ``mpsConfig`` on a MIG device
-  under TimeSlicing and an ``allocationMode`` other than All or Single, which the driver
-  ignores.
-
-Where the driver is silent nothing is refused: ``interval`` is read only under TimeSlicing,
+Refused: a missing or other apiVersion; a missing kind, or one that is no configuration; a
+kind or field that is a near miss of a known one (case, or one letter added, dropped, changed,
+or two swapped); a wrong JSON type; an enum value off the driver's list; a thread percentage
+outside 0..100; a malformed quantity, a pinned memory limit under 1Mi, a negative device
+index; an empty domainID; ``sharing`` without a strategy (there is no default); a strategy
+whose gate is off; ``timeSlicingConfig`` under MPS, ``mpsConfig`` under TimeSlicing (the
+sharing getters), ``timeSlicingConfig`` on a MIG device (no such field), one without an
+interval under TimeSlicing (Validate dereferences it); a kind for another device type.
+Warned (``refused`` false): other unknown kinds and fields, which a newer driver may add (the
+pinned one refuses them too); what the driver ignores: ``mpsConfig`` on a MIG device under
+TimeSlicing, an ``allocationMode`` other than All or Single. Where the driver is silent
+nothing is refused: an ``interval`` under MPS is only refused with its ``timeSlicingConfig``;
 a device index past the devices allocated and MPS with consumable shares depend on the node.
 """
 
@@ -93,24 +87,25 @@ class _Judge:
     def enabled(self, gate: str) -> bool:
         return self.gates.get(gate, FEATURE_GATES.get(gate, False))
 
-    def fields(self, obj: Mapping[str, object], path: str, object_type: str) -> None:
-        """Each key of ``obj`` that its type does not have."""
+    def fields(
+        self, obj: Mapping[str, object], path: str, object_type: str, warn: bool = True
+    ) -> None:
+        """Each key of ``obj`` that its type does not have: a near miss refused, another one
+        warned (with ``warn``)."""
         known = FIELDS[object_type]
         forbidden = [f for t, f in _FORBIDDEN if t == object_type]
         for key in obj:
             if key in known:
                 continue
-            reason = _FORBIDDEN.get((object_type, key))
-            meant = None if reason else near_miss(key, [*known, *forbidden])
-            if meant is not None and meant in forbidden:
-                reason = _FORBIDDEN[(object_type, meant)]
+            meant = near_miss(key, [*known, *forbidden])
+            reason = _FORBIDDEN.get((object_type, meant or key))
             if reason is not None:
                 self.refuse(f"{path}.{key}", key, *reason)
             elif meant is not None:
                 self.refuse(
                     f"{path}.{key}", key, f'unknown field "{key}"', f"did you mean {meant}?"
                 )
-            else:
+            elif warn:
                 self.warn(
                     f"{path}.{key}",
                     key,
@@ -134,6 +129,11 @@ class _Judge:
             return value
         self.refuse(f"{path}.{name}", value, f"{name} must be a string", "quote the value")
         return None
+
+    def boolean(self, obj: Mapping[str, object], path: str, name: str) -> None:
+        value = obj.get(name)
+        if value is not None and not isinstance(value, bool):
+            self.refuse(f"{path}.{name}", value, "must be true or false", "write true or false")
 
     def enum(
         self, value: str, path: str, allowed: Collection[str], message: str, refused: bool = True
@@ -171,17 +171,18 @@ def check_parameters(
         return judge.problems
     _api_version(judge, parameters, path)
     kind = _kind(judge, parameters, path, device_types)
-    if kind == "GpuConfig" or kind == "MigDeviceConfig":
-        sharing_type = "GpuSharing" if kind == "GpuConfig" else "MigDeviceSharing"
-        judge.fields(parameters, path, kind)
+    if kind is None:  # no fields to judge but TypeMeta's
+        judge.fields(parameters, path, "TypeMeta", warn=False)
+        return judge.problems
+    judge.fields(parameters, path, kind)
+    if kind in ("GpuConfig", "MigDeviceConfig"):
         sharing = judge.mapping(parameters.get("sharing"), f"{path}.sharing", "sharing")
         if sharing is not None:
+            sharing_type = "GpuSharing" if kind == "GpuConfig" else "MigDeviceSharing"
             _sharing(judge, sharing, f"{path}.sharing", sharing_type)
     elif kind == "VfioDeviceConfig":
-        judge.fields(parameters, path, kind)
         _iommu(judge, parameters, path)
-    elif kind in ("ComputeDomainChannelConfig", "ComputeDomainDaemonConfig"):
-        judge.fields(parameters, path, kind)
+    else:
         _compute_domain(judge, parameters, path, kind)
     return judge.problems
 
@@ -338,18 +339,14 @@ def _sharing(judge: _Judge, sharing: Mapping[str, object], path: str, sharing_ty
         )
     elif time_slicing is not None:
         _time_slicing(judge, time_slicing, f"{path}.timeSlicingConfig", strategy)
-    if strategy == TIME_SLICING and mps is not None and sharing_type == "GpuSharing":
-        judge.refuse(
+    if strategy == TIME_SLICING and mps is not None:
+        gpu = sharing_type == "GpuSharing"
+        (judge.refuse if gpu else judge.warn)(
             f"{path}.mpsConfig",
             mps,
-            f"cannot use MpsConfig with the {TIME_SLICING!r} strategy",
-            f"remove mpsConfig, or use strategy {MPS}",
-        )
-    elif strategy == TIME_SLICING and mps is not None:
-        judge.warn(
-            f"{path}.mpsConfig",
-            mps,
-            f"the driver ignores mpsConfig on a MIG device under {TIME_SLICING}",
+            f"cannot use MpsConfig with the {TIME_SLICING!r} strategy"
+            if gpu
+            else f"the driver ignores mpsConfig on a MIG device under {TIME_SLICING}",
             f"remove mpsConfig, or use strategy {MPS}",
         )
     elif mps is not None:
@@ -405,11 +402,7 @@ def _mps(judge: _Judge, config: object, path: str) -> None:
                 "key the limit by device index (0 for the first device allocated) or UUID",
             )
         _pinned_limit(judge, value, where, "value")
-    multi_user = mps.get("multiUser")
-    if multi_user is not None and not isinstance(multi_user, bool):
-        judge.refuse(
-            f"{path}.multiUser", multi_user, "must be true or false", "write true or false"
-        )
+    judge.boolean(mps, path, "multiUser")
 
 
 def _percentage(judge: _Judge, percentage: object, path: str) -> None:
@@ -461,11 +454,7 @@ def _iommu(judge: _Judge, parameters: Mapping[str, object], path: str) -> None:
             f"unknown IOMMU backend policy: {policy}, supported IOMMU backend policies: "
             + ", ".join(IOMMU_BACKEND_POLICIES),
         )
-    enable = iommu.get("enableAPIDevice")
-    if enable is not None and not isinstance(enable, bool):
-        judge.refuse(
-            f"{path}.iommu.enableAPIDevice", enable, "must be true or false", "write true or false"
-        )
+    judge.boolean(iommu, f"{path}.iommu", "enableAPIDevice")
 
 
 def _compute_domain(judge: _Judge, parameters: Mapping[str, object], path: str, kind: str) -> None:

@@ -76,6 +76,7 @@ OTHER_KINDS = frozenset(
 # The decoder is strict and case-sensitive: any other key fails the decode.
 FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
+        "TypeMeta": ("apiVersion", "kind"),
         "GpuConfig": ("apiVersion", "kind", "sharing"),
         "MigDeviceConfig": ("apiVersion", "kind", "sharing"),
         "VfioDeviceConfig": ("apiVersion", "kind", "iommu"),
