@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.support.paths import SHARED
-from webhook.core.cel_selectors import profiles_named
+from webhook.core.cel_selectors import MAX_EXPRESSION_LENGTH, MAX_NESTING, profiles_named
 
 DRA_CORPUS = SHARED / "conformance" / "dra"
 
@@ -185,3 +185,17 @@ def test_two_profile_terms_intersect() -> None:
 )
 def test_anything_else_is_left_alone(expression: str) -> None:
     assert profiles_named(expression) is None
+
+
+def test_reading_is_bounded_by_the_api_servers_length_and_a_nesting_depth() -> None:
+    term = f"{SINGLE} == '1g.10gb'"
+    padded = term + " " * (MAX_EXPRESSION_LENGTH - len(term))
+    assert profiles_named(padded) == ("1g.10gb",)
+    assert profiles_named(padded + " ") is None
+    # The term's own brackets count: one level for the attribute's index.
+    deepest = "(" * (MAX_NESTING - 1) + term + ")" * (MAX_NESTING - 1)
+    assert profiles_named(deepest) == ("1g.10gb",)
+    assert profiles_named("(" + deepest + ")") is None
+    # A long flat conjunction is read, its last conjunct included.
+    chain = " && ".join(["device.driver == 'gpu.nvidia.com'"] * 250 + [term])
+    assert len(chain) < MAX_EXPRESSION_LENGTH and profiles_named(chain) == ("1g.10gb",)

@@ -785,3 +785,16 @@ def test_the_corpus_configs_are_accepted_with_the_gates_they_need() -> None:
         for key, parameters in found.items()
     }
     assert sorted(set(map(tuple, refusals.values()))) == [(), (MPS_GATE,), (TS_GATE,)]
+
+
+def test_a_long_key_or_value_is_cut_short_in_the_message() -> None:
+    long = "x" * 100_000
+    parameters = {"apiVersion": API, "kind": long, "sharing": {long: 1}}
+    [kind] = check_parameters(parameters, PATH, gates=DEFAULTS)
+    assert (kind.value, kind.refused, len(kind.message) < 1000) == (long, False, True)
+    [field] = check_parameters(gpu_config(strategy="MPS", **{long: 1}), PATH, gates=SHARING_ON)
+    assert (field.path, field.value, len(field.message) < 1000) == (
+        f"{PATH}.sharing.{long}",
+        long,
+        True,
+    )

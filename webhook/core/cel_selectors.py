@@ -32,6 +32,12 @@ _TOKEN = re.compile(
     """,
     re.VERBOSE,
 )
+# The API server's limit on a selector's expression (resource.k8s.io's
+# CELSelectorExpressionMaxLength); a custom resource's embedded claim is not held to it.
+MAX_EXPRESSION_LENGTH = 10 * 1024
+# Brackets nested deeper than this are read as too complex: reading is then bounded (the
+# conjuncts are split recursively, and stripping parentheses scans the tokens per level).
+MAX_NESTING = 32
 _OPENING = {"(": ")", "[": "]", "{": "}"}
 _CLOSING = frozenset(_OPENING.values())
 
@@ -45,8 +51,10 @@ class _Token(NamedTuple):
 def profiles_named(expression: str) -> tuple[str, ...] | None:
     """The profiles ``expression`` restricts ``device.attributes["gpu.nvidia.com"].profile``
     to, in the order written, or None when it does not restrict it in a form read here."""
+    if "profile" not in expression or len(expression) > MAX_EXPRESSION_LENGTH:
+        return None  # the first: most selectors, at the cost of a substring search
     tokens = _tokens(expression)
-    if tokens is None or not _balanced(tokens):
+    if tokens is None or not _well_nested(tokens):
         return None
     allowed: tuple[str, ...] | None = None
     for conjunct in _conjuncts(tokens):
@@ -98,11 +106,14 @@ def _string_end(expression: str, start: int, quote: str, raw: bool) -> int | Non
     return None
 
 
-def _balanced(tokens: list[_Token]) -> bool:
+def _well_nested(tokens: list[_Token]) -> bool:
+    """Brackets that close in order, at most ``MAX_NESTING`` deep."""
     stack: list[str] = []
     for token in tokens:
         if token.text in _OPENING:
             stack.append(_OPENING[token.text])
+            if len(stack) > MAX_NESTING:
+                return False
         elif token.text in _CLOSING and (not stack or stack.pop() != token.text):
             return False
     return not stack

@@ -5,14 +5,15 @@ webhook ships disabled): strict decoding, ``Normalize``, ``Validate``, then, per
 config's kind against the device's type and the sharing getters. This module does the same
 from :mod:`webhook.policy.nvidia_dra` and lists every problem (the driver stops at the first).
 
-Refused: a missing or other apiVersion; a missing kind, or one that is no configuration; a
-kind or field that is a near miss of a known one (case, or one letter added, dropped, changed,
-or two swapped); a wrong JSON type; an enum value off the driver's list; a thread percentage
-outside 0..100; a malformed quantity, a pinned memory limit under 1Mi, a negative device
-index; an empty domainID; ``sharing`` without a strategy (there is no default); a strategy
-whose gate is off; ``timeSlicingConfig`` under MPS, ``mpsConfig`` under TimeSlicing (the
-sharing getters), ``timeSlicingConfig`` on a MIG device (no such field), one without an
-interval under TimeSlicing (Validate dereferences it); a kind for another device type.
+Refused: a missing or other apiVersion; a missing kind, one that is no configuration, or one
+for another device type; a kind or field that is a near miss of a known one (case, or one
+letter added, dropped, changed, or two swapped); a wrong JSON type; an enum value off the
+driver's list; a thread percentage outside 0..100; a malformed quantity, a pinned memory limit
+under 1Mi, a negative device index; an empty domainID; ``sharing`` without a strategy (there
+is no default); a strategy whose gate is off; ``timeSlicingConfig`` under MPS and
+``mpsConfig`` under TimeSlicing (the sharing getters), ``timeSlicingConfig`` on a MIG device
+(no such field), one without an interval under TimeSlicing (Validate dereferences it unchecked:
+the kubelet plugin panics).
 Warned (``refused`` false): other unknown kinds and fields, which a newer driver may add (the
 pinned one refuses them too); what the driver ignores: ``mpsConfig`` on a MIG device under
 TimeSlicing, an ``allocationMode`` other than All or Single. Where the driver is silent
@@ -27,6 +28,7 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from webhook.core.findings import shown
 from webhook.policy.nvidia_dra import (
     ACTIVE_THREAD_PERCENTAGE,
     CHANNEL_ALLOCATION_MODES,
@@ -103,13 +105,13 @@ class _Judge:
                 self.refuse(f"{path}.{key}", key, *reason)
             elif meant is not None:
                 self.refuse(
-                    f"{path}.{key}", key, f'unknown field "{key}"', f"did you mean {meant}?"
+                    f"{path}.{key}", key, f'unknown field "{shown(key)}"', f"did you mean {meant}?"
                 )
             elif warn:
                 self.warn(
                     f"{path}.{key}",
                     key,
-                    f'unknown field "{key}" (the driver\'s {object_type} has '
+                    f'unknown field "{shown(key)}" (the driver\'s {object_type} has '
                     f"{', '.join(known)}): this driver's strict decoding refuses it; a newer "
                     "driver may know it",
                     "remove it unless your driver's version documents it",
@@ -190,8 +192,8 @@ def check_parameters(
 def sharing_strategy(parameters: object) -> str | None:
     """The sharing strategy a ``GpuConfig`` or ``MigDeviceConfig`` sets, ``TimeSlicing`` or
     ``MPS``, read without judging the rest (its apiVersion, other fields, gates); None for
-    exclusive use, another kind, or a strategy the driver does not know
-    (:func:`check_parameters` refuses those)."""
+    no sharing, another kind, or a strategy the driver does not know (:func:`check_parameters`
+    refuses those). On a MIG device the driver applies nothing for TimeSlicing."""
     if not isinstance(parameters, dict):
         return None
     if parameters.get("kind") not in ("GpuConfig", "MigDeviceConfig"):
@@ -275,12 +277,12 @@ def _kind(
         meant = near_miss(kind, CONFIG_KINDS)
         if meant is None:
             message = (
-                f"the driver knows no kind {kind} (this driver's decoding refuses it; a newer "
-                "driver may know it)"
+                f"the driver knows no kind {shown(kind)} (this driver's decoding refuses it; a "
+                "newer driver may know it)"
             )
             judge.warn(where, kind, message, fix)
             return None
-        message = f'no kind "{kind}" is registered for version "{PARAMETERS_API_VERSION}"'
+        message = f'no kind "{shown(kind)}" is registered for version "{PARAMETERS_API_VERSION}"'
         judge.refuse(where, kind, message, f"did you mean {meant}?")
         kind = meant
     device_type = CONFIG_KINDS[kind]
@@ -316,7 +318,7 @@ def _sharing(judge: _Judge, sharing: Mapping[str, object], path: str, sharing_ty
             strategy,
             where,
             SHARING_STRATEGIES,
-            f"unknown GPU sharing strategy: {strategy}, supported GPU sharing strategies: "
+            f"unknown GPU sharing strategy: {shown(strategy)}, supported GPU sharing strategies: "
             + supported,
         )
         strategy = near_miss(strategy, SHARING_STRATEGIES)
@@ -364,15 +366,15 @@ def _time_slicing(judge: _Judge, config: object, path: str, strategy: str | None
             interval,
             f"{path}.interval",
             TIME_SLICE_INTERVALS,
-            f"unknown time-slice interval: {interval}, supported time-slice intervals: "
+            f"unknown time-slice interval: {shown(interval)}, supported time-slice intervals: "
             + ", ".join(TIME_SLICE_INTERVALS),
         )
     elif time_slicing.get("interval") is None and strategy == TIME_SLICING:
         judge.refuse(
             f"{path}.interval",
             None,
-            "a timeSlicingConfig without an interval fails the driver's validation (it reads "
-            "the interval unchecked)",
+            "a timeSlicingConfig without an interval crashes the driver's validation (it "
+            "dereferences the interval unchecked, and its kubelet plugin panics)",
             f"write interval: {', '.join(TIME_SLICE_INTERVALS)}, or leave out "
             "timeSlicingConfig (interval Default)",
         )
@@ -451,7 +453,7 @@ def _iommu(judge: _Judge, parameters: Mapping[str, object], path: str) -> None:
             policy,
             f"{path}.iommu.backendPolicy",
             IOMMU_BACKEND_POLICIES,
-            f"unknown IOMMU backend policy: {policy}, supported IOMMU backend policies: "
+            f"unknown IOMMU backend policy: {shown(policy)}, supported IOMMU backend policies: "
             + ", ".join(IOMMU_BACKEND_POLICIES),
         )
     judge.boolean(iommu, f"{path}.iommu", "enableAPIDevice")
@@ -475,6 +477,7 @@ def _compute_domain(judge: _Judge, parameters: Mapping[str, object], path: str, 
             mode,
             f"{path}.allocationMode",
             CHANNEL_ALLOCATION_MODES,
-            f"allocation mode {mode} is neither All nor Single: the driver injects one channel",
+            f"allocation mode {shown(mode)} is neither All nor Single: the driver injects one "
+            "channel",
             refused=False,
         )

@@ -36,7 +36,6 @@ from types import MappingProxyType
 from typing import Literal
 
 DRIVER_COMMIT = "95932046683719c43b6a0dd9613c2e5aad5d6703"
-DRIVER_REPOSITORY = "kubernetes-sigs/dra-driver-nvidia-gpu"
 
 GPU_DRIVER = "gpu.nvidia.com"
 COMPUTE_DOMAIN_DRIVER = "compute-domain.nvidia.com"
