@@ -52,7 +52,7 @@ def profiles_named(expression: str) -> tuple[str, ...] | None:
     """The profiles ``expression`` restricts ``device.attributes["gpu.nvidia.com"].profile``
     to, in the order written, or None when it does not restrict it in a form read here."""
     if "profile" not in expression or len(expression) > MAX_EXPRESSION_LENGTH:
-        return None  # the first: most selectors, at the cost of a substring search
+        return None  # most selectors name no profile: answered without lexing them
     tokens = _tokens(expression)
     if tokens is None or not _well_nested(tokens):
         return None
