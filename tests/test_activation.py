@@ -21,7 +21,7 @@ from webhook.certs.activation import (
     deactivate_webhooks,
 )
 from webhook.cli.main import main
-from webhook.policy.workloads import WORKLOADS_WEBHOOK
+from webhook.policy.workloads import CLAIMS_WEBHOOK, WORKLOADS_WEBHOOK
 
 NAMESPACE = "gpu-admission"
 
@@ -149,26 +149,56 @@ def test_activate_waits_for_the_server_then_sets_the_ca_and_failure_policy(
     argv += ["--readyz-url", f"https://127.0.0.1:{server.port}/readyz", "--timeout", "30"]
     assert main(argv) == 0
     assert "failurePolicy Fail" in capsys.readouterr().out
-    validating, custom_kinds = webhooks(kube_api, "validatingwebhookconfigurations")
+    validating, custom_kinds, claims = webhooks(kube_api, "validatingwebhookconfigurations")
     mutating, workload_defaults = webhooks(kube_api, "mutatingwebhookconfigurations")
     assert validating["clientConfig"]["caBundle"] == bundle == mutating["clientConfig"]["caBundle"]
     assert custom_kinds["clientConfig"]["caBundle"] == bundle
+    assert claims["clientConfig"]["caBundle"] == bundle
     assert workload_defaults["clientConfig"]["caBundle"] == bundle
     assert validating["failurePolicy"] == "Fail"
     # The custom kinds' entry keeps failing open: their Pods are judged fail-closed anyway.
     assert custom_kinds["name"] == WORKLOADS_WEBHOOK and custom_kinds["failurePolicy"] == "Ignore"
+    # So does the claims entry: a controller creates the claims of Pods.
+    assert claims["name"] == CLAIMS_WEBHOOK and claims["failurePolicy"] == "Ignore"
     # The mutating webhooks always fail open: the Pods' and the workloads' GPU defaults.
     assert mutating["failurePolicy"] == workload_defaults["failurePolicy"] == "Ignore"
 
     assert main(["webhooks", "deactivate", "--kubeconfig", str(kube_api_kubeconfig)]) == 0
     hooks = webhooks(kube_api, "validatingwebhookconfigurations")
-    assert [h["failurePolicy"] for h in hooks] == ["Ignore", "Ignore"]
+    assert [h["failurePolicy"] for h in hooks] == ["Ignore", "Ignore", "Ignore"]
 
-    # A chart value can make the custom kinds' entry fail closed too.
+    # A chart value can make the custom kinds' entry fail closed too, never the claims entry.
     argv += ["--custom-resources-failure-policy", "Fail"]
     assert main(argv) == 0
     hooks = webhooks(kube_api, "validatingwebhookconfigurations")
-    assert [h["failurePolicy"] for h in hooks] == ["Fail", "Fail"]
+    assert [h["failurePolicy"] for h in hooks] == ["Fail", "Fail", "Ignore"]
+
+    # Deactivated, everything fails open again.
+    assert main(["webhooks", "deactivate", "--kubeconfig", str(kube_api_kubeconfig)]) == 0
+    hooks = webhooks(kube_api, "validatingwebhookconfigurations")
+    assert [h["failurePolicy"] for h in hooks] == ["Ignore", "Ignore", "Ignore"]
+
+
+def test_activation_makes_a_fail_closed_claims_entry_fail_open(
+    kube_api, kube_api_client, served
+) -> None:
+    """A claims entry applied failing closed (by hand, or by an older release's hook) fails
+    open once activated."""
+    add_namespace(kube_api)
+    for obj in kustomize("manifests/webhooks"):
+        for hook in obj["webhooks"]:
+            hook["failurePolicy"] = "Fail"
+        kube_api.add(obj)
+    add_tls_secret(kube_api, served.ca)
+    readyz = f"https://127.0.0.1:{served.port}/readyz"
+    [validating_line, _] = activate(kube_api_client, readyz, timeout=30)
+    assert f"Ignore ({CLAIMS_WEBHOOK})" in validating_line
+    hooks = webhooks(kube_api, "validatingwebhookconfigurations")
+    assert [(h["name"], h["failurePolicy"]) for h in hooks] == [
+        ("validate.gpu-admission.io", "Fail"),
+        (WORKLOADS_WEBHOOK, "Ignore"),
+        (CLAIMS_WEBHOOK, "Ignore"),
+    ]
 
 
 def test_activate_changes_nothing_unless_the_server_proves_the_secrets_ca(

@@ -691,8 +691,9 @@ def test_cli_install_into_a_stream_sets_every_ca_bundle_for_kubectl_apply(
         hooks = [
             h for o in objects if o["kind"].endswith("WebhookConfiguration") for h in o["webhooks"]
         ]
-        # Validating: Pods and built-in kinds, custom kinds; mutating: Pods, workloads.
-        assert len(hooks) == 4
+        # Validating: Pods and built-in kinds, custom kinds, DRA's claims; mutating: Pods,
+        # workloads.
+        assert len(hooks) == 5
         assert all(h["clientConfig"]["caBundle"] == expected for h in hooks)
         assert [o for o in objects if o["kind"] == "ConfigMap"] == [yaml.safe_load(CONFIG_MAP_YAML)]
         applied = subprocess.run(

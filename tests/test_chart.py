@@ -365,10 +365,13 @@ def test_scope_values_reach_the_webhooks() -> None:
             }
         }
     )
-    hook = one(objs, "ValidatingWebhookConfiguration")["webhooks"][0]
-    assert hook["timeoutSeconds"] == 10
-    excluded = hook["namespaceSelector"]["matchExpressions"][0]["values"]
-    assert excluded == ["kube-system", "gpu-admission", "monitoring"]
+    # Every validating entry: Pods, custom kinds, DRA's claims.
+    hooks = one(objs, "ValidatingWebhookConfiguration")["webhooks"]
+    assert len(hooks) == 3
+    for hook in hooks:
+        assert hook["timeoutSeconds"] == 10
+        excluded = hook["namespaceSelector"]["matchExpressions"][0]["values"]
+        assert excluded == ["kube-system", "gpu-admission", "monitoring"]
 
 
 def test_the_service_monitor_scrapes_over_verified_tls() -> None:
@@ -390,8 +393,9 @@ def test_nothing_of_the_live_cluster_is_rendered_into_the_release() -> None:
 
 def test_the_certificate_providers_namespace_is_excluded_only_with_cert_manager() -> None:
     def excluded(values: dict[str, Any]) -> list[str]:
-        hook = one(render(values), "ValidatingWebhookConfiguration")["webhooks"][0]
-        return hook["namespaceSelector"]["matchExpressions"][0]["values"]
+        hooks = one(render(values), "ValidatingWebhookConfiguration")["webhooks"]
+        assert len({str(hook["namespaceSelector"]) for hook in hooks}) == 1  # every entry's
+        return hooks[0]["namespaceSelector"]["matchExpressions"][0]["values"]
 
     assert excluded({}) == ["kube-system", "gpu-admission"]
     assert excluded({"certificates": {"source": "certManager"}})[-1] == "cert-manager"
@@ -404,6 +408,47 @@ def test_the_certificate_providers_namespace_is_excluded_only_with_cert_manager(
 def test_audit_only_with_a_policy_of_ones_own_is_refused() -> None:
     with pytest.raises(helm.HelmRenderError, match="auditOnly"):
         render({"auditOnly": True, "policy": {"inline": "kind: GPUAdmissionPolicy"}})
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {"auditOnly": True},
+        {"webhooks": {"customResources": {"failurePolicy": "Fail"}}},
+        {"certificates": {"source": "certManager"}},
+    ],
+    ids=["defaults", "audit-only", "custom-resources-fail", "cert-manager"],
+)
+def test_every_claim_kind_the_engine_judges_is_sent_and_claims_fail_open(
+    values: dict[str, Any],
+) -> None:
+    """Derived from the kinds the engine judges: each is sent on CREATE, ResourceClaims to the
+    claims entry, which fails open whatever the values (the activation hook leaves it so:
+    tests/test_activation.py), the others to the first entry."""
+    from webhook.cli.webhook_coverage import rule_covers
+    from webhook.policy.workloads import (
+        CLAIM_KINDS,
+        CLAIMS_RESOURCE,
+        CLAIMS_WEBHOOK,
+        DRA_GROUP,
+        NOT_MADE_BY_THE_CONTROL_PLANE,
+    )
+
+    hooks = one(render(values), "ValidatingWebhookConfiguration")["webhooks"]
+    for kind, resource, _ in CLAIM_KINDS:
+        sending = [
+            hook["name"]
+            for hook in hooks
+            if any(rule_covers(r, DRA_GROUP, resource, "CREATE") for r in hook["rules"])
+        ]
+        expected = CLAIMS_WEBHOOK if resource == CLAIMS_RESOURCE else "validate.gpu-admission.io"
+        assert sending == [expected], kind
+    [claims] = [hook for hook in hooks if hook["name"] == CLAIMS_WEBHOOK]
+    assert claims["failurePolicy"] == "Ignore"
+    assert claims["matchConditions"] == [
+        {"name": "not-made-by-the-control-plane", "expression": NOT_MADE_BY_THE_CONTROL_PLANE}
+    ]
 
 
 def test_the_custom_kinds_entry_covers_exactly_what_an_inline_policy_judges(tmp_path) -> None:

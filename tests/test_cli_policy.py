@@ -446,6 +446,47 @@ def test_a_webhook_config_missing_update_or_ephemeral_containers_fails(
     assert "replicationcontrollers is not sent to the validating webhook on UPDATE" in out
 
 
+def test_claim_templates_must_be_sent_on_create_only(tmp_path: Path, capsys) -> None:
+    vwc_copy(tmp_path, "resources: [resourceclaimtemplates]", "resources: [resourceslices]")
+    default = REPO / "policies/default.yaml"
+    code, out, _ = run(
+        capsys, "policy", "validate", str(default), "--manifests", str(tmp_path / "manifests")
+    )
+    assert code == 1
+    [line] = [line for line in out.splitlines() if "resourceclaimtemplates" in line]
+    assert line.startswith(
+        f"{default}: built-in kind ResourceClaimTemplate: resourceclaimtemplates.resource.k8s.io "
+        "is not sent to the validating webhook on CREATE: no rule"
+    )
+    assert "operations [CREATE] (manifests/webhooks has them: resourceclaims in its " in line
+    assert out.splitlines()[-1] == f"{default}: invalid, 1 error"
+
+
+@pytest.mark.parametrize(
+    "failure_policy", ["    failurePolicy: Fail\n", ""], ids=["Fail", "the default"]
+)
+def test_claims_sent_to_a_webhook_that_fails_closed_are_refused(
+    tmp_path: Path, capsys, failure_policy: str
+) -> None:
+    entry = "  - name: claims.validate.gpu-admission.io\n    admissionReviewVersions: [v1]\n"
+    entry += "    sideEffects: None\n"
+    vwc_copy(tmp_path, entry + "    failurePolicy: Ignore\n", entry + failure_policy)
+    default = REPO / "policies/default.yaml"
+    code, out, _ = run(
+        capsys, "policy", "validate", str(default), "--manifests", str(tmp_path / "manifests")
+    )
+    assert code == 1
+    [line] = [line for line in out.splitlines() if "fails closed" in line]
+    assert line.startswith(
+        f"{default}: resourceclaims.resource.k8s.io is sent to the validating webhook "
+        f"claims.validate.gpu-admission.io in {tmp_path / 'manifests'}, which fails closed: "
+    )
+    assert line.endswith(
+        "send resourceclaims to an entry with failurePolicy: Ignore (the "
+        "claims.validate.gpu-admission.io entry of manifests/webhooks)"
+    )
+
+
 def test_kinds_a_policy_adds_must_be_sent_too(tmp_path: Path, capsys) -> None:
     vwc_copy(tmp_path, "- apiGroups: [ray.io]", "- apiGroups: [ray.io]")
     path = policy_file(

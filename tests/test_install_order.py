@@ -29,7 +29,9 @@ import yaml
 
 from tests.support.kube import kustomize
 from tests.support.paths import REPO
+from webhook.certs.activation import validating_failure_policies
 from webhook.cli.main import main as cli_main
+from webhook.policy.workloads import CLAIMS_WEBHOOK, WORKLOADS_WEBHOOK
 
 README = REPO / "README.md"
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
@@ -689,6 +691,9 @@ def run_webhooks_command(cluster: Cluster, args: list[str]) -> None:
     if not backing:
         raise StepFailed(f"activate: no server behind Service {service} would ever answer")
     cluster.rollout_status(namespace, backing[0])
+    policies = validating_failure_policies(
+        options["--failure-policy"], options.get("--custom-resources-failure-policy", "Ignore")
+    )
     for kind, option in (
         ("ValidatingWebhookConfiguration", "--validating"),
         ("MutatingWebhookConfiguration", "--mutating"),
@@ -697,7 +702,7 @@ def run_webhooks_command(cluster: Cluster, args: list[str]) -> None:
         for hook in config["webhooks"]:
             hook.setdefault("clientConfig", {})["caBundle"] = secret["ca"]
             if kind == "ValidatingWebhookConfiguration":
-                hook["failurePolicy"] = options["--failure-policy"]
+                hook["failurePolicy"] = policies.get(hook["name"], policies[""])
         cluster.steps.append(f"activate {kind}")
         cluster.check()
 
@@ -761,7 +766,12 @@ def test_a_helm_install_upgrade_and_uninstall_never_leave_the_webhook_unserved(
 ) -> None:
     helm = play_helm(Helm(Cluster(), version), HELM_BLOCKS["Helm install"])
     validating = helm.cluster.get("ValidatingWebhookConfiguration", "", "gpu-admission")
-    assert validating["webhooks"][0]["failurePolicy"] == "Fail"  # activated
+    # Activated: the first entry fails closed; the custom kinds' and the claims' fail open.
+    assert [(h["name"], h["failurePolicy"]) for h in validating["webhooks"]] == [
+        ("validate.gpu-admission.io", "Fail"),
+        (WORKLOADS_WEBHOOK, "Ignore"),
+        (CLAIMS_WEBHOOK, "Ignore"),
+    ]
     ca = helm.cluster.get("Secret", "gpu-admission", "gpu-admission-tls")["ca"]
     play_helm(helm, HELM_BLOCKS["Helm upgrade"])
     # The upgrade re-ran the bootstrap hook: the CA is the one the install made.

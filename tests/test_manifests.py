@@ -16,11 +16,18 @@ import yaml
 
 from tests.support.kube import kustomize
 from tests.support.paths import REPO
+from webhook.cli.webhook_coverage import rule_covers
+from webhook.policy.dra import CLAIM_MAKERS
 from webhook.policy.load import default_policy_path, load_policy
 from webhook.policy.workloads import (
+    CLAIM_KINDS,
+    CLAIMS_RESOURCE,
+    CLAIMS_WEBHOOK,
     CLASSES_READ_RULES,
+    DRA_GROUP,
     NODES_READ_RULE,
     NOT_CONTROLLED,
+    NOT_MADE_BY_THE_CONTROL_PLANE,
     QUOTAS_READ_RULE,
     SPEC_CHANGED,
     WORKLOADS_MUTATING_WEBHOOK,
@@ -166,12 +173,23 @@ def selector_matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return True
 
 
+# The entries of each configuration, in order: the first (Pods and the built-in kinds, with
+# DRA's claim templates in the validating one), then the validating one's for custom workload
+# kinds and for DRA's ResourceClaims, the mutating one's for the GPU defaults of workloads.
+ENTRIES = {
+    "ValidatingWebhookConfiguration": [
+        "validate.gpu-admission.io",
+        WORKLOADS_WEBHOOK,
+        CLAIMS_WEBHOOK,
+    ],
+    "MutatingWebhookConfiguration": ["mutate.gpu-admission.io", WORKLOADS_MUTATING_WEBHOOK],
+}
+
+
 def webhook(objs, kind: str, name: str | None = None) -> dict[str, Any]:
-    """A webhook of the configuration: the first (Pods and the built-in kinds), or by name.
-    Each configuration has a second one: the validating one for custom workload kinds, the
-    mutating one for the GPU defaults of workloads."""
+    """A webhook of the configuration: the first, or by name (``ENTRIES``)."""
     webhooks = one(objs, kind, "gpu-admission")["webhooks"]
-    assert len(webhooks) == 2
+    assert [h["name"] for h in webhooks] == ENTRIES[kind]
     if name is None:
         return webhooks[0]
     [hook] = [h for h in webhooks if h["name"] == name]
@@ -492,6 +510,7 @@ def test_service_maps_443_to_8443():
     [
         ("ValidatingWebhookConfiguration", "validate.gpu-admission.io", "/validate", 5),
         ("ValidatingWebhookConfiguration", WORKLOADS_WEBHOOK, "/validate", 5),
+        ("ValidatingWebhookConfiguration", CLAIMS_WEBHOOK, "/validate", 5),
         ("MutatingWebhookConfiguration", "mutate.gpu-admission.io", "/mutate", 3),
         ("MutatingWebhookConfiguration", WORKLOADS_MUTATING_WEBHOOK, "/mutate", 3),
     ],
@@ -563,6 +582,9 @@ def test_failure_policies(name):
     # Custom workload kinds fail open: their Pods are judged fail-closed when created.
     hook = webhook(objs, "ValidatingWebhookConfiguration", WORKLOADS_WEBHOOK)
     assert hook["failurePolicy"] == "Ignore"
+    # ResourceClaims fail open in every install: a controller creates the claims of Pods.
+    hook = webhook(objs, "ValidatingWebhookConfiguration", CLAIMS_WEBHOOK)
+    assert hook["failurePolicy"] == "Ignore"
     # Defaults only: a workload the webhook could not answer for is created without them.
     hook = webhook(objs, "MutatingWebhookConfiguration", WORKLOADS_MUTATING_WEBHOOK)
     assert hook["failurePolicy"] == "Ignore"
@@ -576,19 +598,19 @@ def test_validating_rules(name):
         r
         for rule in webhook(objs, "ValidatingWebhookConfiguration")["rules"]
         for r in rule["apiGroups"]
-    } <= BUILTIN_GROUPS
+    } <= BUILTIN_GROUPS | {DRA_GROUP}
     for rule in webhook(objs, "ValidatingWebhookConfiguration", WORKLOADS_WEBHOOK)["rules"]:
-        assert not set(rule["apiGroups"]) & BUILTIN_GROUPS, "custom kinds only"
+        assert not set(rule["apiGroups"]) & (BUILTIN_GROUPS | {DRA_GROUP}), "custom kinds only"
         assert rule["apiVersions"] == ["*"] and rule["scope"] == "*", rule
     for rule in webhook(objs, "ValidatingWebhookConfiguration")["rules"]:
-        assert sorted(rule["operations"]) == ["CREATE", "UPDATE"], rule
         assert rule.get("scope", "*") in {"Namespaced", "*"}
         groups = set(rule["apiGroups"])
+        assert rule["apiVersions"] == ["v1"], rule
         if groups <= BUILTIN_GROUPS:
-            assert rule["apiVersions"] == ["v1"], rule
+            assert sorted(rule["operations"]) == ["CREATE", "UPDATE"], rule
         else:
-            assert not groups & BUILTIN_GROUPS, "do not mix built-in and CRD groups in a rule"
-            assert rule["apiVersions"] == ["*"], rule
+            # A claim template's spec is immutable.
+            assert groups == {DRA_GROUP} and rule["operations"] == ["CREATE"], rule
 
 
 @all_renders
@@ -610,6 +632,121 @@ def test_the_chart_reads_the_generated_rules():
         *CLASSES_READ_RULES,
     ]
     assert files["backgroundAuditRules"] == read_rules(DEFAULT_POLICY.workloads.values())
+
+
+# ---------------------------------------------------------------------------- DRA's kinds
+
+
+def claim_entries(objs) -> dict[str, dict[str, Any]]:
+    """Each validating entry that is sent a DRA claim kind on CREATE, by the kind's resource."""
+    config = one(objs, "ValidatingWebhookConfiguration", "gpu-admission")
+    return {
+        resource: hook
+        for _, resource, _ in CLAIM_KINDS
+        for hook in config["webhooks"]
+        if any(rule_covers(r, DRA_GROUP, resource, "CREATE") for r in hook["rules"])
+    }
+
+
+@all_renders
+def test_every_claim_kind_the_engine_judges_is_sent_once_on_create(name):
+    """Derived from the kinds the engine judges: ResourceClaims to the claims entry (failing
+    open), every other (ResourceClaimTemplates) to the first entry (failing closed, like a
+    Pod; the audit overlay's fails open), each to one entry, and never on UPDATE (their specs
+    are immutable) or their status."""
+    objs = render(name)
+    config = one(objs, "ValidatingWebhookConfiguration", "gpu-admission")
+    entries = claim_entries(objs)
+    for kind, resource, _ in CLAIM_KINDS:
+        expected = CLAIMS_WEBHOOK if resource == CLAIMS_RESOURCE else "validate.gpu-admission.io"
+        assert entries.get(resource, {}).get("name") == expected, f"{kind} is not sent"
+        sending = [
+            hook["name"]
+            for hook in config["webhooks"]
+            for operation in ("CREATE", "UPDATE")
+            for sent in (resource, f"{resource}/status")
+            if any(rule_covers(r, DRA_GROUP, sent, operation) for r in hook["rules"])
+        ]
+        assert sending == [expected], (kind, sending)
+        hook = entries[resource]
+        failure_policy = (
+            "Ignore" if resource == CLAIMS_RESOURCE else VALIDATING_FAILURE_POLICY[name]
+        )
+        assert hook["failurePolicy"] == failure_policy, kind
+        assert hook["matchPolicy"] == "Equivalent", kind
+    claims = webhook(objs, "ValidatingWebhookConfiguration", CLAIMS_WEBHOOK)
+    assert claims["rules"] == [
+        {
+            "apiGroups": [DRA_GROUP],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": [CLAIMS_RESOURCE],
+            "scope": "Namespaced",
+        }
+    ]
+
+
+def test_the_claims_match_condition_is_generated_from_the_claim_makers():
+    expected = (
+        "!has(request.userInfo.username) || ("
+        + " && ".join(
+            f"request.userInfo.username != '{username}'" for username in sorted(CLAIM_MAKERS)
+        )
+        + ")"
+    )
+    assert NOT_MADE_BY_THE_CONTROL_PLANE == expected
+    for name in INSTALLS:
+        hook = webhook(render(name), "ValidatingWebhookConfiguration", CLAIMS_WEBHOOK)
+        assert hook["matchConditions"] == [
+            {"name": "not-made-by-the-control-plane", "expression": expected}
+        ]
+
+
+CLAIM = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaim",
+    "metadata": {
+        "name": "train-gpu-x7k2p",
+        # What the resource-claim controller writes: anyone who creates a claim can too.
+        "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"},
+    },
+    "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "x"}}]}},
+}
+
+
+@pytest.mark.parametrize(
+    ("user_info", "sent"),
+    [
+        *[
+            ({"username": maker, "groups": ["system:authenticated"]}, False)
+            for maker in CLAIM_MAKERS
+        ],
+        ({"username": "alice", "groups": ["team-a"]}, True),
+        ({"username": "system:serviceaccount:team-a:resource-claim-controller"}, True),
+        ({"username": "system:kube-scheduler-extra"}, True),
+        ({}, True),
+    ],
+)
+def test_claims_the_control_plane_creates_are_not_sent(user_info, sent):
+    [condition] = webhook(render("base"), "ValidatingWebhookConfiguration", CLAIMS_WEBHOOK)[
+        "matchConditions"
+    ]
+    variables = {
+        "object": CLAIM,
+        "oldObject": None,
+        "request": {"operation": "CREATE", "userInfo": user_info},
+    }
+    assert cel_eval(condition["expression"], variables) is sent
+
+
+def test_the_chart_reads_the_generated_claims_entry():
+    files = yaml.safe_load((REPO / "manifests/chart/files/webhooks.yaml").read_text("utf-8"))
+    hook = webhook(render("base"), "ValidatingWebhookConfiguration", CLAIMS_WEBHOOK)
+    assert files["claims"] == {"rules": hook["rules"], "matchConditions": hook["matchConditions"]}
+    assert (
+        files["validating"]["rules"]
+        == webhook(render("base"), "ValidatingWebhookConfiguration")["rules"]
+    )
 
 
 def test_the_auditor_role_reads_exactly_the_judged_kinds():

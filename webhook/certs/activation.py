@@ -6,8 +6,8 @@ upgrade or an uninstall leaves a fail-closed webhook without a Ready server it t
   end, so the caBundle in the webhook configurations stays valid;
 - :func:`activate_webhooks` (post-install, post-upgrade): once the server answers ``/readyz``
   over TLS verified with the CA of its Secret, the webhook configurations get that CA as
-  their caBundle and the validating one its failure policy (the chart installs them failing
-  open);
+  their caBundle and the validating one its failure policies (the chart installs them failing
+  open; its entry for DRA's ResourceClaims fails open always);
 - :func:`deactivate_webhooks` (pre-delete): the validating webhook fails open again before
   Helm deletes the server (Helm 3 deletes webhook configurations last).
 """
@@ -34,11 +34,25 @@ from webhook.certs.install import (
     secret_body,
 )
 from webhook.certs.pki import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, generate
-from webhook.policy.workloads import WORKLOADS_WEBHOOK
+from webhook.policy.workloads import CLAIMS_WEBHOOK, WORKLOADS_WEBHOOK
 
 # A serving certificate with less left than this is renewed by the next upgrade's hook.
 RENEW_BEFORE = timedelta(days=30)
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+
+
+def validating_failure_policies(
+    failure_policy: str, custom_resources_failure_policy: str
+) -> dict[str, str]:
+    """The failure policy of each entry of the activated validating configuration, by the
+    entry's name (``""``: every other entry). The claims entry fails open whatever is asked:
+    a controller creates the claims of Pods, and a denial there leaves a Pod pending with no
+    word to anyone (the guarantee is the Pod's and the template's)."""
+    return {
+        "": failure_policy,
+        WORKLOADS_WEBHOOK: custom_resources_failure_policy,
+        CLAIMS_WEBHOOK: "Ignore",
+    }
 
 
 class ActivationError(InstallError):
@@ -194,7 +208,8 @@ def activate_webhooks(
     """Wait until ``readyz_url`` answers 200 over TLS verified with the CA of the Secret,
     then set that CA as the caBundle of every webhook of both configurations, and on the
     validating one ``failure_policy`` (``custom_resources_failure_policy`` on its entry for
-    custom workload kinds). One line per configuration, for the log."""
+    custom workload kinds, Ignore on its entry for claims: :func:`validating_failure_policies`).
+    One line per configuration, for the log."""
     from kubernetes import client as k8s
 
     core = k8s.CoreV1Api(api_client)
@@ -227,7 +242,7 @@ def activate_webhooks(
             (
                 WEBHOOK_KINDS[0],
                 validating,
-                {"": failure_policy, WORKLOADS_WEBHOOK: custom_resources_failure_policy},
+                validating_failure_policies(failure_policy, custom_resources_failure_policy),
             ),
             (WEBHOOK_KINDS[1], mutating, None),
         )

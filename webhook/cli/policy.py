@@ -24,6 +24,7 @@ from webhook.cli.common import add_command, add_command_group, error, expired_me
 from webhook.cli.webhook_coverage import (
     ManifestsError,
     WebhookManifests,
+    claims_failing_closed_errors,
     coverage_errors,
     defaults_coverage_errors,
     match_condition_errors,
@@ -61,8 +62,9 @@ taints missing; fields that moved into tenants (policy migrate). Tolerations nee
 policy declares taints (a pool's taints, gpuNodeTaints) and the tolerations it injects are
 derived from them, so they always match.
 --manifests DIR: every kind the policy judges must be sent to the validating webhook (CREATE
-and UPDATE, and Pods' ephemeralcontainers on UPDATE) by the ValidatingWebhookConfiguration(s)
-in DIR, rendered with `kubectl kustomize` when DIR has a kustomization.
+and UPDATE, Pods' ephemeralcontainers on UPDATE, DRA's claims and claim templates on CREATE) by
+the ValidatingWebhookConfiguration(s) in DIR, rendered with `kubectl kustomize` when DIR has a
+kustomization; ResourceClaims only by a webhook that fails open.
 
 exit status: 0 valid (warnings allowed unless --strict), 1 invalid, 2 unreadable or misused.
 """
@@ -247,6 +249,7 @@ def run_validate(args: argparse.Namespace) -> int:
             # Read again for the lines of spec.workloads, which the compiled policy forgets.
             document = parse(read_text(source), source)[0]
             errors += coverage_errors(policy, document, hooks.rules, args.manifests)
+            errors += claims_failing_closed_errors(document, hooks, args.manifests)
             errors += match_condition_errors(policy, document, hooks, args.manifests)
             errors += defaults_coverage_errors(policy, document, hooks, args.manifests)
         for line in errors:

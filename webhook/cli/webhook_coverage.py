@@ -1,5 +1,6 @@
 """``policy validate --manifests DIR``: whether the deployment's webhook configurations send
-what the policy needs: every kind it judges to the validating webhook, every Pod it requires
+what the policy needs: every kind it judges to the validating webhook (DRA's claim kinds on
+CREATE, and ResourceClaims only to an entry that fails open), every Pod it requires
 NVIDIA_VISIBLE_DEVICES=void in to the mutating one, and, where it sets GPU defaults for
 workloads, every kind with a pod template to the mutating webhook's entry for workloads."""
 
@@ -15,7 +16,14 @@ from typing import Any
 from webhook.audit.documents import Document, DocumentError, discover, parse, read_text
 from webhook.core.wording import names
 from webhook.policy.model import Policy
-from webhook.policy.workloads import LEGACY_GROUPS, WORKLOADS_MUTATING_WEBHOOK
+from webhook.policy.workloads import (
+    CLAIM_OPERATIONS,
+    CLAIMS_RESOURCE,
+    CLAIMS_WEBHOOK,
+    DRA_GROUP,
+    LEGACY_GROUPS,
+    WORKLOADS_MUTATING_WEBHOOK,
+)
 
 KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 
@@ -27,12 +35,14 @@ class ManifestsError(ValueError):
 @dataclass(frozen=True)
 class WebhookManifests:
     """What ``--manifests`` checks the policy against: the validating webhooks' rules, the
-    matchConditions of the mutating webhooks sent Pods (CEL expressions, ANDed per webhook)
-    and the mutating webhooks' rules."""
+    matchConditions of the mutating webhooks sent Pods (CEL expressions, ANDed per webhook),
+    the mutating webhooks' rules, and the validating webhooks that fail closed (each one's
+    name and rules)."""
 
     rules: list[dict[str, Any]]
     mutating_conditions: list[str]
     mutating_rules: list[dict[str, Any]] = field(default_factory=list)
+    fail_closed: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)
 
 
 def webhook_manifests(directory: Path) -> WebhookManifests:
@@ -61,13 +71,9 @@ def webhook_manifests(directory: Path) -> WebhookManifests:
         for config in kinds.get("MutatingWebhookConfiguration", [])
         for hook in _dicts(config.get("webhooks"))
     ]
+    validating = [hook for config in configs for hook in _dicts(config.get("webhooks"))]
     return WebhookManifests(
-        rules=[
-            rule
-            for config in configs
-            for hook in _dicts(config.get("webhooks"))
-            for rule in _dicts(hook.get("rules"))
-        ],
+        rules=[rule for hook in validating for rule in _dicts(hook.get("rules"))],
         mutating_conditions=[
             str(condition.get("expression", ""))
             for hook in mutating
@@ -75,6 +81,12 @@ def webhook_manifests(directory: Path) -> WebhookManifests:
             for condition in _dicts(hook.get("matchConditions"))
         ],
         mutating_rules=[rule for hook in mutating for rule in _dicts(hook.get("rules"))],
+        # The API server's default failure policy is Fail.
+        fail_closed=[
+            (str(hook.get("name", "")), _dicts(hook.get("rules")))
+            for hook in validating
+            if hook.get("failurePolicy", "Fail") != "Ignore"
+        ],
     )
 
 
@@ -152,7 +164,13 @@ def coverage_errors(
     """An error for each judged kind the validating webhook is not sent."""
     raw_workloads = (document.obj.get("spec") or {}).get("workloads") or []
     wanted: list[tuple[str, str, str, tuple[str, ...], str]] = [
-        (w.group, w.kind, w.resource, ("CREATE", "UPDATE"), f"no {w.kind} is ever reviewed")
+        (
+            w.group,
+            w.kind,
+            w.resource,
+            CLAIM_OPERATIONS if w.claims else ("CREATE", "UPDATE"),
+            f"no {w.kind} is ever reviewed",
+        )
         for w in policy.workloads.values()
         if w.group not in LEGACY_GROUPS
     ]
@@ -168,12 +186,17 @@ def coverage_errors(
         if not missing:
             continue
         name = f"{resource}.{group}" if group else resource
+        source = (
+            f"manifests/webhooks has them: {CLAIMS_RESOURCE} in its {CLAIMS_WEBHOOK} entry, "
+            "which fails open, the others in its first entry"
+            if group == DRA_GROUP
+            else "`gpu-admission webhooks rules` prints the rules of every custom kind"
+        )
         message = (
             f"{name} is not sent to the validating webhook on {', '.join(missing)}: no rule of "
             f"the ValidatingWebhookConfiguration(s) in {manifests} covers it, so {consequence}; "
             f"add a rule with apiGroups [{json.dumps(group)}], resources [{resource}], "
-            f"operations [{', '.join(operations)}] (`gpu-admission webhooks rules` prints the "
-            "rules of every custom kind)"
+            f"operations [{', '.join(operations)}] ({source})"
         )
         index = next(
             (
@@ -190,6 +213,24 @@ def coverage_errors(
             path = f"spec.workloads[{index}]"
             errors.append(f"{document.source}:{document.line_of(path)}: {path}: {message}")
     return errors
+
+
+def claims_failing_closed_errors(
+    document: Document, hooks: WebhookManifests, manifests: str
+) -> list[str]:
+    """An error for each validating webhook that fails closed and is sent ResourceClaims: the
+    resource-claim controller creates the claims of Pods, and a denial or a timeout there
+    leaves a Pod pending with no word to anyone (the guarantee is the Pod's and the
+    template's)."""
+    return [
+        f"{document.source}: {CLAIMS_RESOURCE}.{DRA_GROUP} is sent to the validating webhook "
+        f"{name} in {manifests}, which fails closed: a claim the control plane creates for a "
+        "Pod that it denies or does not answer in time leaves the Pod pending with no word to "
+        f"anyone; send {CLAIMS_RESOURCE} to an entry with failurePolicy: Ignore (the "
+        f"{CLAIMS_WEBHOOK} entry of manifests/webhooks)"
+        for name, rules in hooks.fail_closed
+        if any(rule_covers(r, DRA_GROUP, CLAIMS_RESOURCE, "CREATE") for r in rules)
+    ]
 
 
 def defaults_coverage_errors(

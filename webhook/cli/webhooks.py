@@ -14,6 +14,7 @@ from webhook.certs.activation import activate_webhooks, bootstrap_secret, deacti
 from webhook.cli.common import add_command, add_command_group, add_policy_argument, policy_from
 from webhook.cluster.connection import connect
 from webhook.policy.workloads import (
+    CLAIMS_WEBHOOK,
     NOT_CONTROLLED,
     SPEC_CHANGED,
     WORKLOADS_MUTATING_WEBHOOK,
@@ -61,7 +62,8 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         summary="once the server is ready, set the webhooks' caBundle and failure policy",
         description="Wait until https://SERVICE.NAMESPACE.svc/readyz answers 200 with a "
         "certificate of the CA in the TLS Secret, then set that CA as the caBundle of both "
-        "webhook configurations and the validating webhook's failure policy.",
+        "webhook configurations and the validating webhook's failure policy (its "
+        f"{CLAIMS_WEBHOOK} entry stays Ignore: a denial there would leave a Pod pending).",
         epilog=_EPILOG,
     )
     _cluster_options(activate)
@@ -103,7 +105,9 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         "spec.workloads): paste them into the ValidatingWebhookConfiguration. With "
         f"--mutating, those of the {WORKLOADS_MUTATING_WEBHOOK} webhook (the GPU defaults of "
         "workload templates) for the custom kinds with a pod template: paste them into the "
-        "MutatingWebhookConfiguration.",
+        "MutatingWebhookConfiguration. DRA's ResourceClaimTemplates and ResourceClaims are no "
+        "policy's to add: their rules are fixed (manifests/webhooks), the claims in the "
+        f"{CLAIMS_WEBHOOK} entry.",
         epilog=_EPILOG,
     )
     add_policy_argument(rules)

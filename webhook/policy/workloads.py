@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from webhook.policy import schemas
+from webhook.policy.dra import CLAIM_MAKERS
 from webhook.policy.model import (
     CountField,
     EachItem,
@@ -337,6 +338,27 @@ WORKLOADS_WEBHOOK = "workloads.validate.gpu-admission.io"
 SPEC_CHANGED = (
     "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) "
     "|| object.spec != oldObject.spec"
+)
+
+
+# The validating webhook's entry for ResourceClaims (manifests/webhooks; ResourceClaimTemplates
+# are in its first entry, failing closed like Pods): it fails open always, whatever the
+# activation sets on the others. The resource-claim controller creates a Pod's claims from its
+# templates, and a denial or a timeout there would leave the Pod pending with no word to
+# anyone; the guarantee is the Pod's and the template's.
+CLAIMS_WEBHOOK = "claims.validate.gpu-admission.io"
+# What it sends: the resource of the ResourceClaim kind (the other CLAIM_KINDS fail closed).
+CLAIMS_RESOURCE = "resourceclaims"
+# A claim's spec and a template's are immutable: sent on CREATE only.
+CLAIM_OPERATIONS = ("CREATE",)
+# The claims entry's match condition: the claims the control plane creates for Pods
+# (``CLAIM_MAKERS``) are never sent; the engine skips them too (a file or an audit has no
+# userInfo). An absent username (none the API server sends) is sent: has() keeps it from
+# being an evaluation error.
+NOT_MADE_BY_THE_CONTROL_PLANE = (
+    "!has(request.userInfo.username) || ("
+    + " && ".join(f"request.userInfo.username != '{username}'" for username in sorted(CLAIM_MAKERS))
+    + ")"
 )
 
 
