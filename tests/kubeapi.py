@@ -30,7 +30,8 @@ What it serves, for any resource type (built-in ones are known; others are regis
   as a merge patch, which is exact for the objects the tests use), and server-side apply;
 - ``Status`` objects for 400/403/404/409/410/415/422 as the real API server words them;
 - a resource type that is neither built in nor registered answers 404 as kube-apiserver
-  does for a CRD that is not installed (below);
+  does for a CRD that is not installed (below), and so does a group/version that
+  ``set_served`` stops serving (``resource.k8s.io/v1`` before Kubernetes 1.34);
 - injected failures: ``forbid(path)`` answers 403, ``fail(path, status)`` answers any status
   (``expire_continue()`` gives the 410 ``Expired`` of a stale continue token);
 - ``requests``: every request received, in order, with its parsed body.
@@ -155,6 +156,12 @@ BUILTIN: dict[tuple[str, str, str], tuple[str, bool]] = {
     (ADMISSION, "v1", "mutatingwebhookconfigurations"): ("MutatingWebhookConfiguration", False),
     ("scheduling.k8s.io", "v1", "priorityclasses"): ("PriorityClass", False),
     ("node.k8s.io", "v1", "runtimeclasses"): ("RuntimeClass", False),
+    # Dynamic Resource Allocation, GA in Kubernetes 1.34 (``set_served`` takes it away, as a
+    # cluster before 1.34, or one that switched it off, has it).
+    ("resource.k8s.io", "v1", "deviceclasses"): ("DeviceClass", False),
+    ("resource.k8s.io", "v1", "resourceclaimtemplates"): ("ResourceClaimTemplate", True),
+    ("resource.k8s.io", "v1", "resourceclaims"): ("ResourceClaim", True),
+    ("resource.k8s.io", "v1", "resourceslices"): ("ResourceSlice", False),
 }
 
 BUILTIN_GROUP_VERSIONS = {(group, version) for group, version, _ in BUILTIN}
@@ -316,6 +323,7 @@ class FakeKubeAPI:
             for key, (kind, namespaced) in BUILTIN.items()
         }
         self._rules: list[_Rule] = []
+        self._unserved_versions: set[tuple[str, str]] = set()  # (group, version): set_served
         self._resource_version = 1000
         # Wakes watches when an event is recorded, the watches are closed or the server stops.
         self._changed = threading.Condition(self._lock)
@@ -552,6 +560,17 @@ class FakeKubeAPI:
 
         self._dispatch = with_discovery  # type: ignore[method-assign]
 
+    def set_served(self, group: str, version: str, served: bool) -> None:
+        """Serve a group/version, or not: not served, every path under it answers the 404 of
+        one that is not installed (module docstring: Unserved resources), as
+        ``resource.k8s.io/v1`` does before Kubernetes 1.34 or switched off with the API
+        server's ``--runtime-config``. Its objects are kept for when it is served again."""
+        with self._lock:
+            if served:
+                self._unserved_versions.discard((group, version))
+            else:
+                self._unserved_versions.add((group, version))
+
     def forbid(self, path: str, *, method: str | None = None) -> None:
         """Answer 403 Forbidden to requests whose path matches the glob (``*`` spans ``/``)."""
         self._add_rule(_Rule(path, method, 403, None, None, remaining=None))
@@ -750,7 +769,7 @@ class FakeKubeAPI:
                 raise self._rule_error(rule, method, target)
         if path == "/version" and method == "GET":
             return {"major": "1", "minor": "31", "gitVersion": "v1.31.0", "platform": "fake"}
-        if target is None:
+        if target is None or (target.group, target.version) in self._unserved_versions:
             raise self._unserved(path)
         resource = self._resources.get((target.group, target.version, target.plural))
         if resource is None or (target.namespace is not None and not resource.namespaced):
@@ -803,9 +822,10 @@ class FakeKubeAPI:
         """The 404 of a path nothing serves (module docstring: Unserved resources)."""
         error = ApiError(404, UNSERVED)
         match = _PATH.match(path)  # served by the router of a built-in group/version?
-        if match and (match["group"] or "", match["version"] or match["core_version"]) in (
-            BUILTIN_GROUP_VERSIONS
-        ):
+        group_version = (
+            (match["group"] or "", match["version"] or match["core_version"]) if match else None
+        )
+        if group_version in BUILTIN_GROUP_VERSIONS and group_version not in self._unserved_versions:
             error.body["details"] = {}
         elif not self.json_not_found:
             error.body = NOT_FOUND_TEXT

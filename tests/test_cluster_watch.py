@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import kubernetes
@@ -215,3 +216,65 @@ def test_the_cache_stops_when_told_even_while_watching(api: FakeKubeAPI) -> None
     running.thread.join(timeout=SEEN_WITHIN)
     assert not running.thread.is_alive()
     running.client.close()
+
+
+def device_class_cache(api: FakeKubeAPI, options: WatchOptions) -> tuple[Any, Any, Any]:
+    """A cache of DeviceClasses (their names) running in a thread: (cache, stop, client)."""
+    client = api.api_client()
+    cluster = Cluster(api_client=client, namespace="default", timeout=5)
+    resources = kubernetes.client.ResourceV1Api(client)
+    cache: WatchCache[str] = WatchCache(
+        cluster, resources.list_device_class, lambda obj: obj["metadata"]["name"], options=options
+    )
+    stop = threading.Event()
+    threading.Thread(target=cache.run, args=(stop,), daemon=True).start()
+    return cache, stop, client
+
+
+def test_a_resource_type_not_served_has_no_objects_with_the_option(api: FakeKubeAPI) -> None:
+    """A 404 (resource.k8s.io/v1 before Kubernetes 1.34): listed and empty, not a failure;
+    listed again later, served; a watch whose type stops being served empties it."""
+    api.add(
+        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu"}}
+    )
+    api.set_served("resource.k8s.io", "v1", False)
+    options = replace(OPTIONS, unserved_relist_seconds=0.5)
+    cache, stop, client = device_class_cache(api, options)
+    try:
+        wait_until(lambda: cache.state.listed, timeout=SEEN_WITHIN, what="the 404")
+        state = cache.state
+        assert (dict(state.items), state.served, state.last_error) == ({}, False, None)
+        api.set_served("resource.k8s.io", "v1", True)
+        wait_until(
+            lambda: dict(cache.state.items) == {("", "gpu"): "gpu"} and cache.state.served,
+            timeout=SEEN_WITHIN,
+            what="listed again, served",
+        )
+        listed_at = cache.state.heard_at
+        wait_until(
+            lambda: cache.state.heard_at != listed_at, timeout=SEEN_WITHIN, what="a bookmark"
+        )
+        api.set_served("resource.k8s.io", "v1", False)
+        api.close_watches()  # an API server restarted without it
+        wait_until(
+            lambda: not cache.state.served and not cache.state.items,
+            timeout=SEEN_WITHIN,
+            what="the watch's 404",
+        )
+        assert cache.state.listed and cache.state.restarts == 0
+    finally:
+        stop.set()
+        client.close()
+
+
+def test_without_the_option_a_404_is_a_failure(api: FakeKubeAPI) -> None:
+    api.set_served("resource.k8s.io", "v1", False)
+    cache, stop, client = device_class_cache(api, OPTIONS)
+    try:
+        wait_until(lambda: cache.state.restarts >= 2, timeout=SEEN_WITHIN, what="retries")
+        state = cache.state
+        assert not state.listed and state.served
+        assert state.last_error == "HTTP 404: Not Found"
+    finally:
+        stop.set()
+        client.close()

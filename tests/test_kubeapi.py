@@ -1,6 +1,7 @@
 """The fake API server (tests/kubeapi.py) through the real ``kubernetes`` client: server-side
 apply, custom resources (list by label across namespaces, pagination, delete), the 404 of
-a resource type no CRD serves, and watches (chunked events, bookmarks, 410 Expired)."""
+a resource type no CRD serves, watches (chunked events, bookmarks, 410 Expired), and the
+built-in DRA types (``resource.k8s.io/v1``), served or not."""
 
 from __future__ import annotations
 
@@ -440,3 +441,89 @@ def test_closing_the_watches_ends_the_stream_at_once(
     started = time.monotonic()
     assert watch_events(kube_api_client, resource_version=since, timeout_seconds=30) == []
     assert time.monotonic() - started < 5
+
+
+# ------------------------------------------------------------------ Dynamic Resource Allocation
+
+
+def a_claim_template(namespace: str, name: str) -> dict[str, Any]:
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [request]}}},
+    }
+
+
+def test_dra_objects_are_built_in_listed_in_pages_and_watched(
+    kube_api: FakeKubeAPI, kube_api_client: Any
+) -> None:
+    """resource.k8s.io/v1 (Kubernetes 1.34): the client's ResourceV1Api reads the lists into
+    its models; the items carry no apiVersion and kind, the events do."""
+    kube_api.add(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "gpu.nvidia.com"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+        }
+    )
+    for namespace, name in [("ml", "a"), ("ml", "b"), ("vision", "c")]:
+        kube_api.add(a_claim_template(namespace, name))
+    resources = k8s.ResourceV1Api(kube_api_client)
+    [device_class] = resources.list_device_class().items
+    assert device_class.spec.selectors[0].cel.expression == "device.driver == 'gpu.nvidia.com'"
+    first = resources.list_resource_claim_template_for_all_namespaces(limit=2)
+    assert [t.metadata.name for t in first.items] == ["a", "b"]
+    assert first.metadata.remaining_item_count == 1
+    rest = resources.list_resource_claim_template_for_all_namespaces(
+        limit=2, _continue=first.metadata._continue
+    )
+    assert [t.metadata.name for t in rest.items] == ["c"] and not rest.metadata._continue
+    assert rest.items[0].spec.spec.devices.requests[0].exactly.device_class_name == (
+        "gpu.nvidia.com"
+    )
+    raw = json.loads(
+        resources.list_namespaced_resource_claim_template("vision", _preload_content=False).data
+    )
+    assert raw["kind"] == "ResourceClaimTemplateList" and raw["metadata"]["resourceVersion"]
+    assert [set(item) for item in raw["items"]] == [{"metadata", "spec"}]
+    since = raw["metadata"]["resourceVersion"]
+    kube_api.remove("/apis/resource.k8s.io/v1/namespaces/ml/resourceclaimtemplates/a")
+    response = resources.list_resource_claim_template_for_all_namespaces(
+        watch=True, resource_version=since, timeout_seconds=1, _preload_content=False
+    )
+    [event] = [json.loads(line) for line in response.data.splitlines() if line.strip()]
+    assert event["type"] == "DELETED"
+    assert (event["object"]["apiVersion"], event["object"]["kind"]) == (
+        "resource.k8s.io/v1",
+        "ResourceClaimTemplate",
+    )
+
+
+def test_a_group_version_not_served_answers_as_one_not_installed(
+    kube_api: FakeKubeAPI, kube_api_client: Any
+) -> None:
+    """``set_served``: resource.k8s.io/v1 before Kubernetes 1.34. Its lists and watches
+    answer the 404 of a path nothing serves; its objects are there once it is served."""
+    kube_api.add(a_claim_template("ml", "a"))
+    kube_api.set_served("resource.k8s.io", "v1", False)
+    resources = k8s.ResourceV1Api(kube_api_client)
+    calls = {
+        "list": lambda: resources.list_device_class(),
+        "list all": lambda: resources.list_resource_claim_template_for_all_namespaces(),
+        "watch": lambda: resources.list_resource_claim_template_for_all_namespaces(
+            watch=True, _preload_content=False
+        ),
+        "read": lambda: resources.read_namespaced_resource_claim_template("a", "ml"),
+    }
+    for what, call in calls.items():
+        with pytest.raises(ApiException) as caught:
+            call()
+        exc = caught.value
+        assert (exc.status, exc.reason, exc.body) == (404, "Not Found", NOT_FOUND_TEXT), what
+    assert k8s.CoreV1Api(kube_api_client).list_node().items == []  # others are served
+    kube_api.set_served("resource.k8s.io", "v1", True)
+    [template] = resources.list_resource_claim_template_for_all_namespaces().items
+    assert template.metadata.name == "a"

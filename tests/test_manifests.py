@@ -1245,11 +1245,16 @@ def test_a_network_policy_keeps_the_webhook_reachable_from_anywhere(name):
     assert {p["protocol"] for p in rule["ports"]} == {"TCP"}
 
 
-def test_the_inventory_overlay_reads_nodes_and_namespaces_and_nothing_else():
+def test_the_inventory_overlay_reads_nodes_namespaces_and_dra_objects_and_nothing_else():
     objs = render("inventory")
     role = one(objs, "ClusterRole", "gpu-admission-inventory")
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes", "namespaces"], "verbs": ["list", "watch"]}
+        {"apiGroups": [""], "resources": ["nodes", "namespaces"], "verbs": ["list", "watch"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["deviceclasses", "resourceclaimtemplates"],
+            "verbs": ["list", "watch"],
+        },
     ]
     binding = one(objs, "ClusterRoleBinding", "gpu-admission-inventory")
     assert binding["roleRef"]["name"] == "gpu-admission-inventory"

@@ -1,7 +1,8 @@
 """``python -m webhook.cli.node_feed FIELDS``: the node inventory's process, which the server's
 worker starts with ``--inventory`` (``webhook.server.inventory``); not a command for people.
 
-It lists and watches the Nodes and writes what is kept of them on standard output
+It lists and watches the Nodes (and Namespaces, DeviceClasses and ResourceClaimTemplates) and
+writes what is kept of them on standard output
 (``webhook.server.node_feed``), at a lower priority than the worker's, and ends when its
 standard input does: the worker closed it, or died.
 """

@@ -13,6 +13,10 @@ It keeps current as client-go's reflector does:
   A watch that ends (its timeout, an API server that restarts, a connection dropped) is
   started again from the last resourceVersion seen;
 - 410 Gone (that resourceVersion was compacted away) lists again, at once;
+- with ``WatchOptions.unserved_relist_seconds``, a 404 (the API server does not serve the
+  resource type: an API group or version not installed, or switched off) means there are no
+  objects of it: the cache is listed and empty (``CacheState.served`` False), and lists
+  again after that long, in case the type comes to be served; not counted as a restart;
 - any other failure waits, doubling from ``backoff_first`` to ``backoff_max``, then watches
   again from the last resourceVersion (or lists, if no list succeeded yet).
 
@@ -63,6 +67,9 @@ class WatchOptions:
     # A pause between the pages of a list, so that a list of thousands of objects spreads
     # its reading and decoding over time instead of taking a core while it lasts.
     page_pause_seconds: float = 0.0
+    # With a number, a 404 on the list or the watch is a resource type not served (none of
+    # its objects exist), listed again after this long; None: a failure like any other.
+    unserved_relist_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +84,9 @@ class CacheState(Generic[T]):
     heard_at: float | None
     restarts: int  # lists after the first, and watches started again after a failure
     last_error: str | None  # the last failure, until the next list or event
+    # False once the API server answered 404 (``WatchOptions.unserved_relist_seconds``):
+    # ``items`` are then empty and ``listed`` True, until a list succeeds.
+    served: bool = True
 
 
 class WatchCache(Generic[T]):
@@ -138,6 +148,11 @@ class WatchCache(Generic[T]):
                         last_error=f"watch expired (HTTP 410): {status_message(exc)}",
                     )
                     continue
+                relist = self._options.unserved_relist_seconds
+                if exc.status == 404 and relist is not None:
+                    self._unserved()
+                    stop.wait(relist)
+                    continue
                 error = f"HTTP {exc.status}: {status_message(exc)}"
             except ClusterError as exc:
                 error = str(exc)
@@ -167,8 +182,22 @@ class WatchCache(Generic[T]):
         changed = items != self._items or not self._state.listed
         if changed:
             self._items = items
-        self._publish(resource_version=version, listed=True, last_error=None, items_changed=changed)
+        self._publish(
+            resource_version=version,
+            listed=True,
+            served=True,
+            last_error=None,
+            items_changed=changed,
+        )
         return True
+
+    def _unserved(self) -> None:
+        """The API server does not serve the resource type: no object of it exists."""
+        changed = bool(self._items) or not self._state.listed
+        self._items = {}
+        self._publish(
+            resource_version="", listed=True, served=False, last_error=None, items_changed=changed
+        )
 
     def _watch(self, stop: Event) -> bool:
         """One watch, from the last resourceVersion, until it ends or ``stop`` is set; False

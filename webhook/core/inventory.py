@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
+from webhook.core.dra_inventory import NO_DRA_OBJECTS, DraLookups, DraObjects
 from webhook.policy.mig import (
     GPU_PRODUCT,
     MIG_PREFIX,
@@ -330,27 +331,37 @@ def namespace_record(obj: Mapping[str, Any], kept: frozenset[str]) -> tuple[str,
     )
 
 
-class NodeSnapshot:
+class NodeSnapshot(DraLookups):
     """The Nodes as the inventory knew them at one moment, for decisions: never changed.
     What decisions read of all of them (the names nodes advertise, the largest node of each
     pool) is worked out on first use and kept with the snapshot, which is replaced as a whole
     when a Node changes what is kept of it. ``fields``: what its Nodes were kept for (a
     policy with other pool label keys or vendor domains is judged without the snapshot until
-    the inventory has listed them again: ``covers``)."""
+    the inventory has listed them again: ``covers``). ``dra``: the DeviceClasses and claim
+    templates, read through :class:`~webhook.core.dra_inventory.DraLookups`."""
 
-    __slots__ = ("_nodes", "fields", "_namespaces", "_advertised", "_sizes")
+    __slots__ = ("_nodes", "fields", "_namespaces", "dra", "_advertised", "_sizes")
 
     def __init__(
         self,
         nodes: Mapping[str, NodeInfo],
         fields: NodeFields,
         namespaces: Mapping[str, Mapping[str, str]] = EMPTY_NAMESPACES,
+        dra: DraObjects = NO_DRA_OBJECTS,
     ) -> None:
         self._nodes = nodes  # by name
         self.fields = fields
         self._namespaces = namespaces  # name -> the labels kept (fields.namespace_label_keys)
+        self.dra = dra
         self._advertised: frozenset[str] | None = None
         self._sizes: tuple[Policy, Sizes] | None = None
+
+    def with_dra(self, dra: DraObjects) -> NodeSnapshot:
+        """This snapshot with other DRA objects: the same Nodes and Namespaces, and what was
+        worked out from them."""
+        other = NodeSnapshot(self._nodes, self.fields, self._namespaces, dra)
+        other._advertised, other._sizes = self._advertised, self._sizes
+        return other
 
     def __len__(self) -> int:
         return len(self._nodes)

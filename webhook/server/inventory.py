@@ -1,9 +1,11 @@
 """The opt-in node inventory of a replica: what the worker knows of the cluster's Nodes (and,
-where tenants select namespaces by label, of its Namespaces' labels).
+where tenants select namespaces by label, of its Namespaces' labels), and of its DeviceClasses
+and ResourceClaimTemplates (``webhook.core.dra_inventory``).
 
 Off unless ``--inventory`` (``GPU_ADMISSION_INVENTORY=true``) is given, and then the
-webhook's ServiceAccount needs list and watch on nodes (the chart's ``inventory.enabled``,
-the kustomize overlay ``manifests/overlays/inventory``). The worker owns it: it starts one
+webhook's ServiceAccount needs list and watch on nodes, namespaces, and on deviceclasses and
+resourceclaimtemplates of ``resource.k8s.io`` (the chart's ``inventory.enabled``, the
+kustomize overlay ``manifests/overlays/inventory``). The worker owns it: it starts one
 process of its own (``python -m webhook.cli.node_feed``, ``webhook.server.node_feed``) that
 lists and watches the Nodes at a lower priority, and reads from it only what is kept of each
 Node as it changes, in lines of at most 100 Nodes with a turn for the connections after each.
@@ -16,7 +18,10 @@ has listed. A process that ends is started again, with a backoff. Readers get an
 snapshot (:class:`~webhook.core.inventory.NodeSnapshot`) and never wait on the API server;
 there is none before the first list, while its process is replaced and once the API server
 has not been heard from for two minutes: decisions are then what they are without an
-inventory. Readiness never depends on it. Metrics: ``gpu_admission_inventory_nodes``,
+inventory. The DRA objects never hold the Nodes up: a DRA kind not known (not listed yet,
+refused, or its watch not heard from for two minutes) finds nothing in the snapshot
+(``knows_device_classes``, ``knows_claim_templates``), and its failures are logged apart.
+Readiness never depends on it. Metrics: ``gpu_admission_inventory_nodes``,
 ``gpu_admission_inventory_age_seconds`` (since the API server was last heard from, or since
 start before the first list) and ``gpu_admission_inventory_watch_restarts_total`` (lists
 after the first, watches started again after a failure, and processes started again).
@@ -30,12 +35,21 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import IO, Any
 
 import orjson
 
+from webhook.cluster.watching import Key
+from webhook.core.dra_inventory import NO_DRA_OBJECTS, DeviceClassRecord, DraObjects
 from webhook.core.inventory import NodeFields, NodeInfo, NodeSnapshot, SharedParts
 from webhook.policy.model import Policy
+from webhook.server.dra_feed import (
+    STALE_SECONDS,
+    SharedTemplates,
+    claim_template_from_json,
+    device_class_from_json,
+)
 from webhook.server.node_feed import fields_argument, node_from_record
 
 INVENTORY_LOGGER = "webhook.inventory"
@@ -48,9 +62,8 @@ LOOK_SECONDS = 1.0
 RESTART_FIRST_SECONDS = 1.0
 RESTART_MAX_SECONDS = 30.0
 STOP_SECONDS = 5.0
-# Decisions stop reading a snapshot the API server has not confirmed for this long: the API
-# server sends a bookmark about once a minute, so a current inventory is heard from sooner.
-STALE_SECONDS = 120.0
+# What was last logged: listed, and the errors of the Nodes (and Namespaces) and of DRA objects.
+Reported = tuple[bool, str | None, str | None]
 
 
 class _Feed:
@@ -61,13 +74,18 @@ class _Feed:
         self._clock = clock
         self._nodes: dict[str, NodeInfo] = {}
         self._namespaces: dict[str, Mapping[str, str]] = {}  # name -> kept labels
+        self._device_classes: dict[str, DeviceClassRecord] = {}
+        self._claim_templates: dict[Key, Mapping[str, Any]] = {}  # (namespace, name)
+        self._dra = NO_DRA_OBJECTS
         self._shared = SharedParts()
+        self._shared_templates = SharedTemplates()
         # Published for readers, each replaced whole: the snapshot once listed, the figures.
         self.snapshot: NodeSnapshot | None = None
         self.listed = False
         self.heard_at: float | None = None
         self.restarts = 0
         self.last_error: str | None = None
+        self.dra_error: str | None = None
         self.ended = False
         self._process: subprocess.Popen[bytes] | None = None
         try:
@@ -128,6 +146,8 @@ class _Feed:
                 changed = True
         for name in message.get("namespacesGone") or ():
             changed = self._namespaces.pop(str(name), None) is not None or changed
+        dra_changed = self._apply_dra(message)
+        known = (self._dra.knows_device_classes, self._dra.knows_claim_templates)
         state = message.get("state")
         if isinstance(state, dict):
             ago = state.get("heard_ago")
@@ -136,10 +156,54 @@ class _Feed:
             self.restarts = int(state.get("restarts") or 0)
             error = state.get("last_error")
             self.last_error = str(error) if error is not None else None
+            dra_error = state.get("dra_error")
+            self.dra_error = str(dra_error) if dra_error is not None else None
             if state.get("listed") and not self.listed:
                 self.listed = changed = True
+            was_known = known
+            known = (
+                state.get("device_classes_known") is True,
+                state.get("claim_templates_known") is True,
+            )
+            dra_changed = dra_changed or known != was_known
+        if dra_changed:
+            self._dra = DraObjects(
+                MappingProxyType(dict(self._device_classes)),
+                MappingProxyType(dict(self._claim_templates)),
+                *known,
+            )
         if changed and self.listed:
-            self.snapshot = NodeSnapshot(dict(self._nodes), self.fields, dict(self._namespaces))
+            self.snapshot = NodeSnapshot(
+                dict(self._nodes), self.fields, dict(self._namespaces), self._dra
+            )
+        elif dra_changed and self.snapshot is not None:
+            self.snapshot = self.snapshot.with_dra(self._dra)
+
+    def _apply_dra(self, message: dict[str, Any]) -> bool:
+        """Apply a message's DRA objects; whether any changed."""
+        changed = False
+        for record in message.get("deviceClasses") or ():
+            device_class = device_class_from_json(record)
+            if device_class is not None:
+                self._device_classes[device_class.name] = device_class
+                changed = True
+        for name in message.get("deviceClassesGone") or ():
+            changed = self._device_classes.pop(str(name), None) is not None or changed
+        for record in message.get("claimTemplates") or ():
+            template = claim_template_from_json(record, self._shared_templates)
+            if template is None:
+                continue
+            key, kept = template
+            if kept is not None:
+                self._claim_templates[key] = kept
+                changed = True
+            else:  # too deep to send: as a template not cached
+                changed = self._claim_templates.pop(key, None) is not None or changed
+        for key in message.get("claimTemplatesGone") or ():
+            if isinstance(key, list) and len(key) == 2:
+                gone = self._claim_templates.pop((str(key[0]), str(key[1])), None)
+                changed = gone is not None or changed
+        return changed
 
 
 class NodeInventory:
@@ -206,7 +270,7 @@ class NodeInventory:
         pending: _Feed | None = None
         backoff = RESTART_FIRST_SECONDS
         restart_at: float | None = None
-        reported: tuple[bool, str | None] = (False, None)
+        reported: Reported = (False, None, None)
         while not self._closing.is_set():
             policy = self._policy()
             serving, restarts_before = self._serving
@@ -243,12 +307,13 @@ class NodeInventory:
             if feed is not None:
                 feed.stop()
 
-    def _report(self, reported: tuple[bool, str | None]) -> tuple[bool, str | None]:
-        """Log the first list, and each failure as it starts and ends (not every retry)."""
+    def _report(self, reported: Reported) -> Reported:
+        """Log the first list, and each failure as it starts and ends (not every retry): the
+        Nodes' (and Namespaces'), and the DRA objects' apart."""
         feed = self._serving[0]
         if feed is None:
             return reported
-        listed, error = reported
+        listed, error, dra_error = reported
         if feed.listed and not listed:
             log.info("node inventory listed", extra={"fields": {"nodes": feed.count}})
         if feed.last_error != error:
@@ -259,4 +324,13 @@ class NodeInventory:
                 )
             else:
                 log.info("node inventory is current again", extra={"fields": {}})
-        return feed.listed, feed.last_error
+        if feed.dra_error != dra_error:
+            if feed.dra_error is not None:
+                log.warning(
+                    "node inventory cannot list or watch DRA objects (DeviceClasses, "
+                    "ResourceClaimTemplates); claims are judged as without an inventory",
+                    extra={"fields": {"error": feed.dra_error}},
+                )
+            else:
+                log.info("node inventory lists DRA objects again", extra={"fields": {}})
+        return feed.listed, feed.last_error, feed.dra_error

@@ -1,5 +1,6 @@
-"""The node inventory's process: it lists and watches the cluster's Nodes, and sends the worker
-what is kept of each, as it changes.
+"""The node inventory's process: it lists and watches the cluster's Nodes (and Namespaces,
+DeviceClasses and ResourceClaimTemplates), and sends the worker what is kept of each, as it
+changes.
 
 A list of 5,000 Nodes is about 50 MB of JSON to read, decode and keep: half a second of CPU.
 In the worker, that half second would be taken from the reviews it serves (their p99 went from
@@ -19,9 +20,27 @@ JSON message per line on standard output:
 - ``{"namespaces": [[NAME, {LABEL: VALUE}], ...]}`` and ``{"namespacesGone": [NAME, ...]}``:
   with namespace label keys in FIELDS only, Namespaces added or relabelled (the kept labels)
   and deleted;
+- ``{"deviceClasses": [RECORD, ...]}`` (``device_class_json``) and ``{"deviceClassesGone":
+  [NAME, ...]}``: DeviceClasses added or changed, and deleted;
+- ``{"claimTemplates": [[NAMESPACE, NAME, {"requests": [...], "config": [...]}], ...]}`` and
+  ``{"claimTemplatesGone": [[NAMESPACE, NAME], ...]}``: ResourceClaimTemplates added or
+  changed (null for one that cannot be sent: ``webhook.server.dra_feed``), and deleted;
 - ``{"state": {"listed": bool, "heard_ago": seconds | null, "restarts": int,
-  "last_error": str | null}}``: after a change to any of them, and once a second while the API
-  server is heard from. Every Node of a list is sent before the state that says it is listed.
+  "last_error": str | null, "device_classes_known": bool, "claim_templates_known": bool,
+  "dra_error": str | null}}``: after a change to any of them, and once a second while the API
+  server is heard from. Every object of a list is sent before the state that says it is
+  listed (or known).
+
+The DRA objects (``resource.k8s.io/v1``, ``webhook.core.dra_inventory``) are watched beside
+the Nodes, and never hold them up: ``listed``, ``heard_ago`` and ``last_error`` are the
+Nodes' (and Namespaces'). A DRA kind is known once listed, or once the API server answers 404
+(it does not serve ``resource.k8s.io/v1``: before Kubernetes 1.34, or switched off; no such
+object can exist, and it is listed again every ``UNSERVED_RELIST_SECONDS``), and stops being
+known while its watch has not heard from the API server for ``STALE_SECONDS``. A refused
+(403) or failing list leaves it unknown, with the failure in ``dra_error`` and its retries in
+``restarts``: decisions then read no DRA object, as without an inventory, and the Nodes serve
+on. A missing DRA cache only costs warnings; a missing Node or Namespace cache could cost
+wrong decisions, which is why those stop the inventory.
 
 It exits when its standard input ends (the worker stopped it, or died) or its standard output
 is closed.
@@ -32,12 +51,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import IO, Any
+from typing import IO, Any, Generic, TypeVar
 
 from webhook.cluster.connection import ClusterError, connect
-from webhook.cluster.watching import Key, WatchCache, WatchOptions
+from webhook.cluster.watching import NO_ITEMS, CacheState, Key, WatchCache, WatchOptions
+from webhook.core.dra_inventory import DeviceClassRecord, device_class_record
 from webhook.core.inventory import (
     EMPTY,
     NodeFields,
@@ -46,6 +66,13 @@ from webhook.core.inventory import (
     Taint,
     namespace_record,
     node_info,
+)
+from webhook.server.dra_feed import (
+    DRA_OPTIONS,
+    claim_template_json,
+    device_class_json,
+    dra_known,
+    template_json,
 )
 
 # Nodes per list page: a page is decoded whole before it is kept, and the memory it took stays
@@ -122,9 +149,9 @@ def parse_fields(argument: str) -> NodeFields:
 
 
 def follow(fields: NodeFields, out: IO[bytes]) -> None:
-    """List and watch the Nodes (and, with namespace label keys, the Namespaces), and write
-    what changes to ``out``, until writing fails (``BrokenPipeError``: the worker closed its
-    end)."""
+    """List and watch the Nodes (and, with namespace label keys, the Namespaces) and the DRA
+    objects, and write what changes to ``out``, until writing fails (``BrokenPipeError``: the
+    worker closed its end)."""
     from kubernetes import client as k8s
 
     while True:
@@ -135,6 +162,7 @@ def follow(fields: NodeFields, out: IO[bytes]) -> None:
             _send(out, {"state": _state(False, None, 0, f"no cluster configuration: {exc}")})
         time.sleep(CONNECT_RETRY_SECONDS)
     api = k8s.CoreV1Api(cluster.api_client)
+    resources = k8s.ResourceV1Api(cluster.api_client)
     nodes = WatchCache(
         cluster,
         api.list_node,
@@ -147,15 +175,83 @@ def follow(fields: NodeFields, out: IO[bytes]) -> None:
         namespaces = WatchCache(
             cluster, api.list_namespace, lambda obj: namespace_record(obj, keys)[1], options=OPTIONS
         )
-    for cache in (nodes, namespaces):
+    classes = WatchCache(
+        cluster, resources.list_device_class, device_class_record, options=DRA_OPTIONS
+    )
+    templates = WatchCache(
+        cluster,
+        resources.list_resource_claim_template_for_all_namespaces,
+        claim_template_json,
+        options=DRA_OPTIONS,
+    )
+    for cache in (nodes, namespaces, classes, templates):
         if cache is not None:
             threading.Thread(target=cache.run, args=(threading.Event(),), daemon=True).start()
-    _follow(nodes, namespaces, out)
+    _follow(
+        _Sender(nodes, "put", "gone", lambda _, node: node_record(node)),
+        _Sender(namespaces, "namespaces", "namespacesGone", lambda k, labels: [k[1], dict(labels)])
+        if namespaces is not None
+        else None,
+        _Sender(classes, "deviceClasses", "deviceClassesGone", lambda _, c: device_class_json(c)),
+        _Sender(
+            templates,
+            "claimTemplates",
+            "claimTemplatesGone",
+            lambda k, devices: [k[0], k[1], template_json(devices)],
+            gone_as=list,
+        ),
+        out,
+    )
+
+
+T = TypeVar("T")
+
+
+class _Sender(Generic[T]):
+    """One cache, and what of it was sent: each object added or changed as the JSON value
+    ``record`` makes (messages ``put``, at most ``RECORDS_PER_LINE`` a line), each deleted as
+    ``gone_as`` its key (``gone``: its name, or [namespace, name])."""
+
+    def __init__(
+        self,
+        cache: WatchCache[T],
+        put: str,
+        gone: str,
+        record: Callable[[Key, T], Any],
+        gone_as: Callable[[Key], Any] = lambda key: key[1],
+    ) -> None:
+        self.cache = cache
+        self._put, self._gone, self._record, self._gone_as = put, gone, record, gone_as
+        self._sent: Mapping[Key, T] = NO_ITEMS
+
+    def send(self, out: IO[bytes]) -> CacheState[T]:
+        """Send what changed since the last call; the cache's state it was sent from."""
+        state = self.cache.state
+        before, now = self._sent, state.items
+        if now is before:
+            return state
+        changed = [
+            self._record(key, item)
+            for key, item in now.items()
+            # The cache keeps the object it had for one whose kept fields did not change. A
+            # new one kept as None (a template too deep to send) is not sent: the worker has
+            # nothing of it; one that becomes None is, as null.
+            if (old := before.get(key)) is not item and old != item
+        ]
+        for start in range(0, len(changed), RECORDS_PER_LINE):
+            _send(out, {self._put: changed[start : start + RECORDS_PER_LINE]})
+        gone = [self._gone_as(key) for key in before if key not in now]
+        if gone:
+            _send(out, {self._gone: gone})
+        self._sent = now
+        return state
 
 
 def _follow(
-    cache: WatchCache[NodeInfo],
-    namespaces: WatchCache[Mapping[str, str]] | None,
+    nodes: _Sender[NodeInfo],
+    namespaces: _Sender[Mapping[str, str]] | None,
+    classes: _Sender[DeviceClassRecord],
+    templates: _Sender[bytes | None],
     out: IO[bytes],
 ) -> None:
     """Send what changes in the caches, until the process ends. With Namespaces watched, the
@@ -163,16 +259,12 @@ def _follow(
     longer ago was, their restarts added up, the Nodes' error first. So a Namespace watch
     that is refused or fails makes the inventory stale, as a Node watch would: decisions go
     on without it, and the stale-inventory alert fires, instead of tenants selected by label
-    silently losing their entitlements."""
-    sent: Mapping[Key, NodeInfo] = {}
-    sent_namespaces: Mapping[Key, Mapping[str, str]] = {}
+    silently losing their entitlements. The DRA caches add their restarts, and say whether
+    each kind is known and the first of their errors (the module's docstring)."""
     last: tuple[Any, ...] | None = None
     heard_sent = 0.0
     while True:
-        state = cache.state
-        if state.items is not sent:
-            _send_changes(out, sent, state.items)
-            sent = state.items
+        state = nodes.send(out)
         listed, heard, restarts, error = (
             state.listed,
             state.heard_at,
@@ -180,53 +272,34 @@ def _follow(
             state.last_error,
         )
         if namespaces is not None:
-            known = namespaces.state
-            if known.items is not sent_namespaces:
-                _send_namespaces(out, sent_namespaces, known.items)
-                sent_namespaces = known.items
+            known = namespaces.send(out)
             listed = listed and known.listed
             heard = None if heard is None or known.heard_at is None else min(heard, known.heard_at)
             restarts += known.restarts
             if error is None and known.last_error is not None:
                 error = f"watching Namespaces: {known.last_error}"
         now = time.monotonic()
-        summary = (listed, restarts, error)
+        dra: list[tuple[CacheState[Any], str]] = [
+            (classes.send(out), "DeviceClasses"),
+            (templates.send(out), "ResourceClaimTemplates"),
+        ]
+        restarts += sum(kind.restarts for kind, _ in dra)
+        kinds_known = [dra_known(kind, now) for kind, _ in dra]
+        dra_error = next(
+            (f"watching {what}: {kind.last_error}" for kind, what in dra if kind.last_error), None
+        )
+        summary = (listed, restarts, error, *kinds_known, dra_error)
         if summary != last or (heard is not None and heard > heard_sent + HEARD_EVERY_SECONDS):
             ago = now - heard if heard is not None else None
-            _send(out, {"state": _state(listed, ago, restarts, error)})
+            message = _state(listed, ago, restarts, error)
+            message.update(
+                device_classes_known=kinds_known[0],
+                claim_templates_known=kinds_known[1],
+                dra_error=dra_error,
+            )
+            _send(out, {"state": message})
             last, heard_sent = summary, heard if heard is not None else 0.0
         time.sleep(POLL_SECONDS)
-
-
-def _send_changes(
-    out: IO[bytes], before: Mapping[Key, NodeInfo], now: Mapping[Key, NodeInfo]
-) -> None:
-    changed = [
-        node_record(node)
-        for key, node in now.items()
-        # The cache keeps the object it had for a Node whose kept fields did not change.
-        if (old := before.get(key)) is not node and old != node
-    ]
-    for start in range(0, len(changed), RECORDS_PER_LINE):
-        _send(out, {"put": changed[start : start + RECORDS_PER_LINE]})
-    gone = [key[1] for key in before if key not in now]
-    if gone:
-        _send(out, {"gone": gone})
-
-
-def _send_namespaces(
-    out: IO[bytes], before: Mapping[Key, Mapping[str, str]], now: Mapping[Key, Mapping[str, str]]
-) -> None:
-    changed = [
-        [key[1], dict(labels)]
-        for key, labels in now.items()
-        if (old := before.get(key)) is not labels and old != labels
-    ]
-    for start in range(0, len(changed), RECORDS_PER_LINE):
-        _send(out, {"namespaces": changed[start : start + RECORDS_PER_LINE]})
-    gone = [key[1] for key in before if key not in now]
-    if gone:
-        _send(out, {"namespacesGone": gone})
 
 
 def _state(
