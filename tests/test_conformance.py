@@ -81,9 +81,7 @@ def test_dra_verdicts_match_the_table(file_name: str, policy_name: str) -> None:
 
 def test_nvidias_quickstarts_are_admitted_under_the_default_policy_or_say_why_not() -> None:
     for name, row in DRA_ROWS.items():
-        if name.startswith("dra-driver-nvidia-gpu__quickstart") and row["default"].get(
-            "denied"
-        ):
+        if name.startswith("dra-driver-nvidia-gpu__quickstart") and row["default"].get("denied"):
             assert "denied" in row["why"], name
 
 

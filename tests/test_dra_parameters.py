@@ -10,12 +10,8 @@ import pytest
 import yaml
 
 from tests.support.paths import SHARED
-from webhook.core.dra_parameters import (
-    ParameterProblem,
-    check_parameters,
-    near_miss,
-    sharing_strategy,
-)
+from webhook.core.dra_parameters import ParameterProblem, check_parameters, sharing_strategy
+from webhook.policy.dra import near_miss
 from webhook.policy.nvidia_dra import FEATURE_GATES, GPU_DRIVER, PARAMETERS_API_VERSION
 
 API = PARAMETERS_API_VERSION

@@ -195,15 +195,11 @@ def _configs(
                     advisory=advisory,
                 )
             continue
-        applies = [ref for ref in types if config.requests == () or _names(ref, config.requests)]
-        device_types = {types[ref] for ref in applies}
         for problem in check_parameters(
             config.parameters,
             f"{config.path}.parameters",
             gates=policy.dra.feature_gates,
-            device_types=None
-            if None in device_types or not device_types
-            else frozenset(t for t in device_types if t is not None),
+            device_types=_device_types(config.requests, types),
         ):
             yield Violation(
                 rule=RULE,
@@ -217,5 +213,16 @@ def _configs(
             )
 
 
-def _names(reference: str, requests: tuple[str, ...]) -> bool:
-    return reference in requests or reference.partition("/")[0] in requests
+def _device_types(requests: tuple[str, ...], types: dict[str, str | None]) -> frozenset[str] | None:
+    """The device types of the requests a config names, where each is an NVIDIA class's:
+    the driver refuses a kind for another type there. None for a config that names no
+    request (the driver applies it to the devices of its own type and skips the others) or
+    a request of a class it does not know."""
+    if not requests:
+        return None
+    named = [
+        kind for ref, kind in types.items() if ref in requests or ref.partition("/")[0] in requests
+    ]
+    if not named or None in named:
+        return None
+    return frozenset(kind for kind in named if kind is not None)

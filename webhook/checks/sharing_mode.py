@@ -34,8 +34,8 @@ def _mig_sharing(name: str) -> str | None:
 
 def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     if view.claim_object:
-        for spec in view.claim_specs:
-            yield from _mixed_in_claim(claim_modes(spec, policy, view.nodes), policy)
+        for claim_spec in view.claim_specs:
+            yield from _mixed_in_claim(claim_modes(claim_spec, policy, view.nodes), policy)
         return
     for problem in select_pool(view, policy).problems:
         if isinstance(problem, PendsForever):

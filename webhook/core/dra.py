@@ -83,7 +83,9 @@ def _read_pod_claims(view: PodView) -> PodClaims:
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             continue
-        source = entry.get("source") if isinstance(entry.get("source"), dict) else entry
+        source = entry.get("source")
+        if not isinstance(source, dict):
+            source = entry
         template = _string(source.get("resourceClaimTemplateName"))
         spec = None
         if template is not None and nodes is not None and known:

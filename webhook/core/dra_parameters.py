@@ -29,6 +29,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from webhook.core.findings import shown
+from webhook.policy.dra import near_miss
 from webhook.policy.nvidia_dra import (
     ACTIVE_THREAD_PERCENTAGE,
     CHANNEL_ALLOCATION_MODES,
@@ -201,32 +202,6 @@ def sharing_strategy(parameters: object) -> str | None:
     sharing = parameters.get("sharing")
     strategy = sharing.get("strategy") if isinstance(sharing, dict) else None
     return strategy if strategy in SHARING_STRATEGIES else None
-
-
-def near_miss(word: str, vocabulary: Collection[str]) -> str | None:
-    """The first word of ``vocabulary`` that ``word`` is a near miss of: the same but for
-    case, or one letter added, dropped, changed, or two adjacent letters swapped."""
-    folded = word.casefold()
-    for known in vocabulary:
-        if known != word and _within_one_edit(folded, known.casefold()):
-            return known
-    return None
-
-
-def _within_one_edit(a: str, b: str) -> bool:
-    if abs(len(a) - len(b)) > 1:
-        return False
-    if len(a) > len(b):
-        a, b = b, a
-    for index, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            if len(a) < len(b):
-                return a[index:] == b[index + 1 :]
-            swapped = a[index + 1 : index + 2] == y and b[index + 1 : index + 2] == x
-            return a[index + 1 :] == b[index + 1 :] or (
-                swapped and a[index + 2 :] == b[index + 2 :]
-            )
-    return True
 
 
 def _kinds_for(device_types: frozenset[str] | None) -> str:
