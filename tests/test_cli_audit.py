@@ -512,7 +512,9 @@ def test_cluster_audit_groups_owned_objects_under_their_workload(cluster: Cluste
     # ray.io serves none of its kinds here (404 on each version); the other groups are not
     # installed. Both are notes, not errors.
     # Catalogued kinds are counted, not listed: a cluster runs a few of the catalogue's.
-    missing = sum(1 for w in audit_policy_workloads() if not w.built_in) - 1  # PyTorchJob served
+    missing = (
+        sum(1 for w in audit_policy_workloads() if not w.built_in and not w.claims) - 1
+    )  # PyTorchJob served
     assert err == (
         f"gpu-admission: note: {missing} catalogued GPU workload kind(s) not installed in this "
         "cluster (`gpu-admission policy workloads` lists the catalogue)\n"
@@ -791,3 +793,35 @@ def test_the_table_names_every_skipped_object_and_why(tmp_path: Path, capsys) ->
 
 def audit_policy_workloads():
     return load_policy(default_policy_path()).workloads.values()
+
+
+def test_a_cluster_audit_judges_claim_templates_and_notes_a_cluster_without_dra(
+    cluster: Cluster, capsys
+) -> None:
+    near_miss = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "gpu", "namespace": "ml", "uid": "uid-rct"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.con"}}]
+                }
+            }
+        },
+    }
+    cluster.api.add(near_miss)
+    code, records, _ = cluster.audit(capsys, "-A")
+    [record] = [r for r in records if r["ref"] == "ml/ResourceClaimTemplate/gpu"]
+    # New in this release: a warning under the default policy.
+    assert record["verdict"] == "allowed"
+    assert [v["path"] for v in record["violations"]] == [
+        "spec.spec.devices.requests[0].exactly.deviceClassName"
+    ]
+    cluster.api.set_served("resource.k8s.io", "v1", False)
+    code, records, err = cluster.audit(capsys, "-A")
+    assert "ml/ResourceClaimTemplate/gpu" not in {r["ref"] for r in records}
+    assert (
+        "gpu-admission: note: this cluster does not serve resource.k8s.io/v1 (Kubernetes 1.34+): "
+        "no DRA claim or claim template to judge\n"
+    ) in err

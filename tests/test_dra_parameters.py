@@ -275,7 +275,8 @@ def test_a_strategy_is_refused_while_its_gate_is_off_and_accepted_once_on(
             ".sharing.strategy",
             strategy,
             message,
-            f"leave out sharing for exclusive use, or enable the driver's {gate} gate",
+            f"leave out sharing for exclusive use, or enable the driver's {gate} gate "
+            "(and set it in the policy's dra.nvidiaDriver.featureGates)",
         )
     ]
     assert check_parameters(parameters, PATH, gates={**DEFAULTS, gate: True}) == []

@@ -25,7 +25,7 @@ from webhook.cluster.connection import Cluster
 from webhook.cluster.listing import Lister, Problem, RequestRefused
 from webhook.cluster.ownership import controller_of, meta, ref_of
 from webhook.policy.model import Policy, WorkloadKind
-from webhook.policy.workloads import LEGACY_GROUPS
+from webhook.policy.workloads import DRA_GROUP, LEGACY_GROUPS
 
 # The order of the kinds listed, lowest first: custom kinds (0) own built-in ones (a JobSet
 # its Jobs, a LeaderWorkerSet its StatefulSets, an InferenceService or a NIMService its
@@ -100,12 +100,22 @@ def judge_cluster(
     judging.finish()
     first = audits[0]
     first.problems[:0] = lister.problems
-    declared = [resource for resource, catalogued in lister.not_served if not catalogued]
+    dra = [resource for resource, _ in lister.not_served if resource.endswith(f".{DRA_GROUP}")]
+    if dra:
+        first.notes.append(
+            f"this cluster does not serve {DRA_GROUP}/v1 (Kubernetes 1.34+): no DRA claim or "
+            "claim template to judge"
+        )
+    declared = [
+        resource
+        for resource, catalogued in lister.not_served
+        if not catalogued and resource not in dra
+    ]
     if declared:
         first.notes.append(
             "not served by this cluster (CRD not installed), skipped: " + ", ".join(declared)
         )
-    catalogued = len(lister.not_served) - len(declared)
+    catalogued = len(lister.not_served) - len(declared) - len(dra)
     if catalogued:
         first.notes.append(
             f"{catalogued} catalogued GPU workload kind(s) not installed in this cluster "

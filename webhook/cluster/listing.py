@@ -19,6 +19,7 @@ import orjson
 
 from webhook.cluster.connection import Cluster, ClusterError, one_line
 from webhook.policy.model import WorkloadKind
+from webhook.policy.workloads import DRA_GROUP
 
 if TYPE_CHECKING:
     from kubernetes.client.exceptions import ApiException
@@ -36,6 +37,9 @@ BUILTIN_LISTS: dict[tuple[str, str], tuple[str, str]] = {
     ("apps", "DaemonSet"): ("AppsV1Api", "daemon_set"),
     ("batch", "Job"): ("BatchV1Api", "job"),
     ("batch", "CronJob"): ("BatchV1Api", "cron_job"),
+    # Served from Kubernetes 1.34 on: a 404 before that means no claim can exist.
+    (DRA_GROUP, "ResourceClaimTemplate"): ("ResourceV1Api", "resource_claim_template"),
+    (DRA_GROUP, "ResourceClaim"): ("ResourceV1Api", "resource_claim"),
 }
 
 
@@ -100,7 +104,7 @@ class Lister:
                         item.setdefault("kind", workload.kind)
                     yield items
             except ApiException as exc:
-                if exc.status == 404 and not builtin:
+                if exc.status == 404 and (not builtin or workload.group == DRA_GROUP):
                     continue  # this version does not serve the kind; try the group's next
                 self.problems.append(Problem(resource, self._failure(exc, workload, resource)))
             return

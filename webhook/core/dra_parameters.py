@@ -303,7 +303,8 @@ def _sharing(judge: _Judge, sharing: Mapping[str, object], path: str, sharing_ty
             strategy,
             f'"{strategy}" is selected as the GPU sharing strategy, but the "{gate}" feature '
             "gate is not enabled",
-            f"leave out sharing for exclusive use, or enable the driver's {gate} gate",
+            f"leave out sharing for exclusive use, or enable the driver's {gate} gate "
+            "(and set it in the policy's dra.nvidiaDriver.featureGates)",
         )
     time_slicing = sharing.get("timeSlicingConfig") if sharing_type == "GpuSharing" else None
     mps = sharing.get("mpsConfig")
