@@ -67,11 +67,9 @@ def _templates_not_found(view: PodView) -> Iterator[Violation]:
                 rule=RULE,
                 path=f"{claim.path}.resourceClaimTemplateName",
                 value=claim.template,
-                message=f"ResourceClaimTemplate {quote(claim.template)} is not in namespace "
-                f"{quote(view.namespace)} as the node inventory knows it: the Pod will not "
-                "start until it exists, and what it asks for (its sharing mode) is not checked",
-                hint="apply the template before the Pod, or check its name; a ComputeDomain's "
-                "channel template appears once the driver has created the domain",
+                message=f"no ResourceClaimTemplate {quote(claim.template)} in the node "
+                "inventory: the Pod cannot start without it; its sharing mode is not checked",
+                hint="apply it first (a ComputeDomain's driver makes its channel template)",
                 subject="resourceClaims",
                 field=f"resourceClaims[{claim.name}]",
                 advisory=True,

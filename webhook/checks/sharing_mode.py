@@ -145,15 +145,13 @@ def _mixed_with_claims(
         if claim.template is not None:
             why = "templates are read from the node inventory, which this server does not run"
         else:
-            why = "ResourceClaims are not watched; the check covers claim templates only"
+            why = "ResourceClaims are not watched, templates are"
         yield Violation(
             rule=RULE,
             path=claim.path,
             value=claim.name,
-            message=f"whether this Pod mixes GPU sharing modes is not checked: what "
-            f"{claim.source} asks for cannot be read ({why})",
-            hint="use one kind of GPU per Pod; claims made from templates are checked where "
-            "the server runs with the node inventory",
+            message=f"sharing modes not checked: {why}, so what {claim.source} asks for is unknown",
+            hint="use one kind of GPU per Pod",
             subject="resourceClaims",
             field=f"resourceClaims[{claim.name}]",
             advisory=True,

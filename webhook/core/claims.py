@@ -90,7 +90,7 @@ def read_claim_spec(spec: Any, path: str) -> ClaimSpec:
         return ClaimSpec(path, (), (), (), classic=True)
     devices = spec.get("devices")
     devices_path = f"{path}.devices" if path else "devices"
-    if not isinstance(devices, dict):
+    if not isinstance(devices, Mapping):  # (the inventory's records are read-only mappings)
         return ClaimSpec(path, (), (), ())
     requests: list[tuple[str, Any, str]] = []
     asks: list[DeviceAsk] = []

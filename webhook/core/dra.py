@@ -91,7 +91,8 @@ def _read_pod_claims(view: PodView) -> PodClaims:
         if template is not None and nodes is not None and known:
             kept = nodes.claim_template(view.namespace, template)
             if kept is not None:
-                spec = read_claim_spec({"devices": kept}, "")
+                # Paths as in the template, where a message points.
+                spec = read_claim_spec({"devices": kept}, "spec.spec")
         claims[entry["name"]] = PodClaim(
             entry["name"],
             f"{path}[{index}]",

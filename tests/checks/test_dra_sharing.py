@@ -1,0 +1,269 @@
+"""Sharing modes across both paths (issue 35): a Pod mixing exclusive, MIG, time-sliced and
+MPS devices, through extended resources and the claims its templates make, is refused as on
+the extended-resource path. Templates are read from the node inventory's snapshot (real
+records, built from real objects by the inventory's own functions); without it, or for a
+claim used through ``resourceClaimName``, the check is skipped with a warning."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+import webhook
+from tests.checks.test_dra_claims import claiming_pod, claims, request, template
+from tests.serving import Server, make_certificates, post_json
+from tests.support.admission import (
+    admission,
+    assert_allowed_clean,
+    container,
+    denied,
+    policy,
+    status_message,
+    warnings,
+)
+from webhook.core.dra_inventory import DraObjects, claim_template_record, device_class_record
+from webhook.core.inventory import NodeFields, NodeSnapshot
+
+NAMESPACE = "ml"
+API = "resource.nvidia.com/v1beta1"
+SHARING_GATES = "dra: {nvidiaDriver: {featureGates: {TimeSlicingSettings: true, MPSSupport: true}}}"
+
+
+@cache
+def enforcing() -> webhook.Policy:
+    return policy(
+        f"""
+        newChecks: Enforce
+        gpuNodeTaints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]
+        resources:
+          - {{name: nvidia.com/gpu, sharing: Exclusive}}
+        {SHARING_GATES}
+        """,
+        name="dra-sharing",
+    )
+
+
+def shared(strategy: str, kind: str = "GpuConfig") -> dict:
+    return {
+        "opaque": {
+            "driver": "gpu.nvidia.com",
+            "parameters": {"apiVersion": API, "kind": kind, "sharing": {"strategy": strategy}},
+        }
+    }
+
+
+def mps_template(name: str = "mps") -> dict:
+    return template(request(), config=[shared("MPS")], name=name)
+
+
+def mig_template(strategy: str | None = None, name: str = "mig") -> dict:
+    config = [shared(strategy, "MigDeviceConfig")] if strategy else None
+    return template(request(deviceClassName="mig.nvidia.com"), config=config, name=name)
+
+
+def snapshot(*templates: dict, classes: tuple[dict, ...] = ()) -> NodeSnapshot:
+    """The inventory's snapshot holding these templates (in ``ml``) and DeviceClasses."""
+    kept = {(NAMESPACE, t["metadata"]["name"]): claim_template_record(t) for t in templates}
+    known = {c["metadata"]["name"]: device_class_record(c) for c in classes}
+    dra = DraObjects(known, kept, knows_device_classes=True, knows_claim_templates=True)
+    return NodeSnapshot({}, NodeFields.of(enforcing()), dra=dra)
+
+
+def decide(obj: dict, nodes: NodeSnapshot | None, policy_: webhook.Policy | None = None):
+    return webhook.decide(
+        admission(obj, namespace=NAMESPACE), policy_ or enforcing(), mutate=False, nodes=nodes
+    )
+
+
+def two_claims(first: str, second: str) -> dict:
+    pod = claiming_pod(claims(container("a"), "one"), claims(container("b"), "two"))
+    pod["spec"]["resourceClaims"] = [
+        {"name": "one", "resourceClaimTemplateName": first},
+        {"name": "two", "resourceClaimTemplateName": second},
+    ]
+    return pod
+
+
+def test_an_exclusive_gpu_and_an_mps_claim_in_one_pod_are_refused() -> None:
+    pod = claiming_pod(
+        container("train", gpu=1), claims(container("infer"), "gpu"), template_name="mps"
+    )
+    decision = decide(pod, snapshot(mps_template()))
+    assert denied(decision) == [("sharing-mode", "spec.containers[1].resources.claims[0]")]
+    message = status_message(decision)
+    assert (
+        "mixes GPU sharing modes in one Pod: request gpu of ResourceClaimTemplate mps is MPS"
+        in message
+    )
+    assert (
+        "spec.spec.devices.config[0].opaque.parameters.sharing.strategy in the template" in message
+    )
+    assert "nvidia.com/gpu (spec.containers[0]) is Exclusive" in message
+    assert "split the work into several Pods" in message
+
+
+def test_a_mig_claim_and_a_time_sliced_claim_are_refused() -> None:
+    ts = template(request(), config=[shared("TimeSlicing")], name="ts")
+    decision = decide(two_claims("mig", "ts"), snapshot(mig_template(), ts))
+    assert denied(decision) == [("sharing-mode", "spec.containers[1].resources.claims[0]")]
+    assert "ResourceClaimTemplate ts is TimeSlicing" in status_message(decision)
+    assert (
+        "request gpu of ResourceClaimTemplate mig (spec.containers[0].resources.claims[0]) is MIG"
+        in status_message(decision)
+    )
+
+
+def test_one_mode_through_both_paths_is_admitted() -> None:
+    pod = claiming_pod(
+        container("train", gpu=1), claims(container("more"), "gpu"), template_name="whole"
+    )
+    assert_allowed_clean(decide(pod, snapshot(template(request(), name="whole"))))
+    assert_allowed_clean(
+        decide(two_claims("mig", "mig2"), snapshot(mig_template(), mig_template(name="mig2")))
+    )
+
+
+def test_a_template_mixing_modes_is_refused_when_it_is_written() -> None:
+    mixed = template(
+        request("ts"),
+        request("mps"),
+        config=[
+            {"requests": ["ts"], **shared("TimeSlicing")},
+            {"requests": ["mps"], **shared("MPS")},
+        ],
+    )
+    decision = decide(mixed, None)
+    assert denied(decision) == [
+        ("sharing-mode", "spec.spec.devices.config[1].opaque.parameters.sharing.strategy")
+    ]
+    assert 'mixes GPU sharing modes in one claim: request "mps" is MPS, while request "ts"' in (
+        status_message(decision)
+    )
+
+
+def test_first_available_alternatives_count_only_when_they_share_a_mode() -> None:
+    either = {
+        "name": "gpu",
+        "firstAvailable": [
+            {"name": "whole", "deviceClassName": "gpu.nvidia.com"},
+            {"name": "slice", "deviceClassName": "mig.nvidia.com"},
+        ],
+    }
+    pod = claiming_pod(
+        container("train", gpu=1), claims(container("more"), "gpu"), template_name="either"
+    )
+    # Either mode may be allocated: not a certain mix, so not refused.
+    assert_allowed_clean(decide(pod, snapshot(template(either, name="either"))))
+
+
+def test_a_template_missing_from_the_cache_is_warned_and_admitted() -> None:
+    pod = claiming_pod(
+        container("train", gpu=1), claims(container("more"), "gpu"), template_name="later"
+    )
+    decision = decide(pod, snapshot())
+    assert decision.allowed
+    assert [f.rule for f in decision.findings] == ["dra-claims"]
+    [warning] = warnings(decision)
+    assert 'no ResourceClaimTemplate "later" in the node inventory' in warning
+    assert "its sharing mode is not checked" in warning
+
+
+def test_without_the_inventory_the_sharing_check_is_skipped_with_a_warning() -> None:
+    pod = claiming_pod(
+        container("train", gpu=1), claims(container("more"), "gpu"), template_name="mps"
+    )
+    decision = decide(pod, None)
+    assert decision.allowed
+    [warning] = warnings(decision)
+    assert warning.startswith(
+        "spec.resourceClaims[0]: sharing modes not checked: templates are read from the node "
+        "inventory, which this server does not run"
+    )
+
+
+def test_a_resource_claim_is_never_read_and_a_lone_claim_is_not_warned() -> None:
+    pod = claiming_pod(container("train", gpu=1), claims(container("more"), "gpu"))
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
+    [warning] = warnings(decide(pod, snapshot()))
+    assert "sharing modes not checked: ResourceClaims are not watched, templates are" in warning
+    alone = claiming_pod(claims(container("only"), "gpu"))
+    alone["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
+    assert_allowed_clean(decide(alone, snapshot()))
+
+
+def test_a_device_class_the_cluster_does_not_have_is_warned() -> None:
+    golden = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+    }
+    nodes = snapshot(classes=(golden,))
+    assert_allowed_clean(decide(template(request()), nodes))
+    decision = decide(template(request(deviceClassName="mig.nvidia.com")), nodes)
+    assert decision.allowed
+    assert any('the cluster has no DeviceClass "mig.nvidia.com"' in w for w in warnings(decision))
+
+
+def test_an_inventory_class_of_nvidias_driver_gives_a_gpu() -> None:
+    # A class the cluster has whose selectors pin NVIDIA's GPU driver hands out GPUs: its
+    # container may tune them (NVIDIA_DRIVER_CAPABILITIES is refused where no GPU is requested).
+    custom = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "a100.example.com"},
+        "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.nvidia.com"'}}]},
+    }
+    tuned = claims(container("t", env={"NVIDIA_DRIVER_CAPABILITIES": "compute"}), "gpu")
+    nodes = snapshot(
+        template(request(deviceClassName="a100.example.com"), name="a100"), classes=(custom,)
+    )
+    assert_allowed_clean(decide(claiming_pod(tuned, template_name="a100"), nodes))
+    # Another driver's class, known from the inventory: no GPU, the variable is refused.
+    nic = template(request(deviceClassName="nic.example.com"), name="nic")
+    assert denied(decide(claiming_pod(tuned, template_name="nic"), snapshot(nic)))
+
+
+def test_the_real_server_refuses_an_mps_claim_beside_an_exclusive_gpu(tmp_path: Path) -> None:
+    # Without the inventory the server cannot read the template: it warns, and refuses the
+    # template that mixes modes when it is written.
+    certificates = make_certificates(tmp_path / "pki")
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
+        f"metadata: {{name: dra}}\nspec:\n  newChecks: Enforce\n  {SHARING_GATES}\n"
+        "  resources: [{name: nvidia.com/gpu, sharing: Exclusive}]\n"
+    )
+    mixed = template(
+        request("ts"),
+        request("mps"),
+        config=[
+            {"requests": ["ts"], **shared("TimeSlicing")},
+            {"requests": ["mps"], **shared("MPS")},
+        ],
+    )
+    pod = claiming_pod(
+        container("train", gpu=1), claims(container("infer"), "gpu"), template_name="mps"
+    )
+    with Server(
+        policy=policy_file,
+        cert=certificates.tls_cert,
+        key=certificates.tls_key,
+        ca=certificates.ca_cert,
+        log_path=tmp_path / "server.log",
+    ) as server:
+        conn = server.connection()
+        try:
+            refused, warned = (
+                json.loads(post_json(conn, "/validate", json.dumps(admission(obj)).encode()).body)[
+                    "response"
+                ]
+                for obj in (mixed, pod)
+            )
+        finally:
+            conn.close()
+    assert refused["allowed"] is False
+    assert "mixes GPU sharing modes in one claim" in refused["status"]["message"]
+    assert warned["allowed"] is True
+    assert any("sharing modes not checked" in w for w in warned["warnings"])
