@@ -411,3 +411,29 @@ def test_the_server_refuses_a_near_miss_and_admits_the_controllers_claim(tmp_pat
     assert "spec.spec.devices.requests[0].exactly.deviceClassName" in (refused["status"]["message"])
     assert "did you mean gpu.nvidia.com?" in refused["status"]["message"]
     assert admitted["allowed"] is True and "warnings" not in admitted
+
+
+# --- ComputeDomains -----------------------------------------------------------------------
+
+
+def compute_domain(nodes: int) -> dict:
+    return {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {"name": "imex"},
+        "spec": {
+            "numNodes": nodes,
+            "channel": {"resourceClaimTemplate": {"name": "imex-channel"}},
+        },
+    }
+
+
+def test_a_compute_domain_larger_than_the_rack_is_refused() -> None:
+    racks = policy("newChecks: Enforce\ndra: {computeDomains: {maxNodes: 18}}", name="racks")
+    assert_allowed_clean(validate(compute_domain(18), racks))
+    decision = validate(compute_domain(36), racks)
+    assert denied(decision) == [("dra-claims", "spec.numNodes")]
+    assert "dra.computeDomains.maxNodes" in status_message(decision)
+    assert "set numNodes to at most 18" in status_message(decision)
+    # Without a rack size nothing is said about it.
+    assert_allowed_clean(validate(compute_domain(36), enforcing()))

@@ -42,6 +42,9 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     if not view.claim_object:
         yield from _templates_not_found(view)
         return
+    if view.compute_domain is not None:
+        yield from _compute_domain(view, policy)
+        return
     advisory = policy.new_checks_advisory
     for spec in view.claim_specs:
         types: dict[str, str | None] = {}  # ask reference -> NVIDIA device type (None: other)
@@ -52,6 +55,26 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             if known is not None and known.device_type == "mig":
                 yield from _mig_profiles(ask, policy, advisory)
         yield from _configs(spec, policy, types, advisory)
+
+
+def _compute_domain(view: PodView, policy: Policy) -> Iterator[Violation]:
+    """A ComputeDomain spanning more nodes than one NVLink domain holds never forms: its
+    workload's Pods wait for IMEX daemons on nodes that cannot join it."""
+    most = policy.dra.max_compute_domain_nodes
+    nodes = view.compute_domain.get("numNodes") if view.compute_domain is not None else None
+    if most is None or not isinstance(nodes, int) or isinstance(nodes, bool) or nodes <= most:
+        return
+    yield Violation(
+        rule=RULE,
+        path=f"{view.spec_path}.numNodes",
+        value=nodes,
+        message=f"a ComputeDomain of {nodes} nodes spans more than one NVLink domain, which "
+        f"holds {most} here (dra.computeDomains.maxNodes), so it would never form",
+        hint=f"set numNodes to at most {most}; split the job into domains of one rack each",
+        subject="numNodes",
+        field="numNodes",
+        advisory=policy.new_checks_advisory,
+    )
 
 
 def _templates_not_found(view: PodView) -> Iterator[Violation]:

@@ -182,6 +182,7 @@ class PodView:
     # in this release: warned while ``newChecks`` is Warn).
     claim_specs: tuple[ClaimSpec, ...] = ()
     claim_object: bool = False
+    compute_domain: Mapping[str, Any] | None = None  # a ComputeDomain's spec
     pod_claims: PodClaims | None = field(default=None, repr=False)
     relevant_by_claims: bool = False
 

@@ -90,6 +90,12 @@ def walk_views(
         elif target.shape == "claim":
             for path, identity, spec in walk_path(obj, target.path):
                 yield _claim_view(obj, kind, path, spec, namespace, policy, identity)
+        elif target.shape == "computeDomain":
+            for path, identity, spec in walk_path(obj, target.path):
+                view = _claim_view(obj, kind, path, {}, namespace, policy, identity)
+                view.compute_domain = spec
+                view.gpu_relevant = True
+                yield view
         elif target.shape == "container":
             for path, identity, container in walk_path(obj, target.path):
                 parent, _, name = path.rpartition(".")

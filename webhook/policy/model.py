@@ -216,7 +216,7 @@ class TemplatePath:
     steps: tuple[TemplateStep, ...]
 
 
-TargetShape = Literal["template", "podSpec", "container", "resources", "claim"]
+TargetShape = Literal["template", "podSpec", "container", "resources", "claim", "computeDomain"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +259,8 @@ class PodTarget:
     - ``container``: one container, without pod-level fields;
     - ``claim``: a ResourceClaimSpec (a ResourceClaim's ``spec``, a template's
       ``spec.spec``): no Pod, judged by the rules that judge claims;
+    - ``computeDomain``: NVIDIA's ComputeDomain ``spec`` (IMEX across a rack's nodes): no
+      Pod either, judged by the ``dra-claims`` rule;
     - ``resources``: ResourceRequirements inside a container-like object (its parent, whose
       env and security context are judged too), with ``pod_fields`` the paths of the objects
       holding the pod-level fields of the same Pods (Trainer's TrainJob: ``resourcesPerNode``

@@ -55,6 +55,9 @@ BUILTIN_WORKLOADS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
 # served version (the review's kind names the group, not the version): where each keeps its
 # ResourceClaimSpec.
 DRA_GROUP = "resource.k8s.io"
+# NVIDIA's DRA driver's ComputeDomain (IMEX channels across the nodes of an NVLink domain): a
+# custom resource, sent to the custom kinds' entry.
+COMPUTE_DOMAIN_GROUP = "resource.nvidia.com"
 CLAIM_KINDS: tuple[tuple[str, str, str], ...] = (
     ("ResourceClaimTemplate", "resourceclaimtemplates", "spec.spec"),
     ("ResourceClaim", "resourceclaims", "spec"),
@@ -321,6 +324,10 @@ def compile_workloads(
     for kind, resource, path in CLAIM_KINDS:
         target = PodTarget("claim", compile_template_path(path))
         workloads[(DRA_GROUP, kind)] = WorkloadKind(DRA_GROUP, kind, resource, (target,))
+    domain = PodTarget("computeDomain", compile_template_path("spec"))
+    workloads[(COMPUTE_DOMAIN_GROUP, "ComputeDomain")] = WorkloadKind(
+        COMPUTE_DOMAIN_GROUP, "ComputeDomain", "computedomains", (domain,)
+    )
     disabled = {(d["group"], d["kind"]) for d in spec.get("catalogue", {}).get("disabled", ())}
     for entry in catalogue():
         if (entry["group"], entry["kind"]) not in disabled:
