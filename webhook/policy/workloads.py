@@ -325,8 +325,9 @@ def compile_workloads(
         target = PodTarget("claim", compile_template_path(path))
         workloads[(DRA_GROUP, kind)] = WorkloadKind(DRA_GROUP, kind, resource, (target,))
     domain = PodTarget("computeDomain", compile_template_path("spec"))
+    # Counted with the catalogue's kinds (a cluster without NVIDIA's DRA driver has none).
     workloads[(COMPUTE_DOMAIN_GROUP, "ComputeDomain")] = WorkloadKind(
-        COMPUTE_DOMAIN_GROUP, "ComputeDomain", "computedomains", (domain,)
+        COMPUTE_DOMAIN_GROUP, "ComputeDomain", "computedomains", (domain,), catalogued=True
     )
     disabled = {(d["group"], d["kind"]) for d in spec.get("catalogue", {}).get("disabled", ())}
     for entry in catalogue():
