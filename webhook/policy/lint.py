@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from webhook.policy import mig
+from webhook.policy.dra_lint import dra_errors, dra_warnings
 from webhook.policy.grant_lint import grant_errors
 from webhook.policy.lines import LineFinder, render_path
 from webhook.policy.mode_lint import (
@@ -90,6 +91,7 @@ def semantic_errors(doc: dict[str, Any], lines: LineFinder) -> list[str]:
 
     tenant_errors(spec, err)
     mutation_errors(spec, err)
+    dra_errors(spec, err)
 
     mig_spec = spec.get("migCatalogue", {})
     custom_products = mig_spec.get("customProducts", [])
@@ -314,6 +316,7 @@ def warnings(policy: Policy, lines: LineFinder) -> tuple[PolicyWarning, ...]:
     entitlement_warnings(policy, warn)
     queue_warnings(policy, warn)
     mutation_warnings(policy, warn, inform)
+    dra_warnings(policy, warn)
     return tuple(sorted(found, key=lambda w: w.line))
 
 
