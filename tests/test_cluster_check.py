@@ -753,3 +753,65 @@ def test_classes_the_gpu_defaults_name_must_exist(kube_api: FakeKubeAPI, tmp_pat
     refused = check(kube_api, tmp_path, policy=text)
     assert refused.returncode == 2
     assert "cannot read RuntimeClass nvidia-cdi (HTTP 403)" in refused.stderr
+
+
+def admin_claim_template(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "all-gpus", "namespace": namespace, "uid": f"uid-{namespace}"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpus",
+                            "exactly": {
+                                "deviceClassName": "gpu.nvidia.com",
+                                "allocationMode": "All",
+                                "adminAccess": True,
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
+def test_every_claim_with_admin_access_is_reported_with_what_allowed_it(
+    kube_api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    kube_api.add_all(clean_cluster())
+    kube_api.add_all([operator_plugin(desired=7), gke_plugin(desired=2)])
+    label = {"resource.kubernetes.io/admin-access": "true"}
+    for name, labels in (("monitoring", label), ("team-a", label), ("team-b", {})):
+        kube_api.add(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+        )
+        kube_api.add(admin_claim_template(name))
+    granted = POLICY.replace(
+        "spec:\n",
+        "spec:\n  tenants:\n    - namespaces: [monitoring]\n"
+        "      grants: {draAdminAccess: true}\n",
+        1,
+    )
+    result = check(kube_api, tmp_path, "-o", "json", policy=granted)
+    assert result.returncode == 1, result.stderr
+    found = [
+        (d["kind"], d["level"], d["namespaces"], d["message"])
+        for d in json.loads(result.stdout)["drift"]
+        if d["kind"].startswith("dra-admin-access")
+    ]
+    assert [(kind, level, namespaces) for kind, level, namespaces, _ in found] == [
+        ("dra-admin-access", "info", ["monitoring"]),
+        ("dra-admin-access-ungranted", "drift", ["team-a"]),
+        ("dra-admin-access-ungranted", "drift", ["team-b"]),
+    ]
+    assert found[0][3] == (
+        "ResourceClaimTemplate monitoring/all-gpus asks for admin access to gpu.nvidia.com "
+        "devices: allowed by the namespace label resource.kubernetes.io/admin-access=true and "
+        "tenants[0].grants.draAdminAccess (monitoring)"
+    )
+    assert "no tenant grants draAdminAccess to its namespace" in found[1][3]
+    assert "no longer labelled resource.kubernetes.io/admin-access=true" in found[2][3]

@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from webhook.audit.admin_access import ADMIN_ACCESS_KINDS, check_admin_access
 from webhook.audit.class_drift import CLASS_DRIFT_KINDS, check_classes
 from webhook.audit.drift import DRIFT_KINDS, check_cluster
 from webhook.audit.drift_finding import Drift
@@ -41,7 +42,7 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         description="Read every Node (and the DaemonSets the policy's devicePluginDaemonSets "
         "names; without it, device plugins are not compared) and, where tenants state "
         "entitlements, the Namespaces and ResourceQuotas, and compare them with the policy: "
-        + "; ".join(DRIFT_KINDS + QUOTA_DRIFT_KINDS + CLASS_DRIFT_KINDS)
+        + "; ".join(DRIFT_KINDS + QUOTA_DRIFT_KINDS + CLASS_DRIFT_KINDS + ADMIN_ACCESS_KINDS)
         + ". Each disagreement once, with the nodes or namespaces concerned. Needs list on "
         "nodes and pods, get on daemonsets and, for entitlements, list on namespaces and "
         "resourcequotas, and for GPU defaults get on runtimeclasses and priorityclasses "
@@ -65,6 +66,7 @@ def run_check(args: argparse.Namespace) -> int:
         drift, nodes = check_cluster(cluster, policy)
         quotas = check_quotas(cluster, policy, None)
         drift += check_classes(cluster, policy)
+        drift += check_admin_access(cluster, policy)
     drift += quotas.drift
     disagreements = [d for d in drift if d.level == "drift"]
     daemonsets = [str(named) for named in policy.device_plugin_daemonsets]
