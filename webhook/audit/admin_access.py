@@ -37,6 +37,15 @@ def check_admin_access(cluster: Cluster, policy: Policy) -> list[Drift]:
     from kubernetes.client.exceptions import ApiException
 
     lister = Lister(cluster, None)
+    objects: list[Mapping[str, Any]] = []
+    for workload in policy.workloads.values():
+        if workload.claims:
+            for page in lister.object_pages(workload):
+                objects += [obj for obj, _ in _asking(page)]
+    if lister.problems:
+        raise ClusterError(lister.problems[0].message)
+    if not objects:
+        return []  # (no namespace is read)
     core = k8s.CoreV1Api(cluster.api_client)
     try:
         labelled = {
@@ -51,13 +60,6 @@ def check_admin_access(cluster: Cluster, policy: Policy) -> list[Drift]:
         }
     except ApiException as exc:
         raise RequestRefused("cannot list namespaces", exc) from None
-    objects: list[Mapping[str, Any]] = []
-    for workload in policy.workloads.values():
-        if workload.claims:
-            for page in lister.object_pages(workload):
-                objects += page
-    if lister.problems:
-        raise ClusterError(lister.problems[0].message)
     return find_admin_access(policy, objects, labelled)
 
 
