@@ -792,8 +792,7 @@ def test_every_claim_with_admin_access_is_reported_with_what_allowed_it(
         kube_api.add(admin_claim_template(name))
     granted = POLICY.replace(
         "spec:\n",
-        "spec:\n  tenants:\n    - namespaces: [monitoring]\n"
-        "      grants: {draAdminAccess: true}\n",
+        "spec:\n  tenants:\n    - namespaces: [monitoring]\n      grants: {draAdminAccess: true}\n",
         1,
     )
     result = check(kube_api, tmp_path, "-o", "json", policy=granted)

@@ -267,3 +267,22 @@ def test_the_real_server_refuses_an_mps_claim_beside_an_exclusive_gpu(tmp_path: 
     assert "mixes GPU sharing modes in one claim" in refused["status"]["message"]
     assert warned["allowed"] is True
     assert any("sharing modes not checked" in w for w in warned["warnings"])
+
+
+def test_a_device_classs_own_config_sets_the_mode_of_its_claims() -> None:
+    # An admin's DeviceClass that shares every GPU it hands out through MPS.
+    mps_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {
+            "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}],
+            "config": [shared("MPS")],
+        },
+    }
+    pod = claiming_pod(
+        container("train", gpu=1), claims(container("infer"), "gpu"), template_name="whole"
+    )
+    decision = decide(pod, snapshot(template(request(), name="whole"), classes=(mps_class,)))
+    assert denied(decision) == [("sharing-mode", "spec.containers[1].resources.claims[0]")]
+    assert "is MPS (DeviceClass gpu.nvidia.com's config)" in status_message(decision)

@@ -128,12 +128,15 @@ def _mixed_with_claims(
                     first = (claimed.mode, label, path)
                 elif claimed.mode != first[0] and label not in reported:
                     reported.add(label)
+                    where = claimed.where
+                    if not where.startswith("DeviceClass "):
+                        where += " in the template"
                     yield Violation(
                         rule=RULE,
                         path=path,
                         value=name,
                         message=f"mixes GPU sharing modes in one Pod: {label} is "
-                        f"{claimed.mode} ({claimed.where} in the template), while {first[1]} "
+                        f"{claimed.mode} ({where}), while {first[1]} "
                         f"({first[2]}) is {first[0]}",
                         hint="request one kind of GPU per Pod; split the work into several Pods",
                         subject=container.name,

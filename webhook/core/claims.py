@@ -150,14 +150,27 @@ def _ask(request: str, subrequest: str, fields: Mapping[str, Any], where: str) -
     )
 
 
-def sharing_of(ask: DeviceAsk, known: KnownClass, spec: ClaimSpec) -> tuple[str, str]:
+def sharing_of(
+    ask: DeviceAsk,
+    known: KnownClass,
+    spec: ClaimSpec,
+    class_configs: tuple[Mapping[str, Any], ...] = (),
+) -> tuple[str, str]:
     """The sharing mode of the devices ``ask`` gets from a GPU class, and the path of what
-    set it (the config, else the class name). The last config that sets a strategy wins, as
-    the driver applies configs in order."""
+    set it (the config, else the class name). The DeviceClass's own configs come first (the
+    node inventory's, ``class_configs``), then the claim's: the last that sets a strategy
+    wins, as the driver applies them in order."""
     mode = known.sharing or "Exclusive"
     where = ask.class_path
     if ask.capacity:
         return CAPACITY_SHARE, f"{ask.path}.capacity"
+    for entry in class_configs:
+        opaque = entry.get("opaque")
+        if isinstance(opaque, Mapping) and opaque.get("driver") == GPU_DRIVER:
+            strategy = sharing_strategy(opaque.get("parameters"))
+            if strategy is not None:
+                mode = _SHARED.get((known.sharing or "Exclusive", strategy), mode)
+                where = f"DeviceClass {known.name}'s config"
     for config in spec.configs:
         if config.driver == GPU_DRIVER and config.applies_to(ask):
             strategy = sharing_strategy(config.parameters)

@@ -232,7 +232,8 @@ def claim_modes(spec: ClaimSpec, policy: Policy, nodes: NodeSnapshot | None) -> 
         if known.sharing is None:
             by_request.setdefault(ask.request, []).append(None)
             continue
-        mode, where = sharing_of(ask, known, spec)
+        record = nodes.device_class(known.name) if nodes is not None else None
+        mode, where = sharing_of(ask, known, spec, record.config if record is not None else ())
         by_request.setdefault(ask.request, []).append(ClaimedMode(mode, ask, where))
     found = []
     for modes in by_request.values():
