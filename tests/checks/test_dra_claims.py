@@ -380,7 +380,9 @@ def test_a_claim_makes_the_pod_gpu_relevant_and_its_new_findings_only_warn() -> 
 # --- the real server ----------------------------------------------------------------------
 
 
-def test_the_server_refuses_a_near_miss_and_admits_the_controllers_claim(tmp_path: Path) -> None:
+def test_the_server_judges_classes_and_profiles_and_admits_the_controllers_claim(
+    tmp_path: Path,
+) -> None:
     certificates = make_certificates(tmp_path / "pki")
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(
@@ -388,6 +390,9 @@ def test_the_server_refuses_a_near_miss_and_admits_the_controllers_claim(tmp_pat
         "metadata: {name: dra}\nspec:\n  newChecks: Enforce\n"
     )
     tenant = admission(template(request(deviceClassName="gpu.nvidia.con")))
+    profile = admission(
+        template(mig_request("device.attributes['gpu.nvidia.com'].profile == '1g.11gb'"))
+    )
     controller = admission(forged())
     controller["request"]["userInfo"] = {"username": CONTROLLER}
     with Server(
@@ -401,11 +406,14 @@ def test_the_server_refuses_a_near_miss_and_admits_the_controllers_claim(tmp_pat
         try:
             answers = [
                 json.loads(post_json(conn, "/validate", json.dumps(r).encode()).body)["response"]
-                for r in (tenant, controller)
+                for r in (tenant, profile, controller)
             ]
         finally:
             conn.close()
-    refused, admitted = answers
+    refused, uncatalogued, admitted = answers
+    # The policy's migCatalogue warns an uncatalogued profile (uncataloguedProfiles: Warn).
+    assert uncatalogued["allowed"] is True
+    assert any('MIG profile "1g.11gb"' in w for w in uncatalogued["warnings"])
     assert refused["allowed"] is False
     assert refused["status"]["code"] == 403
     assert "spec.spec.devices.requests[0].exactly.deviceClassName" in (refused["status"]["message"])

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import webhook
 from tests.checks.test_dra_claims import claiming_pod, claims, request, template
-from tests.serving import Server, make_certificates, post_json
+from tests.kubeapi import FakeKubeAPI
+from tests.serving import Server, make_certificates, post_json, wait_until
 from tests.support.admission import (
     admission,
     assert_allowed_clean,
@@ -286,3 +287,73 @@ def test_a_device_classs_own_config_sets_the_mode_of_its_claims() -> None:
     decision = decide(pod, snapshot(template(request(), name="whole"), classes=(mps_class,)))
     assert denied(decision) == [("sharing-mode", "spec.containers[1].resources.claims[0]")]
     assert "is MPS (DeviceClass gpu.nvidia.com's config)" in status_message(decision)
+
+
+def test_the_real_server_with_the_inventory_reads_the_pods_templates(
+    tmp_path: Path, kube_api: FakeKubeAPI
+) -> None:
+    # The whole path: the inventory's process lists the templates from the (fake) API server,
+    # the worker keeps them, and the Pod that mixes an exclusive GPU with an MPS claim is
+    # refused; one whose template is not there yet is warned and admitted; a claim-only GPU
+    # container may tune its GPU.
+    kube_api.bookmark_seconds = 0.2
+    kube_api.add(gpu_node())
+    mps = mps_template()
+    mps["metadata"]["namespace"] = NAMESPACE
+    kube_api.add(mps)
+    certificates = make_certificates(tmp_path / "pki")
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
+        f"metadata: {{name: dra}}\nspec:\n  newChecks: Enforce\n  {SHARING_GATES}\n"
+        "  resources: [{name: nvidia.com/gpu, sharing: Exclusive}]\n"
+        "  gpuNodeTaints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]\n"
+    )
+    mixed = claiming_pod(
+        container("train", gpu=1), claims(container("infer"), "gpu"), template_name="mps"
+    )
+    later = claiming_pod(
+        container("train", gpu=1), claims(container("infer"), "gpu"), template_name="later"
+    )
+    tuned = claiming_pod(
+        claims(container("t", env={"NVIDIA_DRIVER_CAPABILITIES": "compute"}), "gpu"),
+        template_name="mps",
+    )
+    with Server(
+        policy=policy_file,
+        cert=certificates.tls_cert,
+        key=certificates.tls_key,
+        ca=certificates.ca_cert,
+        log_path=tmp_path / "server.log",
+        extra_args=["--inventory"],
+        env={"KUBECONFIG": str(kube_api.write_kubeconfig(tmp_path / "kubeconfig"))},
+    ) as server:
+
+        def answer(obj: dict) -> dict:
+            conn = server.connection()
+            try:
+                body = json.dumps(admission(obj, namespace=NAMESPACE)).encode()
+                return json.loads(post_json(conn, "/validate", body).body)["response"]
+            finally:
+                conn.close()
+
+        wait_until(
+            lambda: not answer(mixed)["allowed"], timeout=10, what="the template in the inventory"
+        )
+        refused = answer(mixed)
+        assert "mixes GPU sharing modes in one Pod" in refused["status"]["message"]
+        assert "ResourceClaimTemplate mps is MPS" in refused["status"]["message"]
+        waiting = answer(later)
+        assert waiting["allowed"] is True
+        assert any('no ResourceClaimTemplate "later"' in w for w in waiting["warnings"])
+        admitted = answer(tuned)
+        assert admitted["allowed"] is True and "warnings" not in admitted
+
+
+def gpu_node() -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "gpu-1", "labels": {"nvidia.com/gpu.present": "true"}},
+        "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"}},
+    }
