@@ -345,7 +345,10 @@ def test_a_container_whose_gpu_comes_from_a_claim_may_tune_it() -> None:
     ]
 
 
-def test_with_inject_void_a_claiming_container_is_not_asked_for_void() -> None:
+def test_with_inject_void_a_claim_that_cannot_be_read_is_still_voided() -> None:
+    # Without the node inventory the claim may be a NIC's: the container is asked for void
+    # (harmless where it is a GPU: NVIDIA's driver hands it over through CDI, and voids the
+    # variable itself). With the inventory's template, see test_dra_sharing.
     voiding = policy(
         """
         gpuNodeTaints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
@@ -353,11 +356,15 @@ def test_with_inject_void_a_claiming_container_is_not_asked_for_void() -> None:
         """,
         name="void",
     )
-    sidecar = container(name="sidecar")
-    pod_ = claiming_pod(claims(container(name="main"), "gpu"), sidecar)
+    pod_ = claiming_pod(claims(container(name="main"), "gpu"), container(name="sidecar"))
     decision = validate(pod_, voiding)
-    # The sidecar requests no GPU and is asked for void; the claiming container is not.
-    assert [path for _, path in denied(decision)] == ["spec.containers[1].env"]
+    assert [path for _, path in denied(decision)] == [
+        "spec.containers[0].env",
+        "spec.containers[1].env",
+    ]
+    assert 'container "main" uses a DRA claim the webhook cannot read as a GPU' in (
+        status_message(decision)
+    )
 
 
 def test_a_claim_makes_the_pod_gpu_relevant_and_its_new_findings_only_warn() -> None:

@@ -1,7 +1,8 @@
 """A tenant's review of the DRA support (issue 35): ways around the checks through claims.
 
-Each test states what the policy promises and fails today (``xfail(strict=True)``: the day
-the hole is closed it passes, the marker makes it fail, and the marker goes). The tenant
+Each test states what the policy promises. The holes still open are ``xfail(strict=True)``
+(the day one is closed its test passes, the marker makes it fail, and the marker goes); the
+others were closed after the review. The tenant
 writes only what the API server accepts in its own namespace (``team-a``): Pods, claims and
 claim templates. Severity and the smallest fix are in each test's docstring.
 """
@@ -113,7 +114,6 @@ def test_without_a_claim_the_same_pods_are_refused() -> None:
 # --- 1. A claim that is no GPU exempts a CUDA image from device visibility ------------------
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 1: unread claims count as GPUs")
 def test_an_unread_claim_lets_a_legacy_cuda_image_see_every_gpu_under_the_default_policy() -> None:
     """Severity: bypass of a documented guarantee, under the default policy, and a regression
     (ad7b759 denied both Pods). ``CUDA_VERSION`` without a GPU is denied ("legacy CUDA_VERSION"
@@ -129,7 +129,6 @@ def test_an_unread_claim_lets_a_legacy_cuda_image_see_every_gpu_under_the_defaul
         assert device_visibility(decision) == ["spec.containers[0].env[0].name"], source
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 1: unread claims count as GPUs")
 def test_an_unread_claim_escapes_inject_void() -> None:
     """Severity: bypass of a documented guarantee (strict: "`void` required", "holds without
     the mutating webhook"). Without a claim the container is refused for lacking
@@ -144,7 +143,6 @@ def test_an_unread_claim_escapes_inject_void() -> None:
     assert device_visibility(decision) == ["spec.containers[0].env"]
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 1: firstAvailable counts any GPU")
 def test_a_first_available_request_with_a_non_gpu_fallback_escapes_inject_void() -> None:
     """Severity: same bypass, with the node inventory and a template it has read. The first
     subrequest is a GPU no node has, the second a NIC: the allocation takes the NIC, yet the
@@ -188,7 +186,6 @@ def test_a_first_available_request_with_a_non_gpu_fallback_escapes_inject_void()
 # --- 2. The Pod's side of entitlements, products and sharing ignores DRA ---------------------
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 2: deviceclass.resource... not a GPU")
 def test_the_implicit_device_class_resource_escapes_entitlements_and_products() -> None:
     """Severity: bypass of the entitlement and pool-access rules (enforced in this policy).
     ``deviceclass.resource.kubernetes.io/<class>`` (DRAExtendedResource) asks the scheduler for
@@ -218,7 +215,6 @@ def test_a_claim_only_gpu_pod_is_not_kept_to_the_tenants_products() -> None:
     assert ("pool-access", "spec.affinity.nodeAffinity") in denied(decision)
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 2: deviceclass.resource... not a GPU")
 def test_the_implicit_device_class_resource_mixes_sharing_modes_unseen() -> None:
     """Severity: the sharing-mode guarantee of issue 35 does not hold for DRA's extended
     resources: ``nvidia.com/mig-1g.10gb`` beside ``nvidia.com/gpu`` is refused, the same MIG
@@ -284,7 +280,6 @@ def test_parameters_nested_past_orjsons_limit_admit_an_admin_access_claim(tmp_pa
 # --- 4. A claim's GPU relevance ignores the inventory's classes -----------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 4: claim relevance by name only")
 def test_admin_access_to_an_nvidia_class_named_otherwise_is_only_audited() -> None:
     """Severity: a gap in dra-admin-access and entitlements under a policy with
     ``newChecks: Enforce`` and the default rule modes (``otherPods: Audit``). With the
@@ -317,7 +312,6 @@ def test_admin_access_to_an_nvidia_class_named_otherwise_is_only_audited() -> No
 # --- 5. Which configuration the driver applies ----------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 5: config matching differs from driver")
 def test_a_config_naming_the_parent_request_hides_a_subrequests_mps() -> None:
     """Severity: the sharing-mode check misreads what NVIDIA's driver applies (no host
     access; the Pod gets MPS beside time-slicing). The driver at the pinned commit takes, per

@@ -270,6 +270,36 @@ def test_the_real_server_refuses_an_mps_claim_beside_an_exclusive_gpu(tmp_path: 
     assert any("sharing modes not checked" in w for w in warned["warnings"])
 
 
+def test_with_inject_void_a_read_gpu_claim_is_not_asked_for_void() -> None:
+    voiding = policy(
+        """
+        gpuNodeTaints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+        deviceVisibility: {injectVoid: true}
+        """,
+        name="void-inventory",
+    )
+    pod = claiming_pod(
+        claims(container("main"), "gpu"), container("sidecar"), template_name="whole"
+    )
+    nodes = snapshot(template(request(), name="whole"))
+    decision = decide(pod, nodes, voiding)
+    # The sidecar requests no GPU and is asked for void; the GPU's container is not.
+    assert [path for _, path in denied(decision)] == ["spec.containers[1].env"]
+    # A request that may fall back to a NIC is voided.
+    either = {
+        "name": "gpu",
+        "firstAvailable": [
+            {"name": "gpu", "deviceClassName": "gpu.nvidia.com"},
+            {"name": "nic", "deviceClassName": "nic.example.com"},
+        ],
+    }
+    nodes = snapshot(template(either, name="whole"))
+    assert [path for _, path in denied(decide(pod, nodes, voiding))] == [
+        "spec.containers[0].env",
+        "spec.containers[1].env",
+    ]
+
+
 def test_a_device_classs_own_config_sets_the_mode_of_its_claims() -> None:
     # An admin's DeviceClass that shares every GPU it hands out through MPS.
     mps_class = {

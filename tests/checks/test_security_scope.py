@@ -391,11 +391,24 @@ def test_the_void_requirement_binds_every_pod_that_can_reach_gpu_nodes():
 def test_a_dra_claim_is_a_gpu_request_for_the_void_requirement():
     # A container that uses a claim gets its devices (issue 35): it is not asked for void, and
     # may tune the GPU it gets; a claim it does not use gives it nothing.
+    # Without the node inventory its template cannot be read: voided all the same (a NIC's
+    # claim would hand it nothing, and an image's own variables every GPU).
     claimed = container("sim", resources={"claims": [{"name": "gpu"}]})
     obj = with_spec(
         pod(claimed), resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
     )
-    assert_allowed_clean(validate(obj, STRICT))
+    assert denied_rules(validate(obj, STRICT)) == {"device-visibility"}
+    voided = with_spec(
+        pod(
+            container(
+                "sim",
+                resources={"claims": [{"name": "gpu"}]},
+                env={"NVIDIA_VISIBLE_DEVICES": "void", "NVIDIA_DRIVER_CAPABILITIES": "compute"},
+            )
+        ),
+        resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+    )
+    assert_allowed_clean(validate(voided, STRICT))
     unused = with_spec(
         pod(container("sim")),
         resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],

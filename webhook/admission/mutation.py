@@ -19,7 +19,7 @@ from webhook.core.pods import PodView, ephemeral_container_names
 from webhook.core.pools import Selection, confining_expressions
 from webhook.core.products import product_expression, product_reach, product_tenant
 from webhook.core.scheduling import tolerates, toleration_for
-from webhook.core.scope import requests_gpu
+from webhook.core.scope import surely_gets_gpu
 from webhook.policy.model import INJECTED_ANNOTATION, Policy
 
 REQUIRED = ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
@@ -110,7 +110,7 @@ def _add_void(planned: patch.Planned, view: PodView, lists: tuple[str, ...], ski
     for container in view.containers:
         if container.list_name not in lists or container.name in skip:
             continue
-        if requests_gpu(container):
+        if surely_gets_gpu(container):
             continue
         env = container.spec.get("env")
         names = [v.get("name") for v in env if isinstance(v, dict)] if isinstance(env, list) else []

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from webhook.policy.dra import DEVICE_CLASS_RESOURCE_PREFIX
 from webhook.policy.model import Policy
 from webhook.policy.tenants import Tenant
 
@@ -47,6 +48,8 @@ def implied_limits(policy: Policy, tenant: Tenant) -> dict[str, int]:
     if entitled is None:
         return {}
     declared = {*policy.resources, *(name for pool in policy.pools for name in pool.resources)}
+    # DRA's extended resources are quotaed as their class's devices (implied_device_limits).
+    declared = {name for name in declared if not name.startswith(DEVICE_CLASS_RESOURCE_PREFIX)}
     limits: dict[str, int] = {}
     for name in sorted(declared | {n for n in entitled.max_gpus if "/" in n}):
         if entitled.resources is not None and name not in entitled.resources:

@@ -49,6 +49,7 @@ from webhook.core.scope import (
     WIDENING_VARIABLES,
     reach,
     requests_gpu,
+    surely_gets_gpu,
     toolkit_env,
 )
 from webhook.policy.model import Policy
@@ -62,6 +63,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
     require_void = _void_requirement(view, policy) if policy.inject_void else None
     for container in view.containers:
         gpu = requests_gpu(container)
+        surely = surely_gets_gpu(container)
         voided = requires_cuda = sets_visibility = False
         for index, var in toolkit_env(container) if container.nvidia_env else ():
             name = var["name"]
@@ -80,7 +82,7 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 continue  # tunes the GPU the container was given
             yield _variable(view, policy, container, index, var, gpu)
         # Only where the toolkit would default to every GPU: a value of its own is judged above.
-        legacy = not (gpu or requires_cuda or sets_visibility)
+        legacy = not (surely or requires_cuda or sets_visibility)
         if legacy and container.cuda_version_index >= 0:
             yield _legacy_cuda(view, policy, container)
         mounts = container.spec.get("volumeMounts")
@@ -121,12 +123,12 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
                 field=f"{container.list_name}.envFrom",
                 advisory=True,
             )
-        if require_void is not None and not gpu and not _sets_visibility(container):
+        if require_void is not None and not surely and not _sets_visibility(container):
             yield Violation(
                 rule=RULE,
                 path=f"{container.path}.env",
                 value=None,
-                message=f"container {quote(container.name)} requests no GPU and lacks "
+                message=f"container {quote(container.name)} {_no_gpu(container)} and lacks "
                 f"{VOID_ENTRY}, which the policy requires in every such container of a Pod that "
                 "can reach GPU nodes: without it, an image's own NVIDIA_VISIBLE_DEVICES decides "
                 "which GPUs it sees",
@@ -236,13 +238,20 @@ def _node_shared(
     )
 
 
+def _no_gpu(container: ContainerView) -> str:
+    """Why the container is not known to be handed a GPU, for messages."""
+    if container.claims_gpu:
+        return "uses a DRA claim the webhook cannot read as a GPU"
+    return "requests no GPU"
+
+
 def _legacy_cuda(view: PodView, policy: Policy, container: ContainerView) -> Violation:
     index = container.cuda_version_index
     return Violation(
         rule=RULE,
         path=f"{container.path}.env[{index}].name",
         value=CUDA_VERSION,
-        message=f"container {quote(container.name)} requests no GPU and sets {CUDA_VERSION} "
+        message=f"container {quote(container.name)} {_no_gpu(container)} and sets {CUDA_VERSION} "
         f"without {VISIBLE_DEVICES}: "
         + advice.why(
             view,

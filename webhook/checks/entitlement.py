@@ -29,6 +29,7 @@ from webhook.core.findings import Violation, quote
 from webhook.core.pods import PodView, effective_requests
 from webhook.core.replicas import Replicas, replicas_of
 from webhook.core.wording import plain_number
+from webhook.policy.dra import DEVICE_CLASS_RESOURCE_PREFIX
 from webhook.policy.model import Policy
 from webhook.policy.quantity import Quantity
 
@@ -50,6 +51,27 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
             if quantity is None or quantity <= 0 or name not in policy.declared_names:
                 continue
             devices += quantity
+            if name.startswith(DEVICE_CLASS_RESOURCE_PREFIX):
+                # DRA's extended resource of a GPU class: held to the tenant's device classes.
+                device_class = name[len(DEVICE_CLASS_RESOURCE_PREFIX) :]
+                if entitled.device_classes is not None and (
+                    device_class not in entitled.device_classes
+                ):
+                    yield Violation(
+                        rule=RULE,
+                        path=container.resource_path(name),
+                        value=name,
+                        message=f"namespace {quote(view.namespace)} may not claim "
+                        f"{device_class} devices: {said.setting} lists device classes "
+                        f"{', '.join(sorted(entitled.device_classes))}",
+                        hint=f"ask for one of those, or {said.ask} to be entitled to "
+                        f"{device_class}",
+                        error_type="Forbidden",
+                        subject=container.name,
+                        field=f"{container.list_name}.resources[{name}]",
+                        advisory=said.advisory,
+                    )
+                continue
             if entitled.resources is not None and name not in entitled.resources:
                 yield Violation(
                     rule=RULE,

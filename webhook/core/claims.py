@@ -20,7 +20,7 @@ from typing import Any
 
 from webhook.core.dra_parameters import sharing_strategy
 from webhook.policy.dra import KnownClass
-from webhook.policy.nvidia_dra import GPU_DRIVER
+from webhook.policy.nvidia_dra import CONFIG_KINDS, GPU_DRIVER
 
 # The sharing mode of a configured device: (its class's mode, the config's strategy) -> mode.
 _SHARED = {
@@ -65,9 +65,6 @@ class OpaqueConfig:
     requests: tuple[str, ...]  # the requests it applies to; empty: every one
     driver: Any
     parameters: Any
-
-    def applies_to(self, ask: DeviceAsk) -> bool:
-        return not self.requests or ask.request in self.requests or ask.reference in self.requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,28 +153,48 @@ def sharing_of(
     spec: ClaimSpec,
     class_configs: tuple[Mapping[str, Any], ...] = (),
 ) -> tuple[str, str]:
-    """The sharing mode of the devices ``ask`` gets from a GPU class, and the path of what
-    set it (the config, else the class name). The DeviceClass's own configs come first (the
-    node inventory's, ``class_configs``), then the claim's: the last that sets a strategy
-    wins, as the driver applies them in order."""
-    mode = known.sharing or "Exclusive"
-    where = ask.class_path
+    """The sharing mode of the devices ``ask`` gets from a GPU class, and where it is set (the
+    config, else the class name). As NVIDIA's driver picks it (device_state.go at the commit
+    ``webhook.policy.nvidia_dra`` cites): of the DeviceClass's configs (the node inventory's,
+    ``class_configs``) and then the claim's, the last one of its driver that applies to the
+    device's request, whole, strategy or none: a claim's config applies when it names no
+    request, or names exactly the request the device was allocated for (``request/sub`` for a
+    ``firstAvailable`` alternative)."""
+    base = known.sharing or "Exclusive"
     if ask.capacity:
         return CAPACITY_SHARE, f"{ask.path}.capacity"
+    chosen: tuple[Any, str] | None = None
     for entry in class_configs:
         opaque = entry.get("opaque")
-        if isinstance(opaque, Mapping) and opaque.get("driver") == GPU_DRIVER:
-            strategy = sharing_strategy(opaque.get("parameters"))
-            if strategy is not None:
-                mode = _SHARED.get((known.sharing or "Exclusive", strategy), mode)
-                where = f"DeviceClass {known.name}'s config"
+        if (
+            isinstance(opaque, Mapping)
+            and opaque.get("driver") == GPU_DRIVER
+            and _for_type(opaque.get("parameters"), known)
+        ):
+            chosen = (opaque.get("parameters"), f"DeviceClass {known.name}'s config")
     for config in spec.configs:
-        if config.driver == GPU_DRIVER and config.applies_to(ask):
-            strategy = sharing_strategy(config.parameters)
-            if strategy is not None:
-                mode = _SHARED.get((known.sharing or "Exclusive", strategy), mode)
-                where = f"{config.path}.parameters.sharing.strategy"
-    return mode, where
+        if config.driver != GPU_DRIVER:
+            continue
+        # One that names no request applies to the devices of its kind's type only.
+        if (config.requests and ask.reference in config.requests) or (
+            not config.requests and _for_type(config.parameters, known)
+        ):
+            chosen = (config.parameters, f"{config.path}.parameters.sharing.strategy")
+    if chosen is None:
+        return base, ask.class_path
+    strategy = sharing_strategy(chosen[0])
+    if strategy is None:
+        return base, ask.class_path
+    return _SHARED.get((base, strategy), base), chosen[1]
+
+
+def _for_type(parameters: Any, known: KnownClass) -> bool:
+    """Whether a config that names no request applies to the class's devices: its kind is
+    for their type (a GpuConfig for GPUs, a MigDeviceConfig for MIG devices); a kind the
+    driver does not know, or a class of unknown type, is taken to apply."""
+    kind = parameters.get("kind") if isinstance(parameters, Mapping) else None
+    wanted = CONFIG_KINDS.get(kind) if isinstance(kind, str) else None
+    return wanted is None or known.device_type is None or wanted == known.device_type
 
 
 def _items(value: Any) -> Iterator[tuple[int, Any]]:

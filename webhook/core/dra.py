@@ -22,17 +22,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from webhook.core.claims import ClaimSpec, DeviceAsk, read_claim_spec, sharing_of
-from webhook.policy.dra import KnownClass
+from webhook.policy.dra import DEVICE_CLASS_RESOURCE_PREFIX, KnownClass
 from webhook.policy.model import Policy
 from webhook.policy.nvidia_dra import GPU_DRIVER
 
 if TYPE_CHECKING:
     from webhook.core.inventory import NodeSnapshot
     from webhook.core.pods import ContainerView, PodView
-
-# The extended resource name of a DeviceClass without an extendedResourceName of its own
-# (KEP-5004, DRAExtendedResource): this prefix, then the class's name.
-DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +133,9 @@ def mark_claimed_gpus(view: PodView, policy: Policy) -> None:
     claims = pod_claims(view)
     marked = False
     for container in view.containers:
-        container.claims_gpu = _claims_gpu(container, claims, policy, view.nodes)
+        container.claims_gpu, container.claims_gpu_surely = _claims_gpu(
+            container, claims, policy, view.nodes
+        )
         marked = marked or container.claims_gpu
     if marked and not view.gpu_relevant:
         view.gpu_relevant = view.relevant_by_claims = True
@@ -163,37 +161,48 @@ def has_claims(view: PodView) -> bool:
 
 def _claims_gpu(
     container: ContainerView, claims: PodClaims, policy: Policy, nodes: NodeSnapshot | None
-) -> bool:
+) -> tuple[bool, bool]:
+    """Whether the container may be handed a GPU through DRA, and whether it surely is
+    (``webhook.core.scope``): a claim it uses whose spec cannot be read may; one read whose
+    request asks for a GPU class in some alternative may, in every alternative surely."""
+    may = surely = False
     for name, request, _ in container_claims(container):
         claim = claims.by_name.get(name)
         if claim is None:
             continue  # names no claim of the Pod's: the API server refuses it
         if claim.spec is None:
-            return True
+            may = True
+            continue
+        by_request: dict[str, list[bool]] = {}
         for ask in claim.spec.asks:
-            if request and ask.request != request:
-                continue
-            known = known_class(ask.device_class, policy, nodes)
-            if known is not None and known.gpu:
-                return True
+            if not request or ask.request == request:
+                known = known_class(ask.device_class, policy, nodes)
+                by_request.setdefault(ask.request, []).append(known is not None and known.gpu)
+        for alternatives in by_request.values():
+            may = may or any(alternatives)
+            surely = surely or all(alternatives)
     limits = container.resources.get("limits")
     for key in limits if isinstance(limits, dict) else ():
         if isinstance(key, str) and key.startswith(DEVICE_CLASS_RESOURCE_PREFIX):
             known = known_class(key[len(DEVICE_CLASS_RESOURCE_PREFIX) :], policy, nodes)
             if known is not None and known.gpu:
-                return True
-    return False
+                may = surely = True
+    return may, surely
 
 
-def claim_view_relevant(spec: ClaimSpec, policy: Policy) -> bool:
-    """Whether a claim or template is the GPU rules' business: it asks for a device class the
-    policy knows, a near miss of one, or one under a vendor domain (nvidia.com)."""
+def claim_view_relevant(spec: ClaimSpec, policy: Policy, nodes: NodeSnapshot | None = None) -> bool:
+    """Whether a claim or template is the GPU rules' business: it asks for admin access (to
+    any device: what it sees is other Pods'), for a device class the policy knows (or, with
+    the inventory, one of NVIDIA's GPU driver), a near miss of one, or one under a vendor
+    domain (nvidia.com)."""
     for ask in spec.asks:
         name = ask.device_class
+        if ask.admin_access:
+            return True
         if not isinstance(name, str):
             continue
         if (
-            name in policy.dra.classes
+            known_class(name, policy, nodes) is not None
             or policy.dra.near_miss(name) is not None
             or in_vendor_domain(name, policy)
         ):

@@ -13,7 +13,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from webhook.core.claims import ClaimSpec
-from webhook.core.dra import PodClaims, has_claims, mark_claimed_gpus
+from webhook.core.dra import PodClaims, claim_view_relevant, has_claims, mark_claimed_gpus
 from webhook.core.inventory import NodeSnapshot, bound_to_cpu_node
 from webhook.core.replicas import Counted
 from webhook.policy.annotations import Injection
@@ -53,13 +53,17 @@ class ContainerView:
     # Parsed quantities of ``gpu``; None where the quantity is not one the API server accepts.
     gpu_quantity: dict[str, Quantity | None]
     # Asks for a GPU the policy knows (not e.g. the network operator's nvidia.com/hostdev), in
-    # any quantity but a clean zero; or claims one through DRA (``webhook.core.dra``). Both
-    # are read through ``webhook.core.scope.requests_gpu``.
+    # any quantity but a clean zero: read through ``webhook.core.scope.requests_gpu`` and
+    # ``surely_gets_gpu``, with the DRA claims below.
     requests_declared_gpu: bool = False
     # The field of ``spec`` with the ResourceRequirements: ``resources`` but in a catalogued
     # container-like object (Trainer's ``resourcesPerNode``).
     resources_field: str = "resources"
+    # Through DRA (``webhook.core.dra``): it uses a claim that may hand it a GPU (one of a GPU
+    # class, or one whose spec cannot be read), and one that surely does (read, and every
+    # alternative of the request a GPU class).
     claims_gpu: bool = False
+    claims_gpu_surely: bool = False
     _nvidia_env: tuple[tuple[int, dict[str, Any]], ...] | None = None
     _cuda_version: int | None = None  # the index of a CUDA_VERSION entry; -1 for none
 
@@ -233,7 +237,12 @@ def attach_nodes(view: PodView, nodes: NodeSnapshot, policy: Policy) -> None:
     ):
         view.gpu_relevant = _gpu_relevant(view, policy)
         view.relevant_by_claims = False
-    if not view.claim_object and has_claims(view):
+    if view.claim_object:
+        # The inventory's DeviceClasses may say a class is a GPU's.
+        view.gpu_relevant = view.compute_domain is not None or any(
+            claim_view_relevant(spec, policy, nodes) for spec in view.claim_specs
+        )
+    elif has_claims(view):
         # The inventory's templates say what the claims ask for.
         mark_claimed_gpus(view, policy)
 

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from webhook.core.inventory import NodeInfo, bound_to_cpu_node, named_node, pools_of
 from webhook.core.pods import PodView
 from webhook.core.scheduling import expression_matches, term_allows_labels, tolerates
+from webhook.policy.dra import DEVICE_CLASS_RESOURCE_PREFIX
 from webhook.policy.model import POOL_ANNOTATION, Policy, Pool, ResourceSpec
 
 
@@ -95,6 +96,18 @@ class Selection(NamedTuple):
 NO_GPU = Selection((), (), (), ())
 
 
+def _pooled_requests(view: PodView, policy: Policy) -> tuple[str, ...]:
+    """The declared GPU resources the Pod asks for that choose a pool: not DRA's extended
+    resources (``deviceclass.resource.kubernetes.io/<class>``), whose devices pools do not
+    declare; undeclared vendor resources are the resource-name rule's (unknownResources),
+    companion resources go with any pool."""
+    return tuple(
+        name
+        for name in view.requested_gpu_names
+        if name in policy.declared_names and not name.startswith(DEVICE_CLASS_RESOURCE_PREFIX)
+    )
+
+
 def select_pool(view: PodView, policy: Policy) -> Selection:
     """Where the Pod may land and what it must tolerate there; decided once per view."""
     selection = view.selection
@@ -104,9 +117,7 @@ def select_pool(view: PodView, policy: Policy) -> Selection:
 
 
 def _select(view: PodView, policy: Policy) -> Selection:
-    # Only declared GPU resources choose a pool; undeclared vendor resources are the
-    # resource-name rule's (unknownResources), companion resources go with any pool.
-    requested = tuple(filter(policy.declared_names.__contains__, view.requested_gpu_names))
+    requested = _pooled_requests(view, policy)
     if not requested:
         return NO_GPU
     placed = named_node_pools(view, policy)
@@ -196,7 +207,7 @@ def named_node_pools(view: PodView, policy: Policy) -> tuple[NodeInfo, tuple[Poo
         pools = tuple(p for p in pools if p.name == str(annotation))
         if not pools:
             return None
-    requested = tuple(filter(policy.declared_names.__contains__, view.requested_gpu_names))
+    requested = _pooled_requests(view, policy)
     offering = tuple(p for p in pools if all(n in p.resources for n in requested))
     if requested and _mode_conflict(offering, requested) is not None:
         return None

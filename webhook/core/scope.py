@@ -70,13 +70,25 @@ def is_toolkit_variable(name: object) -> bool:
     )
 
 
-# The one answer to "does this container request a GPU", for the device-visibility rule and
-# the ``injectVoid`` mutation alike: a declared (or retired) GPU resource in any quantity but a
-# clean zero, or a DRA claim of a GPU (``webhook.core.dra``), decided when the view was built
-# against its policy. Not an undeclared vendor resource such as ``nvidia.com/hostdev``, nor a
-# claim of another class (a NIC's).
+# The answers to "does this container request a GPU", decided when the view was built against
+# its policy (and with the node inventory's templates). Not an undeclared vendor resource such
+# as ``nvidia.com/hostdev``, nor a claim of another class (a NIC's).
 def requests_gpu(container: ContainerView) -> bool:
+    """It asks for a GPU: a declared (or retired) GPU resource in any quantity but a clean
+    zero, or a DRA claim that may hand it one (``webhook.core.dra``: a GPU class's, or one
+    whose spec cannot be read). What every rule that asks means: the toolkit's tuning
+    variables are allowed in it, and it counts for queues, defaults and relevance."""
     return container.requests_declared_gpu or container.claims_gpu
+
+
+def surely_gets_gpu(container: ContainerView) -> bool:
+    """It is surely handed a GPU by the device plugin or NVIDIA's DRA driver, which set the
+    devices it sees (the driver's CDI spec voids NVIDIA_VISIBLE_DEVICES): a declared GPU
+    resource, or a claim read from the inventory whose request is a GPU class in every
+    alternative. Only these are spared ``NVIDIA_VISIBLE_DEVICES=void`` (``injectVoid``) and
+    the legacy ``CUDA_VERSION`` refusal: a claim that cannot be read may give nothing (a NIC's
+    claim), and an image's own variables would then expose every GPU of the node."""
+    return container.requests_declared_gpu or container.claims_gpu_surely
 
 
 def toolkit_env(container: ContainerView) -> list[tuple[int, dict[str, Any]]]:

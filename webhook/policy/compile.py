@@ -12,7 +12,7 @@ from typing import Any
 
 from webhook.policy import mig
 from webhook.policy.capabilities import capability_name
-from webhook.policy.dra import compile_dra
+from webhook.policy.dra import compile_dra, implicit_resources
 from webhook.policy.exceptions import PolicyException
 from webhook.policy.hostpaths import canonical, unsafe_to_allow
 from webhook.policy.model import (
@@ -340,6 +340,11 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
     profile_counts = mig.catalogued_profiles(catalogue, products)
 
     resources_ = {r["name"]: _resource(r) for r in spec.get("resources", [])}
+    dra = compile_dra(spec.get("dra", {}))
+    # DRA's extended resources of the GPU classes (deviceclass.resource.kubernetes.io/<class>)
+    # are GPU resources like the device plugin's: declared, counted and given their sharing.
+    for name, sharing in implicit_resources(dra).items():
+        resources_.setdefault(name, ResourceSpec(name, sharing))  # type: ignore[arg-type]
     pools = tuple(
         Pool(
             name=p["name"],
@@ -451,7 +456,7 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
             node_name=inventory_use.get("nodeName", True),
         ),
         gpu_defaults=_gpu_defaults(mutation.get("gpuDefaults", {}), pools),
-        dra=compile_dra(spec.get("dra", {})),
+        dra=dra,
         device_plugin_daemonsets=tuple(
             DaemonSetName(d["namespace"], d["name"]) for d in spec.get("devicePluginDaemonSets", [])
         ),

@@ -64,6 +64,25 @@ class DraSettings:
         return near_miss(name, self.classes)
 
 
+# The extended resource name of a DeviceClass without an extendedResourceName of its own
+# (KEP-5004, DRAExtendedResource): this prefix, then the class's name. A Pod that asks for it
+# gets devices of the class through a claim the scheduler makes.
+DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+DEVICE_CLASS_RESOURCE_DOMAIN = DEVICE_CLASS_RESOURCE_PREFIX.rstrip("/")
+
+
+def implicit_resources(settings: DraSettings) -> dict[str, str]:
+    """The extended resource name of each GPU class the policy knows, with the sharing mode of
+    its devices (as a resource declaration writes it; a VFIO GPU is a whole one)."""
+    return {
+        f"{DEVICE_CLASS_RESOURCE_PREFIX}{name}": known.sharing
+        if known.sharing in ("Exclusive", "MIG")
+        else "Exclusive"
+        for name, known in settings.classes.items()
+        if known.gpu
+    }
+
+
 def near_miss(name: str, known: Iterable[str]) -> str | None:
     """The first of ``known`` (in sorted order) that ``name`` is a near miss of, if any. The
     lists compared are short (a policy's device classes, a kind's fields)."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from webhook.policy.dra import NO_DRA_SETTINGS, DraSettings
+from webhook.policy.dra import DEVICE_CLASS_RESOURCE_DOMAIN, NO_DRA_SETTINGS, DraSettings
 from webhook.policy.exceptions import PolicyException
 from webhook.policy.names import NearMisses
 from webhook.policy.queues import DEFAULT_CONTROLLERS, Controllers
@@ -474,8 +474,11 @@ class Policy:
         return self.binder_namespaces is not None and self.binder_namespaces.matches(namespace)
 
     def is_vendor_resource(self, name: str) -> bool:
-        """A GPU resource: under a vendor domain, or a retired GPU resource name."""
-        domain, sep, _ = name.partition("/")
+        """A GPU resource: under a vendor domain, a retired GPU resource name, or DRA's
+        extended resource of a GPU class the policy knows (or of a near miss of one)."""
+        domain, sep, short = name.partition("/")
+        if domain == DEVICE_CLASS_RESOURCE_DOMAIN:
+            return name in self.resources or self.dra.near_miss(short) is not None
         return bool(sep) and domain in self.vendor_domains or name in self.retired
 
     @property
