@@ -768,7 +768,7 @@ class FakeKubeAPI:
                     rule.remaining -= 1
                 raise self._rule_error(rule, method, target)
         if path == "/version" and method == "GET":
-            return {"major": "1", "minor": "31", "gitVersion": "v1.31.0", "platform": "fake"}
+            return {"major": "1", "minor": "34", "gitVersion": "v1.34.0", "platform": "fake"}
         if target is None or (target.group, target.version) in self._unserved_versions:
             raise self._unserved(path)
         resource = self._resources.get((target.group, target.version, target.plural))
