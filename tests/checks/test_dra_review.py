@@ -4,7 +4,8 @@ Each test states what the policy promises. The holes still open are ``xfail(stri
 (the day one is closed its test passes, the marker makes it fail, and the marker goes); the
 others were closed after the review. The tenant
 writes only what the API server accepts in its own namespace (``team-a``): Pods, claims and
-claim templates. Severity and the smallest fix are in each test's docstring.
+claim templates. Each docstring says what the review found, in its words: the severity
+and the fix it proposed.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def test_without_a_claim_the_same_pods_are_refused() -> None:
 # --- 1. A claim that is no GPU exempts a CUDA image from device visibility ------------------
 
 
-def test_an_unread_claim_lets_a_legacy_cuda_image_see_every_gpu_under_the_default_policy() -> None:
+def test_an_unread_claim_does_not_spare_a_legacy_cuda_image_the_refusal() -> None:
     """Severity: bypass of a documented guarantee, under the default policy, and a regression
     (ad7b759 denied both Pods). ``CUDA_VERSION`` without a GPU is denied ("legacy CUDA_VERSION"
     row of "What it guarantees"); a claim through ``resourceClaimName`` (never read), or any
@@ -129,21 +130,21 @@ def test_an_unread_claim_lets_a_legacy_cuda_image_see_every_gpu_under_the_defaul
         assert device_visibility(decision) == ["spec.containers[0].env[0].name"], source
 
 
-def test_an_unread_claim_escapes_inject_void() -> None:
+def test_an_unread_claim_is_still_voided() -> None:
     """Severity: bypass of a documented guarantee (strict: "`void` required", "holds without
     the mutating webhook"). Without a claim the container is refused for lacking
     NVIDIA_VISIBLE_DEVICES=void; with ``resourceClaimName: nic`` it is admitted and the
     mutating webhook adds nothing, so the image's ``NVIDIA_VISIBLE_DEVICES=all`` wins. Requiring
     void of claim containers costs nothing: NVIDIA's DRA driver writes
     ``NVIDIA_VISIBLE_DEVICES=void`` into its own CDI spec (cmd/gpu-kubelet-plugin/cdi.go) and
-    hands devices through CDI. Fix: as above; at the least, leave ``claims_gpu`` out of the
+    hands devices through CDI. Fix: as above; at the least, leave ``may_claim_gpu`` out of the
     void requirement and the legacy CUDA_VERSION check."""
     plain = claims(container("app"), "x")
     decision = decide(pod(plain, claim={"resourceClaimName": "nic"}), strict())
     assert device_visibility(decision) == ["spec.containers[0].env"]
 
 
-def test_a_first_available_request_with_a_non_gpu_fallback_escapes_inject_void() -> None:
+def test_a_first_available_request_with_a_non_gpu_fallback_is_still_voided() -> None:
     """Severity: same bypass, with the node inventory and a template it has read. The first
     subrequest is a GPU no node has, the second a NIC: the allocation takes the NIC, yet the
     container counts as requesting a GPU because one alternative is a GPU class. Fix: a
@@ -186,7 +187,7 @@ def test_a_first_available_request_with_a_non_gpu_fallback_escapes_inject_void()
 # --- 2. The Pod's side of entitlements, products and sharing ignores DRA ---------------------
 
 
-def test_the_implicit_device_class_resource_escapes_entitlements_and_products() -> None:
+def test_the_implicit_device_class_resource_is_held_to_entitlements_and_products() -> None:
     """Severity: bypass of the entitlement and pool-access rules (enforced in this policy).
     ``deviceclass.resource.kubernetes.io/<class>`` (DRAExtendedResource) asks the scheduler for
     devices of any DeviceClass. team-a may claim only gpu.nvidia.com, two GPUs a Pod, on L4s:
@@ -207,7 +208,7 @@ def test_a_claim_only_gpu_pod_is_not_kept_to_the_tenants_products() -> None:
     keep it to them", pool-access; issue 35: "selection and confinement treat claims like
     extended resources"). A Pod whose GPU comes from a gpu.nvidia.com claim the inventory has
     read is a GPU Pod, yet neither refused nor given the product affinity. Fix: let the
-    pool-access product check (and the mutation) count ``claims_gpu`` containers as GPU
+    pool-access product check (and the mutation) count ``may_claim_gpu`` containers as GPU
     containers, and judge a read template's classes against ``deviceClasses`` on the Pod."""
     whole = template(request(), name="whole")
     gpu_pod = claiming_pod(claims(container("app"), "gpu"), template_name="whole")
@@ -215,7 +216,7 @@ def test_a_claim_only_gpu_pod_is_not_kept_to_the_tenants_products() -> None:
     assert ("pool-access", "spec.affinity.nodeAffinity") in denied(decision)
 
 
-def test_the_implicit_device_class_resource_mixes_sharing_modes_unseen() -> None:
+def test_the_implicit_device_class_resource_takes_part_in_sharing_modes() -> None:
     """Severity: the sharing-mode guarantee of issue 35 does not hold for DRA's extended
     resources: ``nvidia.com/mig-1g.10gb`` beside ``nvidia.com/gpu`` is refused, the same MIG
     device asked for as ``deviceclass.resource.kubernetes.io/mig.nvidia.com`` is not. Fix: as
@@ -280,7 +281,7 @@ def test_parameters_nested_past_orjsons_limit_admit_an_admin_access_claim(tmp_pa
 # --- 4. A claim's GPU relevance ignores the inventory's classes -----------------------------
 
 
-def test_admin_access_to_an_nvidia_class_named_otherwise_is_only_audited() -> None:
+def test_admin_access_to_an_nvidia_class_named_otherwise_is_enforced() -> None:
     """Severity: a gap in dra-admin-access and entitlements under a policy with
     ``newChecks: Enforce`` and the default rule modes (``otherPods: Audit``). With the
     inventory, ``h100.example.com`` (its selector pins gpu.nvidia.com) is a GPU class for
@@ -312,7 +313,7 @@ def test_admin_access_to_an_nvidia_class_named_otherwise_is_only_audited() -> No
 # --- 5. Which configuration the driver applies ----------------------------------------------
 
 
-def test_a_config_naming_the_parent_request_hides_a_subrequests_mps() -> None:
+def test_a_config_naming_the_parent_request_does_not_hide_a_subrequests_mps() -> None:
     """Severity: the sharing-mode check misreads what NVIDIA's driver applies (no host
     access; the Pod gets MPS beside time-slicing). The driver at the pinned commit takes, per
     allocated device, the last config whose ``requests`` contain the result's request exactly

@@ -240,7 +240,7 @@ def _node_shared(
 
 def _no_gpu(container: ContainerView) -> str:
     """Why the container is not known to be handed a GPU, for messages."""
-    if container.claims_gpu:
+    if container.may_claim_gpu:
         return "uses a DRA claim the webhook cannot read as a GPU"
     return "requests no GPU"
 

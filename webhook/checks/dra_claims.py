@@ -17,6 +17,10 @@ ResourceClaim or ResourceClaimTemplate when it is written:
   product offers follows ``migCatalogue.uncataloguedProfiles``; a malformed one is refused.
   A selector the reader cannot read exactly is left alone.
 
+In a ComputeDomain: more ``numNodes`` than ``dra.computeDomains.maxNodes`` (it never forms). In
+a Pod, with the node inventory's templates: a template it names that the inventory does not
+have (a warning: applied with the Pod, or a ComputeDomain's channel template not made yet).
+
 Every finding is advisory while ``newChecks`` is Warn (new in this release).
 """
 
@@ -25,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from webhook.core.cel_selectors import profiles_named
-from webhook.core.claims import ClaimSpec, DeviceAsk
+from webhook.core.claims import ClaimSpec, DeviceAsk, OpaqueConfig, config_applies
 from webhook.core.dra import in_vendor_domain, known_class
 from webhook.core.dra_parameters import check_parameters
 from webhook.core.findings import Violation, quote
@@ -47,10 +51,10 @@ def check(view: PodView, policy: Policy) -> Iterator[Violation]:
         return
     advisory = policy.new_checks_advisory
     for spec in view.claim_specs:
-        types: dict[str, str | None] = {}  # ask reference -> NVIDIA device type (None: other)
+        types: list[tuple[DeviceAsk, str | None]] = []  # with NVIDIA's device type (None: other)
         for ask in spec.asks:
             known = known_class(ask.device_class, policy, view.nodes)
-            types[ask.reference] = known.device_type if known is not None else None
+            types.append((ask, known.device_type if known is not None else None))
             yield from _device_class(view, policy, ask, advisory)
             if known is not None and known.device_type == "mig":
                 yield from _mig_profiles(ask, policy, advisory)
@@ -196,7 +200,7 @@ def _mig_profiles(ask: DeviceAsk, policy: Policy, advisory: bool) -> Iterator[Vi
 
 
 def _configs(
-    spec: ClaimSpec, policy: Policy, types: dict[str, str | None], advisory: bool
+    spec: ClaimSpec, policy: Policy, types: list[tuple[DeviceAsk, str | None]], advisory: bool
 ) -> Iterator[Violation]:
     for config in spec.configs:
         driver = config.driver
@@ -220,7 +224,7 @@ def _configs(
             config.parameters,
             f"{config.path}.parameters",
             gates=policy.dra.feature_gates,
-            device_types=_device_types(config.requests, types),
+            device_types=_device_types(config, types),
         ):
             yield Violation(
                 rule=RULE,
@@ -234,16 +238,17 @@ def _configs(
             )
 
 
-def _device_types(requests: tuple[str, ...], types: dict[str, str | None]) -> frozenset[str] | None:
-    """The device types of the requests a config names, where each is an NVIDIA class's:
-    the driver refuses a kind for another type there. None for a config that names no
-    request (the driver applies it to the devices of its own type and skips the others) or
-    a request of a class it does not know."""
-    if not requests:
+def _device_types(
+    config: OpaqueConfig, asks: list[tuple[DeviceAsk, str | None]]
+) -> frozenset[str] | None:
+    """The device types of the asks a config names and applies to (``config_applies``),
+    where each is an NVIDIA class's: the driver refuses a kind for another type there. None
+    for a config that names no request (the driver applies it to the devices of its own type
+    and skips the others), names none it applies to, or a request of a class it does not
+    know."""
+    if not config.requests:
         return None
-    named = [
-        kind for ref, kind in types.items() if ref in requests or ref.partition("/")[0] in requests
-    ]
+    named = [kind for ask, kind in asks if config_applies(config, ask, None)]
     if not named or None in named:
         return None
     return frozenset(kind for kind in named if kind is not None)

@@ -145,8 +145,10 @@ def _mixed_with_claims(
                     )
     if unread and sources + len(unread) > 1:
         claim = next(iter(unread.values()))
-        if claim.template is not None:
+        if claim.template is not None and view.nodes is None:
             why = "templates are read from the node inventory, which this server does not run"
+        elif claim.template is not None:
+            why = "the node inventory does not know the templates now (its DRA watch failed)"
         else:
             why = "ResourceClaims are not watched, templates are"
         yield Violation(

@@ -74,28 +74,22 @@ class ClaimSpec:
     path: str
     asks: tuple[DeviceAsk, ...]
     configs: tuple[OpaqueConfig, ...]
-    requests: tuple[tuple[str, Any, str], ...]  # (name, request object, its path), as written
-    classic: bool = False  # the v1alpha2 shape no API server serves
 
 
 def read_claim_spec(spec: Any, path: str) -> ClaimSpec:
     """The claim spec at ``path`` (any object: what is not the expected shape asks for
     nothing; the API server refuses it, and an embedded copy is judged by its structure)."""
-    if not isinstance(spec, dict):
-        return ClaimSpec(path, (), (), ())
-    if "resourceClassName" in spec or "parametersRef" in spec:
-        return ClaimSpec(path, (), (), (), classic=True)
-    devices = spec.get("devices")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
     devices_path = f"{path}.devices" if path else "devices"
-    if not isinstance(devices, Mapping):  # (the inventory's records are read-only mappings)
-        return ClaimSpec(path, (), (), ())
-    requests: list[tuple[str, Any, str]] = []
+    # (The classic shape, resourceClassName and parametersRef, has no devices: it asks for
+    # nothing. The inventory's records are read-only mappings.)
+    if not isinstance(devices, Mapping):
+        return ClaimSpec(path, (), ())
     asks: list[DeviceAsk] = []
     for index, request in _items(devices.get("requests")):
         where = f"{devices_path}.requests[{index}]"
         name = request.get("name") if isinstance(request, dict) else None
         name = name if isinstance(name, str) else f"#{index}"
-        requests.append((name, request, where))
         if isinstance(request, dict):
             asks += _asks(name, request, where)
     configs = [
@@ -108,7 +102,7 @@ def read_claim_spec(spec: Any, path: str) -> ClaimSpec:
         for index, entry in _items(devices.get("config"))
         if isinstance(entry, dict) and isinstance(entry.get("opaque"), dict)
     ]
-    return ClaimSpec(path, tuple(asks), tuple(configs), tuple(requests))
+    return ClaimSpec(path, tuple(asks), tuple(configs))
 
 
 def _asks(name: str, request: Mapping[str, Any], where: str) -> Iterator[DeviceAsk]:
@@ -173,12 +167,7 @@ def sharing_of(
         ):
             chosen = (opaque.get("parameters"), f"DeviceClass {known.name}'s config")
     for config in spec.configs:
-        if config.driver != GPU_DRIVER:
-            continue
-        # One that names no request applies to the devices of its kind's type only.
-        if (config.requests and ask.reference in config.requests) or (
-            not config.requests and _for_type(config.parameters, known)
-        ):
+        if config.driver == GPU_DRIVER and config_applies(config, ask, known):
             chosen = (config.parameters, f"{config.path}.parameters.sharing.strategy")
     if chosen is None:
         return base, ask.class_path
@@ -186,6 +175,17 @@ def sharing_of(
     if strategy is None:
         return base, ask.class_path
     return _SHARED.get((base, strategy), base), chosen[1]
+
+
+def config_applies(config: OpaqueConfig, ask: DeviceAsk, known: KnownClass | None) -> bool:
+    """Whether NVIDIA's driver applies ``config`` to the devices of ``ask`` (device_state.go
+    at the commit ``webhook.policy.nvidia_dra`` cites): one that names requests, where it
+    names exactly the ask's (``request/sub`` for a ``firstAvailable`` alternative: the parent
+    alone names none of its alternatives); one that names none, where its kind is for the
+    type of the ask's devices (``known``: their class, None when unknown)."""
+    if config.requests:
+        return ask.reference in config.requests
+    return known is None or _for_type(config.parameters, known)
 
 
 def _for_type(parameters: Any, known: KnownClass) -> bool:

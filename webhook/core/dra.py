@@ -7,12 +7,15 @@ uses in ``resources.claims``. What a claim asks for is in its template or claim,
 Pod: the node inventory keeps the cluster's ResourceClaimTemplates
 (``NodeSnapshot.claim_template``); ResourceClaims are not watched.
 
-A container claims a GPU when a claim it uses asks, in the requests it uses, for a device of a
-GPU class (``webhook.policy.dra``; with the inventory, a DeviceClass of NVIDIA's GPU driver),
-or when what the claim asks for cannot be read (a ResourceClaim, a template the inventory has
-not seen, no inventory): a claim is made to give a container devices, and the GPU rules then
-err towards treating it as one. A container also claims a GPU through the extended resource
-name DRA derives from a GPU class (``deviceclass.resource.kubernetes.io/gpu.nvidia.com``).
+A container may claim a GPU (``ContainerView.may_claim_gpu``) when a claim it uses asks, in
+the requests it uses, for a device of a GPU class (``webhook.policy.dra``; with the inventory,
+a DeviceClass of NVIDIA's GPU driver) in some alternative, or when what the claim asks for
+cannot be read (a ResourceClaim, a template the inventory has not seen, no inventory): a claim
+is made to give a container devices, and the GPU rules err towards treating it as one. It
+surely claims one (``surely_claims_gpu``) only where the claim was read and the request is a
+GPU class in every alternative, or through the extended resource name DRA derives from a GPU
+class (``deviceclass.resource.kubernetes.io/gpu.nvidia.com``): only that spares it the void
+requirement and the legacy CUDA refusal (``webhook.core.scope.surely_gets_gpu``).
 """
 
 from __future__ import annotations
@@ -127,16 +130,16 @@ def known_class(name: Any, policy: Policy, nodes: NodeSnapshot | None) -> KnownC
 
 
 def mark_claimed_gpus(view: PodView, policy: Policy) -> None:
-    """Mark the containers that claim a GPU (``ContainerView.claims_gpu``), with the Pod's
+    """Mark the containers that claim a GPU (``ContainerView.may_claim_gpu``), with the Pod's
     claims as the view's inventory has them, and the view GPU-relevant where they make it."""
     view.pod_claims = None
     claims = pod_claims(view)
     marked = False
     for container in view.containers:
-        container.claims_gpu, container.claims_gpu_surely = _claims_gpu(
+        container.may_claim_gpu, container.surely_claims_gpu = _claims_gpu(
             container, claims, policy, view.nodes
         )
-        marked = marked or container.claims_gpu
+        marked = marked or container.may_claim_gpu
     if marked and not view.gpu_relevant:
         view.gpu_relevant = view.relevant_by_claims = True
     elif not marked and view.relevant_by_claims:

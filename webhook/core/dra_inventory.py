@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-# The driver of NVIDIA's GPU DeviceClasses (gpu.nvidia.com, mig.nvidia.com, ...), whose
-# opaque configuration a class may carry.
-NVIDIA_GPU_DRIVER = "gpu.nvidia.com"
+from webhook.policy.nvidia_dra import GPU_DRIVER
+
 # What is kept of a claim template's spec.spec.devices: the constraints are not read.
 TEMPLATE_KEYS = ("requests", "config")
 
@@ -111,7 +110,7 @@ def device_class_record(obj: Mapping[str, Any]) -> DeviceClassRecord:
     config = []
     for entry in _list(spec.get("config")):
         opaque = _mapping(_mapping(entry).get("opaque"))
-        if opaque.get("driver") == NVIDIA_GPU_DRIVER:
+        if opaque.get("driver") == GPU_DRIVER:
             kept = {key: opaque[key] for key in ("driver", "parameters") if key in opaque}
             config.append(MappingProxyType({"opaque": MappingProxyType(kept)}))
     return DeviceClassRecord(

@@ -62,8 +62,8 @@ class ContainerView:
     # Through DRA (``webhook.core.dra``): it uses a claim that may hand it a GPU (one of a GPU
     # class, or one whose spec cannot be read), and one that surely does (read, and every
     # alternative of the request a GPU class).
-    claims_gpu: bool = False
-    claims_gpu_surely: bool = False
+    may_claim_gpu: bool = False
+    surely_claims_gpu: bool = False
     _nvidia_env: tuple[tuple[int, dict[str, Any]], ...] | None = None
     _cuda_version: int | None = None  # the index of a CUDA_VERSION entry; -1 for none
 

@@ -78,7 +78,7 @@ def requests_gpu(container: ContainerView) -> bool:
     zero, or a DRA claim that may hand it one (``webhook.core.dra``: a GPU class's, or one
     whose spec cannot be read). What every rule that asks means: the toolkit's tuning
     variables are allowed in it, and it counts for queues, defaults and relevance."""
-    return container.requests_declared_gpu or container.claims_gpu
+    return container.requests_declared_gpu or container.may_claim_gpu
 
 
 def surely_gets_gpu(container: ContainerView) -> bool:
@@ -88,7 +88,7 @@ def surely_gets_gpu(container: ContainerView) -> bool:
     alternative. Only these are spared ``NVIDIA_VISIBLE_DEVICES=void`` (``injectVoid``) and
     the legacy ``CUDA_VERSION`` refusal: a claim that cannot be read may give nothing (a NIC's
     claim), and an image's own variables would then expose every GPU of the node."""
-    return container.requests_declared_gpu or container.claims_gpu_surely
+    return container.requests_declared_gpu or container.surely_claims_gpu
 
 
 def toolkit_env(container: ContainerView) -> list[tuple[int, dict[str, Any]]]:

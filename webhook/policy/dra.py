@@ -6,7 +6,7 @@ largest ComputeDomain the racks hold.
 A class is known by its name only: a DeviceClass's selectors can pick any devices, but the
 classes NVIDIA's chart creates pick what their names say, and a class the policy declares is
 declared for what it gives. With the node inventory, a class the cluster has whose selectors pin
-NVIDIA's GPU driver is read as a GPU class too (``webhook.core.claims``).
+NVIDIA's GPU driver is read as a GPU class too (``webhook.core.dra.known_class``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ class KnownClass:
     gpu: bool
     sharing: str | None
     device_type: str | None = None
-    declared: bool = False  # in the policy's dra.deviceClasses (else built in)
 
 
 def _built_in() -> dict[str, KnownClass]:
@@ -75,9 +74,9 @@ def implicit_resources(settings: DraSettings) -> dict[str, str]:
     """The extended resource name of each GPU class the policy knows, with the sharing mode of
     its devices (as a resource declaration writes it; a VFIO GPU is a whole one)."""
     return {
-        f"{DEVICE_CLASS_RESOURCE_PREFIX}{name}": known.sharing
-        if known.sharing in ("Exclusive", "MIG")
-        else "Exclusive"
+        f"{DEVICE_CLASS_RESOURCE_PREFIX}{name}": "Exclusive"
+        if known.sharing in (None, "VFIO")
+        else known.sharing
         for name, known in settings.classes.items()
         if known.gpu
     }
@@ -125,12 +124,13 @@ def compile_dra(raw: Mapping[str, Any]) -> DraSettings:
     for entry in raw.get("deviceClasses", ()):
         gpu = entry.get("gpu", True)
         built_in = classes.get(entry["name"])
+        # Declaring a built-in class keeps its mode unless the entry says another.
+        default = built_in.sharing if built_in is not None else "Exclusive"
         classes[entry["name"]] = KnownClass(
             entry["name"],
             gpu,
-            entry.get("sharing", "Exclusive") if gpu else None,
+            entry.get("sharing", default) if gpu else None,
             built_in.device_type if built_in is not None else None,
-            declared=True,
         )
     gates = dict(nvidia_dra.FEATURE_GATES)
     gates.update(raw.get("nvidiaDriver", {}).get("featureGates", {}))

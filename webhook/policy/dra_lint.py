@@ -5,8 +5,8 @@ Errors (the policy is refused): a feature gate NVIDIA's driver does not have (a 
 names the gate meant), and a combination of gates the driver refuses to start with
 (``nvidia_dra.GATES_REQUIRED``, ``GATES_EXCLUSIVE``): the policy would describe a driver that
 cannot run. Warnings: a device class an entitlement lists that the policy does not know as a
-GPU class (its claims are never refused, so the list limits nothing of it), and a declared
-class that repeats a built-in one.
+GPU class (without the node inventory its claims are never refused, so the list limits
+nothing of it).
 """
 
 from __future__ import annotations
