@@ -387,3 +387,33 @@ def gpu_node() -> dict:
         "metadata": {"name": "gpu-1", "labels": {"nvidia.com/gpu.present": "true"}},
         "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"}},
     }
+
+
+def test_an_extended_resource_a_gpu_class_serves_is_followed() -> None:
+    # DRAExtendedResource: a DeviceClass of NVIDIA's driver serving example.com/gpu. With the
+    # inventory's classes, a container asking for it surely gets a GPU: it may tune it, and
+    # injectVoid spares it.
+    served = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "a100.example.com"},
+        "spec": {
+            "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}],
+            "extendedResourceName": "example.com/gpu",
+        },
+    }
+    voiding = policy(
+        """
+        gpuNodeTaints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+        deviceVisibility: {injectVoid: true}
+        """,
+        name="void-extended",
+    )
+    asks = container(
+        "main", limits={"example.com/gpu": 1}, env={"NVIDIA_DRIVER_CAPABILITIES": "compute"}
+    )
+    pod = claiming_pod(asks)
+    del pod["spec"]["resourceClaims"]
+    assert_allowed_clean(decide(pod, snapshot(classes=(served,)), voiding))
+    # Without the class, nothing says it is a GPU: the variable is refused, void required.
+    assert denied(decide(pod, snapshot(), voiding))

@@ -389,7 +389,7 @@ def test_the_void_requirement_binds_every_pod_that_can_reach_gpu_nodes():
 
 
 def test_a_dra_claim_is_a_gpu_request_for_the_void_requirement():
-    # A container that uses a claim gets its devices (issue 35): it is not asked for void, and
+    # A container that uses a claim may get a GPU (issue 35): it may tune it, and
     # may tune the GPU it gets; a claim it does not use gives it nothing.
     # Without the node inventory its template cannot be read: voided all the same (a NIC's
     # claim would hand it nothing, and an image's own variables every GPU).

@@ -156,7 +156,12 @@ def has_claims(view: PodView) -> bool:
             return True
         limits = resources.get("limits")
         if isinstance(limits, dict) and any(
-            isinstance(k, str) and k.startswith(DEVICE_CLASS_RESOURCE_PREFIX) for k in limits
+            isinstance(k, str)
+            and (
+                k.startswith(DEVICE_CLASS_RESOURCE_PREFIX)
+                or (view.nodes is not None and _served_by_gpu_class(k, view.nodes))
+            )
+            for k in limits
         ):
             return True
     return False
@@ -186,11 +191,29 @@ def _claims_gpu(
             surely = surely or all(alternatives)
     limits = container.resources.get("limits")
     for key in limits if isinstance(limits, dict) else ():
-        if isinstance(key, str) and key.startswith(DEVICE_CLASS_RESOURCE_PREFIX):
+        if not isinstance(key, str):
+            continue
+        if key.startswith(DEVICE_CLASS_RESOURCE_PREFIX):
             known = known_class(key[len(DEVICE_CLASS_RESOURCE_PREFIX) :], policy, nodes)
             if known is not None and known.gpu:
                 may = surely = True
+        elif nodes is not None and _served_by_gpu_class(key, nodes):
+            may = surely = True
     return may, surely
+
+
+def _served_by_gpu_class(resource: str, nodes: NodeSnapshot) -> bool:
+    """With the inventory: an extended resource a DeviceClass of NVIDIA's GPU driver serves
+    (its ``extendedResourceName``, DRAExtendedResource), whatever its domain: the scheduler
+    makes the claim, the driver hands over the GPU. (A cluster has a few classes.)"""
+    return (
+        any(
+            record.extended_resource_name == resource and GPU_DRIVER in record.drivers
+            for record in nodes.dra.device_classes.values()
+        )
+        if nodes.knows_device_classes
+        else False
+    )
 
 
 def claim_view_relevant(spec: ClaimSpec, policy: Policy, nodes: NodeSnapshot | None = None) -> bool:
