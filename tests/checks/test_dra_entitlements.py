@@ -9,10 +9,20 @@ from functools import cache
 import kubernetes_validate
 
 import webhook
-from tests.checks.test_dra_claims import request, template
-from tests.patching import K8S_VERSION
-from tests.support.admission import assert_allowed_clean, denied, policy, validate, warnings
+from tests.checks.test_dra_claims import claiming_pod, claims, request, template
+from tests.patching import K8S_VERSION, apply_both, validate_pod
+from tests.support.admission import (
+    admission,
+    assert_allowed_clean,
+    container,
+    denied,
+    policy,
+    validate,
+    warnings,
+)
 from webhook.audit.quotas import implied_quotas
+from webhook.core.dra_inventory import DraObjects, claim_template_record
+from webhook.core.inventory import NodeFields, NodeSnapshot
 
 SPEC = """
 newChecks: {new_checks}
@@ -75,3 +85,42 @@ def test_the_quota_holds_each_gpu_class_at_its_limit_or_zero() -> None:
         "vfio.gpu.nvidia.com.deviceclass.resource.k8s.io/devices": "0",
     }
     kubernetes_validate.validate(quota, K8S_VERSION, strict=True)
+
+
+def test_a_pod_whose_gpu_comes_from_a_read_claim_is_confined_to_the_tenants_products() -> None:
+    # With the node inventory's template, the claim surely hands over a GPU: the mutating
+    # webhook adds the product affinity, and the patched Pod is admitted (a claim that cannot
+    # be read may be a NIC's, which a GPU product label would keep from every node: not
+    # confined).
+    products = policy(
+        """
+        newChecks: Enforce
+        gpuNodeTaints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+        tenants:
+          - namespaces: [team-a]
+            entitlements: {products: [NVIDIA-L4]}
+        """,
+        name="dra-products",
+    )
+    whole = template(request(), name="whole")
+    whole["metadata"]["namespace"] = "team-a"
+    kept = {("team-a", "whole"): claim_template_record(whole)}
+    nodes = NodeSnapshot({}, NodeFields.of(products), dra=DraObjects({}, kept, True, True))
+    pod = claiming_pod(claims(container("app"), "gpu"), template_name="whole")
+    mutated = webhook.decide(admission(pod, namespace="team-a"), products, mutate=True, nodes=nodes)
+    patched = apply_both(pod, list(mutated.patch))
+    validate_pod(patched)
+    [term] = patched["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert {
+        "key": "nvidia.com/gpu.product",
+        "operator": "In",
+        "values": ["NVIDIA-L4", "NVIDIA-L4-SHARED"],
+    } in term["matchExpressions"]
+    review = admission(patched, namespace="team-a")
+    assert webhook.decide(review, products, mutate=False, nodes=nodes).allowed
+    unconfined = webhook.decide(
+        admission(pod, namespace="team-a"), products, mutate=False, nodes=nodes
+    )
+    assert "pool-access" in {rule for rule, _ in denied(unconfined)}

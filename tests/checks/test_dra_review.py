@@ -202,8 +202,7 @@ def test_the_implicit_device_class_resource_is_held_to_entitlements_and_products
     assert {"entitlement", "pool-access"} <= rules
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 2: claims ignored by confinement")
-def test_a_claim_only_gpu_pod_is_not_kept_to_the_tenants_products() -> None:
+def test_a_claim_only_gpu_pod_is_kept_to_the_tenants_products() -> None:
     """Severity: bypass of the products entitlement ("a GPU Pod whose node selection does not
     keep it to them", pool-access; issue 35: "selection and confinement treat claims like
     extended resources"). A Pod whose GPU comes from a gpu.nvidia.com claim the inventory has

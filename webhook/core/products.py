@@ -36,11 +36,15 @@ def product_tenant(view: PodView, policy: Policy) -> Tenant | None:
     """The tenant whose product entitlement binds the Pod: the entitled tenant of its
     namespace, where that entitlement names products and the Pod asks for a vendor resource
     other than a companion one (a name the policy does not declare too: an undeclared name
-    is still a device on some product). None otherwise."""
+    is still a device on some product), or surely claims a GPU through DRA (a claim the
+    node inventory read: one that cannot be read may be a NIC's, which a GPU product label
+    would keep from every node). None otherwise."""
     tenant = policy.entitled_tenant(view.namespace, view.namespace_labels)
     if tenant is None or tenant.entitlements is None or tenant.entitlements.products is None:
         return None
-    if all(name in policy.companion_names for name in view.requested_gpu_names):
+    if all(name in policy.companion_names for name in view.requested_gpu_names) and not any(
+        c.surely_claims_gpu for c in view.containers
+    ):
         return None
     return tenant
 
