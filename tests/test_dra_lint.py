@@ -58,3 +58,22 @@ def test_an_entitlement_naming_no_gpu_class_is_warned() -> None:
         """
     )
     assert not [w for w in declared.warnings if "device class" in w.message]
+
+
+def test_a_pool_declaring_no_gpu_class_is_warned() -> None:
+    loaded = policy(
+        """
+        pools:
+          - name: h100
+            nodeSelector: {pool: h100}
+            resources: [{name: nvidia.com/gpu, sharing: Exclusive}]
+            deviceClasses: [gpu.nvidia.con]
+        """
+    )
+    assert any(
+        "'gpu.nvidia.con' is not a GPU device class this policy knows, so no claim chooses "
+        "pool 'h100' by it"
+        in w.message
+        and "did you mean 'gpu.nvidia.com'?" in w.message
+        for w in loaded.warnings
+    )

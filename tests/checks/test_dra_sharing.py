@@ -13,6 +13,7 @@ from pathlib import Path
 import webhook
 from tests.checks.test_dra_claims import claiming_pod, claims, request, template
 from tests.kubeapi import FakeKubeAPI
+from tests.patching import apply_both, validate_pod
 from tests.serving import Server, make_certificates, post_json, wait_until
 from tests.support.admission import (
     admission,
@@ -63,12 +64,15 @@ def mig_template(strategy: str | None = None, name: str = "mig") -> dict:
     return template(request(deviceClassName="mig.nvidia.com"), config=config, name=name)
 
 
-def snapshot(*templates: dict, classes: tuple[dict, ...] = ()) -> NodeSnapshot:
-    """The inventory's snapshot holding these templates (in ``ml``) and DeviceClasses."""
+def snapshot(
+    *templates: dict, classes: tuple[dict, ...] = (), for_policy: webhook.Policy | None = None
+) -> NodeSnapshot:
+    """The inventory's snapshot holding these templates (in ``ml``) and DeviceClasses, kept
+    for ``for_policy``'s label keys (``enforcing()``'s by default)."""
     kept = {(NAMESPACE, t["metadata"]["name"]): claim_template_record(t) for t in templates}
     known = {c["metadata"]["name"]: device_class_record(c) for c in classes}
     dra = DraObjects(known, kept, knows_device_classes=True, knows_claim_templates=True)
-    return NodeSnapshot({}, NodeFields.of(enforcing()), dra=dra)
+    return NodeSnapshot({}, NodeFields.of(for_policy or enforcing()), dra=dra)
 
 
 def decide(obj: dict, nodes: NodeSnapshot | None, policy_: webhook.Policy | None = None):
@@ -417,3 +421,58 @@ def test_an_extended_resource_a_gpu_class_serves_is_followed() -> None:
     assert_allowed_clean(decide(pod, snapshot(classes=(served,)), voiding))
     # Without the class, nothing says it is a GPU: the variable is refused, void required.
     assert denied(decide(pod, snapshot(), voiding))
+
+
+@cache
+def pooled() -> webhook.Policy:
+    return policy(
+        """
+        newChecks: Enforce
+        pools:
+          - name: h100
+            nodeSelector: {pool: h100}
+            taints: [{key: pool, value: h100, effect: NoSchedule}]
+            resources: [{name: nvidia.com/gpu, sharing: Exclusive}]
+            deviceClasses: [gpu.nvidia.com]
+          - name: a100-mig
+            nodeSelector: {pool: a100-mig}
+            taints: [{key: pool, value: a100-mig, effect: NoSchedule}]
+            resources: [{name: nvidia.com/mig-1g.10gb, sharing: MIG}]
+            deviceClasses: [mig.nvidia.com]
+        tenants:
+          - namespaces: [ml]
+            reservedPools: [h100]
+        """,
+        name="dra-pools",
+    )
+
+
+def test_a_claimed_class_chooses_and_confines_to_its_pool() -> None:
+    nodes = snapshot(mig_template(), for_policy=pooled())
+    pod = claiming_pod(claims(container("app"), "gpu"), template_name="mig")
+    pod["spec"]["tolerations"] = []
+    mutated = webhook.decide(
+        admission(pod, namespace=NAMESPACE), pooled(), mutate=True, nodes=nodes
+    )
+    patched = apply_both(pod, list(mutated.patch))
+    validate_pod(patched)
+    assert {"key": "pool", "operator": "Equal", "value": "a100-mig", "effect": "NoSchedule"} in (
+        patched["spec"]["tolerations"]
+    )
+    [term] = patched["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert {"key": "pool", "operator": "In", "values": ["a100-mig"]} in term["matchExpressions"]
+    assert_allowed_clean(decide(patched, nodes, pooled()))
+
+
+def test_a_claimed_class_of_a_pool_closed_to_the_namespace_is_refused() -> None:
+    nodes = snapshot(template(request(), name="whole"), for_policy=pooled())
+    pod = claiming_pod(claims(container("app"), "gpu"), template_name="whole")
+    pod["spec"]["tolerations"] = [{"key": "pool", "operator": "Exists"}]
+    decision = decide(pod, nodes, pooled())
+    assert decision.allowed  # ml may use h100 (reserved for it)
+    closed = webhook.decide(
+        admission(pod, namespace="research"), pooled(), mutate=False, nodes=nodes
+    )
+    assert "pool-access" in {rule for rule, _ in denied(closed)}

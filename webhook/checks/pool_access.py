@@ -162,7 +162,7 @@ def _open_pools(view: PodView, policy: Policy, requested: tuple[str, ...]) -> tu
     return tuple(
         p
         for p in policy.pools
-        if policy.may_use(p, view.namespace) and all(n in p.resources for n in requested)
+        if policy.may_use(p, view.namespace) and all(map(p.offers, requested))
     )
 
 

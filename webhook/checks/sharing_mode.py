@@ -247,7 +247,7 @@ def _offered_by(policy: Policy, requested: tuple[str, ...]) -> str:
     """``; nvidia.com/x is offered by pools a, b`` for each requested resource some pool has."""
     parts = []
     for name in requested:
-        pools = [p.name for p in policy.pools if name in p.resources]
+        pools = [p.name for p in policy.pools if p.offers(name)]
         if pools:
             parts.append(f"{name} is offered by pool(s) {', '.join(pools)}")
     return "; " + "; ".join(parts) if parts else ""

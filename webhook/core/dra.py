@@ -146,6 +146,35 @@ def mark_claimed_gpus(view: PodView, policy: Policy) -> None:
         view.gpu_relevant = view.relevant_by_claims = False
 
 
+def claimed_classes(view: PodView, policy: Policy) -> tuple[str, ...]:
+    """The GPU device classes the Pod's containers surely claim devices of, in first-seen
+    order: each request's class, read from the inventory's templates, where every
+    alternative of it asks for that one class (one that may be served by several chooses no
+    pool of its own)."""
+    claims = pod_claims(view)
+    found: dict[str, None] = {}
+    for container in view.containers:
+        if not container.surely_claims_gpu:
+            continue
+        for name, request, _ in container_claims(container):
+            claim = claims.by_name.get(name)
+            if claim is None or claim.spec is None:
+                continue
+            by_request: dict[str, set[str | None]] = {}
+            for ask in claim.spec.asks:
+                if request and ask.request != request:
+                    continue
+                known = known_class(ask.device_class, policy, view.nodes)
+                by_request.setdefault(ask.request, set()).add(
+                    known.name if known is not None and known.gpu else None
+                )
+            for classes in by_request.values():
+                only = classes.pop() if len(classes) == 1 else None
+                if only is not None:
+                    found[only] = None
+    return tuple(found)
+
+
 def has_claims(view: PodView) -> bool:
     """Whether anything of the Pod's could claim a device through DRA."""
     if view.spec.get("resourceClaims"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from webhook.core.dra import claimed_classes
 from webhook.core.inventory import NodeInfo, bound_to_cpu_node, named_node, pools_of
 from webhook.core.pods import PodView
 from webhook.core.scheduling import expression_matches, term_allows_labels, tolerates
@@ -97,15 +98,21 @@ NO_GPU = Selection((), (), (), ())
 
 
 def _pooled_requests(view: PodView, policy: Policy) -> tuple[str, ...]:
-    """The declared GPU resources the Pod asks for that choose a pool: not DRA's extended
-    resources (``deviceclass.resource.kubernetes.io/<class>``), whose devices pools do not
-    declare; undeclared vendor resources are the resource-name rule's (unknownResources),
-    companion resources go with any pool."""
-    return tuple(
+    """What the Pod asks for that chooses a pool: the declared GPU resources, not DRA's
+    extended resources (``deviceclass.resource.kubernetes.io/<class>``: pools declare the
+    classes, below); undeclared vendor resources are the resource-name rule's
+    (unknownResources), companion resources go with any pool. Then the DRA device classes
+    its claims surely ask for (read from the inventory's templates) that some pool declares
+    (``pools[].deviceClasses``): a class no pool names chooses none."""
+    requested = tuple(
         name
         for name in view.requested_gpu_names
         if name in policy.declared_names and not name.startswith(DEVICE_CLASS_RESOURCE_PREFIX)
     )
+    if view.pod_claims is None or not view.pod_claims.by_name:
+        return requested
+    classes = tuple(c for c in claimed_classes(view, policy) if c in policy.pooled_names)
+    return requested + classes
 
 
 def select_pool(view: PodView, policy: Policy) -> Selection:
@@ -135,7 +142,7 @@ def _select(view: PodView, policy: Policy) -> Selection:
             return Selection((), (), (problem,), requested)
         return Selection((), policy.gpu_node_taints, (), requested)
 
-    offering = tuple(p for p in policy.pools if all(n in p.resources for n in requested))
+    offering = tuple(p for p in policy.pools if all(map(p.offers, requested)))
     compatible = tuple(p for p in policy.pools if _compatible(view, p))
     pinned = len(compatible) < len(policy.pools)
     candidates = tuple(p for p in offering if p in compatible)
@@ -180,7 +187,7 @@ def _explicit(view: PodView, policy: Policy, name: str, requested: tuple[str, ..
     pool = next((p for p in policy.pools if p.name == name), None)
     if pool is None:
         return Selection((), (), (UnknownPool(name),), requested)
-    missing = tuple(n for n in requested if n not in pool.resources)
+    missing = tuple(n for n in requested if not pool.offers(n))
     if missing or not _compatible(view, pool):
         return Selection((), (), (PoolLacks(pool, missing, requested),), requested)
     if policy.may_use(pool, view.namespace):
@@ -208,7 +215,7 @@ def named_node_pools(view: PodView, policy: Policy) -> tuple[NodeInfo, tuple[Poo
         if not pools:
             return None
     requested = _pooled_requests(view, policy)
-    offering = tuple(p for p in pools if all(n in p.resources for n in requested))
+    offering = tuple(p for p in pools if all(map(p.offers, requested)))
     if requested and _mode_conflict(offering, requested) is not None:
         return None
     return node, pools
@@ -225,9 +232,9 @@ def _on_node(
     those that offer what it asks for, or a warning that none does. Whether the namespace may
     use them is the pool-access rule's ``nodeName`` finding for a Pod; a template, whose Pods
     that finding will refuse, is told now."""
-    offering = tuple(p for p in pools if all(n in p.resources for n in requested))
+    offering = tuple(p for p in pools if all(map(p.offers, requested)))
     if not offering:
-        missing = tuple(n for n in requested if n not in pools[0].resources)
+        missing = tuple(n for n in requested if not pools[0].offers(n))
         problem = PoolLacks(pools[0], missing, requested, node.name)
         return Selection((), (), (problem,), requested)
     problems: tuple[Problem, ...] = ()
@@ -268,7 +275,7 @@ def _mode_conflict(pools: tuple[Pool, ...], names: tuple[str, ...]) -> Ambiguous
     """Ambiguity: the pools the Pod may land in give one of its resources different sharing
     modes, so where it lands decides what it gets. Otherwise it is confined to all of them."""
     for name in names:
-        modes = tuple((p.name, p.resources[name].sharing) for p in pools)
+        modes = tuple((p.name, p.resources[name].sharing) for p in pools if name in p.resources)
         if len({mode for _, mode in modes}) > 1:
             return Ambiguous(name, modes)
     return None
@@ -353,7 +360,7 @@ def reachable_closed_pools(view: PodView, policy: Policy) -> list[Pool]:
         pool
         for pool in policy.pools
         if not policy.may_use(pool, view.namespace)
-        and all(n in pool.resources for n in requested)
+        and all(map(pool.offers, requested))
         and _can_land(view, pool)
     ]
 

@@ -367,6 +367,7 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
             namespaces=_pool_namespaces(p, spec, matchers),
             runtime_class=p.get("runtimeClassName"),
             priority_class=p.get("priorityClassName"),
+            device_classes=frozenset(p.get("deviceClasses", ())),
         )
         for p in spec.get("pools", [])
     )
@@ -434,7 +435,9 @@ def compile_policy(doc: dict[str, Any], source: str, digest: str) -> Policy:
             [t["key"] for t in spec.get("gpuNodeTaints", [])]
             + [t["key"] for pool in pools for t in pool.taints]
         ),
-        pooled_names=frozenset(name for pool in pools for name in pool.resources),
+        pooled_names=frozenset(
+            name for pool in pools for name in (*pool.resources, *pool.device_classes)
+        ),
         has_reserved_pools=any(pool.namespaces is not None for pool in pools),
         exempted_names=frozenset(name for e in exemptions for name in e.namespaces.names),
         exempts_by_glob=any(e.namespaces.regex is not None for e in exemptions),

@@ -6,7 +6,7 @@ names the gate meant), and a combination of gates the driver refuses to start wi
 (``nvidia_dra.GATES_REQUIRED``, ``GATES_EXCLUSIVE``): the policy would describe a driver that
 cannot run. Warnings: a device class an entitlement lists that the policy does not know as a
 GPU class (without the node inventory its claims are never refused, so the list limits
-nothing of it).
+nothing of it), and likewise a device class a pool declares.
 """
 
 from __future__ import annotations
@@ -44,6 +44,15 @@ def dra_errors(spec: dict[str, Any], err: Report) -> None:
 
 def dra_warnings(policy: Policy, warn: Report) -> None:
     gpu_classes = {name for name, known in policy.dra.classes.items() if known.gpu}
+    for index, pool in enumerate(policy.pools):
+        for name in sorted(pool.device_classes - gpu_classes):
+            meant = near_miss(name, gpu_classes)
+            warn(
+                ["spec", "pools", index, "deviceClasses"],
+                f"{name!r} is not a GPU device class this policy knows, so no claim chooses "
+                f"pool {pool.name!r} by it: declare it in dra.deviceClasses"
+                + (f" (or did you mean {meant!r}?)" if meant else ""),
+            )
     for tenant in policy.tenants:
         entitled = tenant.entitlements
         if entitled is None or entitled.device_classes is None:

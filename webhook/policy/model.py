@@ -64,6 +64,12 @@ class Pool:
     # The classes the mutating webhook gives GPU workload templates whose Pods land here.
     runtime_class: str | None = None
     priority_class: str | None = None
+    # The DRA device classes its nodes publish devices of: a claim of one chooses the pool.
+    device_classes: frozenset[str] = frozenset()
+
+    def offers(self, name: str) -> bool:
+        """Whether it offers a resource, or devices of a DRA class, of that name."""
+        return name in self.resources or name in self.device_classes
 
     def allows_namespace(self, namespace: str) -> bool:
         return self.namespaces is None or self.namespaces.matches(namespace)
