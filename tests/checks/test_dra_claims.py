@@ -452,3 +452,40 @@ def test_a_compute_domain_larger_than_the_rack_is_refused() -> None:
     assert "set numNodes to at most 18" in status_message(decision)
     # Without a rack size nothing is said about it.
     assert_allowed_clean(validate(compute_domain(36), enforcing()))
+
+
+# --- claims embedded in catalogued workloads ----------------------------------------------
+
+
+def nim_service(device_class: str) -> dict:
+    return {
+        "apiVersion": "apps.nvidia.com/v1alpha1",
+        "kind": "NIMService",
+        "metadata": {"name": "llm"},
+        "spec": {
+            "image": {"repository": "nvcr.io/nim/meta/llama", "tag": "1.12.0"},
+            "draResources": [
+                {
+                    "claimCreationSpec": {
+                        "devices": [
+                            {
+                                "name": "gpu",
+                                "count": 1,
+                                "deviceClassName": device_class,
+                                "driverName": "gpu.nvidia.com",
+                            }
+                        ]
+                    }
+                }
+            ],
+        },
+    }
+
+
+def test_a_nim_services_claim_creation_spec_is_judged_as_a_template_is() -> None:
+    decision = validate(nim_service("gpu.nvidia.con"), enforcing())
+    assert denied(decision) == [
+        ("dra-claims", "spec.draResources[0].claimCreationSpec.devices[0].deviceClassName")
+    ]
+    assert "did you mean gpu.nvidia.com?" in status_message(decision)
+    assert_allowed_clean(validate(nim_service("gpu.nvidia.com"), enforcing()))

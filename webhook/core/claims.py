@@ -83,6 +83,18 @@ def read_claim_spec(spec: Any, path: str) -> ClaimSpec:
     devices_path = f"{path}.devices" if path else "devices"
     # (The classic shape, resourceClassName and parametersRef, has no devices: it asks for
     # nothing. The inventory's records are read-only mappings.)
+    if isinstance(devices, list):
+        # NIM's claimCreationSpec: a list of devices, each a request in the v1beta1 shape
+        # (deviceClassName beside it), from which its operator makes a template.
+        return ClaimSpec(
+            path,
+            tuple(
+                _ask(_name(device, index), "", device, f"{devices_path}[{index}]")
+                for index, device in _items(devices)
+                if isinstance(device, dict)
+            ),
+            (),
+        )
     if not isinstance(devices, Mapping):
         return ClaimSpec(path, (), ())
     asks: list[DeviceAsk] = []
@@ -195,6 +207,11 @@ def _for_type(parameters: Any, known: KnownClass) -> bool:
     kind = parameters.get("kind") if isinstance(parameters, Mapping) else None
     wanted = CONFIG_KINDS.get(kind) if isinstance(kind, str) else None
     return wanted is None or known.device_type is None or wanted == known.device_type
+
+
+def _name(item: Mapping[str, Any], index: int) -> str:
+    name = item.get("name")
+    return name if isinstance(name, str) else f"#{index}"
 
 
 def _items(value: Any) -> Iterator[tuple[int, Any]]:

@@ -307,8 +307,10 @@ class WorkloadKind:
 
     @property
     def claims(self) -> bool:
-        """A DRA claim or claim template: no Pod of its own (``webhook.policy.workloads``)."""
-        return any(t.shape == "claim" for t in self.targets)
+        """A DRA claim or claim template: no Pod of its own, only claim specs
+        (``webhook.policy.workloads``). A workload that embeds claim specs beside its Pods'
+        (NIM's ``draResources``) is none."""
+        return bool(self.targets) and all(t.shape == "claim" for t in self.targets)
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,6 +136,8 @@ def entry_paths(entry: Mapping[str, Any]) -> Iterable[tuple[tuple[str | int, ...
         yield ("resources", i, "path"), target["path"]
         for j, text in enumerate(_pod_fields(target)):
             yield ("resources", i, "podFields", j), text
+    for i, text in enumerate(entry.get("claims", ())):
+        yield ("claims", i), text
     for i, counted in enumerate(entry.get("replicas", ())):
         yield ("replicas", i, "target"), counted["target"]
         for j, factor in enumerate(counted["count"]):
@@ -259,6 +261,7 @@ def compile_workload(entry: Mapping[str, Any], *, catalogued: bool = False) -> W
                 pod_metadata=_pod_metadata(target),
             )
         )
+    targets += [PodTarget("claim", compile_template_path(p)) for p in entry.get("claims", ())]
     for where, message in replica_errors(entry):  # the lint's for a policy's own entries
         raise TemplatePathError(f"replicas at {where}: {message}")
     return WorkloadKind(
