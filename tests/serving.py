@@ -399,20 +399,50 @@ class Server:
         return reply.body.decode()
 
 
-def tls_server(directory: Path, env: Mapping[str, str]) -> Server:
+def tls_server(
+    directory: Path,
+    env: Mapping[str, str] | None = None,
+    *,
+    policy_text: str = TEST_POLICY,
+    extra_args: Sequence[str] = (),
+) -> Server:
     """The server (not started: use it in a ``with``) over TLS with new certificates and
-    ``TEST_POLICY``, all in ``directory``, its log in ``directory/server.log``."""
+    ``policy_text`` (``TEST_POLICY``), all in ``directory``, its log in
+    ``directory/server.log``."""
     certificates = make_certificates(directory / "pki")
     policy = directory / "policy.yaml"
-    policy.write_text(TEST_POLICY)
+    policy.write_text(policy_text)
     return Server(
         policy=policy,
         cert=certificates.tls_cert,
         key=certificates.tls_key,
         ca=certificates.ca_cert,
         log_path=directory / "server.log",
+        extra_args=extra_args,
         env=env,
     )
+
+
+def policy_text(spec: str, name: str = "test") -> str:
+    """A policy document with this ``spec`` (YAML lines, indented by the caller's two)."""
+    return (
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
+        f"metadata: {{name: {name}}}\nspec:\n{spec}"
+    )
+
+
+def answers(
+    server: Server, reviews: Sequence[Mapping[str, Any]], path: str = "/validate"
+) -> list[Any]:
+    """The ``response`` of each AdmissionReview, posted on one connection."""
+    conn = server.connection()
+    try:
+        return [
+            json.loads(post_json(conn, path, json.dumps(review).encode()).body)["response"]
+            for review in reviews
+        ]
+    finally:
+        conn.close()
 
 
 def peer_serial(conn: http.client.HTTPConnection) -> int:

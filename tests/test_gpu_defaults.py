@@ -33,7 +33,8 @@ from tests.patching import (
     review,
     validate_pod,
 )
-from tests.serving import Server, make_certificates, post_json
+from tests.serving import answers as served
+from tests.serving import tls_server
 from tests.support.paths import REPO
 from webhook.admission.objects import decide_object
 from webhook.cli.main import main
@@ -835,33 +836,15 @@ def test_webhooks_rules_mutating_prints_the_entry_for_the_custom_kinds_with_temp
 
 
 def test_the_server_defaults_a_workload_and_a_pod(tmp_path):
-    certificates = make_certificates(tmp_path / "pki")
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(
-        policy_text(
-            "{runtimeClassName: nvidia-cdi, activeDeadlineSeconds: {barePods: 3600, jobs: 86400},"
-            " sharedMemory: {enabled: true}}"
-        )
+    defaults = policy_text(
+        "{runtimeClassName: nvidia-cdi, activeDeadlineSeconds: {barePods: 3600, jobs: 86400},"
+        " sharedMemory: {enabled: true}}"
     )
     job = workload("Job", container(gpus="2"))
     notebook = pod(container(gpus="2"))
-    with Server(
-        policy=policy,
-        cert=certificates.tls_cert,
-        key=certificates.tls_key,
-        ca=certificates.ca_cert,
-        log_path=tmp_path / "server.log",
-    ) as server:
-        conn = server.connection()
-        try:
-            answers = [
-                json.loads(
-                    post_json(conn, "/mutate", json.dumps(review(obj, kind=kind)).encode()).body
-                )
-                for obj, kind in ((job, "Job"), (notebook, "Pod"))
-            ]
-        finally:
-            conn.close()
+    with tls_server(tmp_path, policy_text=defaults) as server:
+        reviews = [review(obj, kind=kind) for obj, kind in ((job, "Job"), (notebook, "Pod"))]
+        answers = [{"response": response} for response in served(server, reviews, "/mutate")]
     defaulted_job = apply_both(job, decode_patch(answers[0]))
     validate(defaulted_job)
     assert defaulted_job["spec"]["activeDeadlineSeconds"] == 86400

@@ -5,7 +5,6 @@ in selectors and admin access here; NVIDIA's opaque parameters in ``test_dra_par
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 
 import webhook
-from tests.serving import Server, make_certificates, post_json
+from tests.serving import answers, policy_text, tls_server
 from tests.support.admission import (
     admission,
     assert_allowed_clean,
@@ -390,34 +389,14 @@ def test_a_claim_makes_the_pod_gpu_relevant_and_its_new_findings_only_warn() -> 
 def test_the_server_judges_classes_and_profiles_and_admits_the_controllers_claim(
     tmp_path: Path,
 ) -> None:
-    certificates = make_certificates(tmp_path / "pki")
-    policy_file = tmp_path / "policy.yaml"
-    policy_file.write_text(
-        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
-        "metadata: {name: dra}\nspec:\n  newChecks: Enforce\n"
-    )
     tenant = admission(template(request(deviceClassName="gpu.nvidia.con")))
     profile = admission(
         template(mig_request("device.attributes['gpu.nvidia.com'].profile == '1g.11gb'"))
     )
     controller = admission(forged())
     controller["request"]["userInfo"] = {"username": CONTROLLER}
-    with Server(
-        policy=policy_file,
-        cert=certificates.tls_cert,
-        key=certificates.tls_key,
-        ca=certificates.ca_cert,
-        log_path=tmp_path / "server.log",
-    ) as server:
-        conn = server.connection()
-        try:
-            answers = [
-                json.loads(post_json(conn, "/validate", json.dumps(r).encode()).body)["response"]
-                for r in (tenant, profile, controller)
-            ]
-        finally:
-            conn.close()
-    refused, uncatalogued, admitted = answers
+    with tls_server(tmp_path, policy_text=policy_text("  newChecks: Enforce\n")) as server:
+        refused, uncatalogued, admitted = answers(server, (tenant, profile, controller))
     # The policy's migCatalogue warns an uncatalogued profile (uncataloguedProfiles: Warn).
     assert uncatalogued["allowed"] is True
     assert any('MIG profile "1g.11gb"' in w for w in uncatalogued["warnings"])

@@ -6,7 +6,6 @@ strategies. The parameters' own rules, case by case and against the driver's tab
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 
 import webhook
 from tests.checks.test_dra_claims import request, template
-from tests.serving import Server, make_certificates, post_json
+from tests.serving import answers, policy_text, tls_server
 from tests.support.admission import (
     admission,
     assert_allowed_clean,
@@ -171,13 +170,6 @@ def test_a_config_for_a_request_of_another_type_is_refused_only_where_it_names_i
 
 
 def test_the_real_server_lists_every_problem_of_a_claim(tmp_path: Path) -> None:
-    certificates = make_certificates(tmp_path / "pki")
-    policy_file = tmp_path / "policy.yaml"
-    policy_file.write_text(
-        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
-        "metadata: {name: dra}\nspec:\n  newChecks: Enforce\n"
-        "  dra: {nvidiaDriver: {featureGates: {TimeSlicingSettings: true, MPSSupport: true}}}\n"
-    )
     claim = configured(
         gpu_config(
             strategy="MPS",
@@ -187,19 +179,10 @@ def test_the_real_server_lists_every_problem_of_a_claim(tmp_path: Path) -> None:
     )
     claim["kind"] = "ResourceClaim"
     claim["spec"] = claim["spec"]["spec"]
-    with Server(
-        policy=policy_file,
-        cert=certificates.tls_cert,
-        key=certificates.tls_key,
-        ca=certificates.ca_cert,
-        log_path=tmp_path / "server.log",
-    ) as server:
-        conn = server.connection()
-        try:
-            reply = post_json(conn, "/validate", json.dumps(admission(claim)).encode())
-        finally:
-            conn.close()
-    answer = json.loads(reply.body)["response"]
+    gates = "  dra: {nvidiaDriver: {featureGates: {TimeSlicingSettings: true, MPSSupport: true}}}\n"
+    spec = "  newChecks: Enforce\n" + gates
+    with tls_server(tmp_path, policy_text=policy_text(spec)) as server:
+        [answer] = answers(server, [admission(claim)])
     assert answer["allowed"] is False
     fields = {cause["field"] for cause in answer["status"]["details"]["causes"]}
     assert fields >= {

@@ -6,15 +6,15 @@ claim used through ``resourceClaimName``, the check is skipped with a warning.""
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import webhook
 from tests.checks.test_dra_claims import claiming_pod, claims, request, template
 from tests.kubeapi import FakeKubeAPI
 from tests.patching import apply_both, validate_pod
-from tests.serving import Server, make_certificates, post_json, wait_until
+from tests.serving import answers, policy_text, tls_server, wait_until
 from tests.support.admission import (
     admission,
     assert_allowed_clean,
@@ -30,6 +30,12 @@ from webhook.core.inventory import NodeFields, NodeSnapshot
 NAMESPACE = "ml"
 API = "resource.nvidia.com/v1beta1"
 SHARING_GATES = "dra: {nvidiaDriver: {featureGates: {TimeSlicingSettings: true, MPSSupport: true}}}"
+# The policy the real server runs: the gates on, nvidia.com/gpu declared exclusive.
+SERVED_SPEC = policy_text(
+    f"  newChecks: Enforce\n  {SHARING_GATES}\n"
+    "  resources: [{name: nvidia.com/gpu, sharing: Exclusive}]\n",
+    name="dra",
+)
 
 
 @cache
@@ -62,6 +68,19 @@ def mps_template(name: str = "mps") -> dict:
 def mig_template(strategy: str | None = None, name: str = "mig") -> dict:
     config = [shared(strategy, "MigDeviceConfig")] if strategy else None
     return template(request(deviceClassName="mig.nvidia.com"), config=config, name=name)
+
+
+def device_class(name: str, **spec: Any) -> dict:
+    """A DeviceClass whose selector pins NVIDIA's GPU driver, with more ``spec`` fields."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {
+            "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}],
+            **spec,
+        },
+    }
 
 
 def snapshot(
@@ -198,13 +217,7 @@ def test_a_resource_claim_is_never_read_and_a_lone_claim_is_not_warned() -> None
 
 
 def test_a_device_class_the_cluster_does_not_have_is_warned() -> None:
-    golden = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": "gpu.nvidia.com"},
-        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
-    }
-    nodes = snapshot(classes=(golden,))
+    nodes = snapshot(classes=(device_class("gpu.nvidia.com"),))
     assert_allowed_clean(decide(template(request()), nodes))
     decision = decide(template(request(deviceClassName="mig.nvidia.com")), nodes)
     assert decision.allowed
@@ -214,12 +227,7 @@ def test_a_device_class_the_cluster_does_not_have_is_warned() -> None:
 def test_an_inventory_class_of_nvidias_driver_gives_a_gpu() -> None:
     # A class the cluster has whose selectors pin NVIDIA's GPU driver hands out GPUs: its
     # container may tune them (NVIDIA_DRIVER_CAPABILITIES is refused where no GPU is requested).
-    custom = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": "a100.example.com"},
-        "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.nvidia.com"'}}]},
-    }
+    custom = device_class("a100.example.com")
     tuned = claims(container("t", env={"NVIDIA_DRIVER_CAPABILITIES": "compute"}), "gpu")
     nodes = snapshot(
         template(request(deviceClassName="a100.example.com"), name="a100"), classes=(custom,)
@@ -233,13 +241,6 @@ def test_an_inventory_class_of_nvidias_driver_gives_a_gpu() -> None:
 def test_the_real_server_refuses_an_mps_claim_beside_an_exclusive_gpu(tmp_path: Path) -> None:
     # Without the inventory the server cannot read the template: it warns, and refuses the
     # template that mixes modes when it is written.
-    certificates = make_certificates(tmp_path / "pki")
-    policy_file = tmp_path / "policy.yaml"
-    policy_file.write_text(
-        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
-        f"metadata: {{name: dra}}\nspec:\n  newChecks: Enforce\n  {SHARING_GATES}\n"
-        "  resources: [{name: nvidia.com/gpu, sharing: Exclusive}]\n"
-    )
     mixed = template(
         request("ts"),
         request("mps"),
@@ -251,23 +252,8 @@ def test_the_real_server_refuses_an_mps_claim_beside_an_exclusive_gpu(tmp_path: 
     pod = claiming_pod(
         container("train", gpu=1), claims(container("infer"), "gpu"), template_name="mps"
     )
-    with Server(
-        policy=policy_file,
-        cert=certificates.tls_cert,
-        key=certificates.tls_key,
-        ca=certificates.ca_cert,
-        log_path=tmp_path / "server.log",
-    ) as server:
-        conn = server.connection()
-        try:
-            refused, warned = (
-                json.loads(post_json(conn, "/validate", json.dumps(admission(obj)).encode()).body)[
-                    "response"
-                ]
-                for obj in (mixed, pod)
-            )
-        finally:
-            conn.close()
+    with tls_server(tmp_path, policy_text=SERVED_SPEC) as server:
+        refused, warned = answers(server, [admission(obj) for obj in (mixed, pod)])
     assert refused["allowed"] is False
     assert "mixes GPU sharing modes in one claim" in refused["status"]["message"]
     assert warned["allowed"] is True
@@ -306,15 +292,7 @@ def test_with_inject_void_a_read_gpu_claim_is_not_asked_for_void() -> None:
 
 def test_a_device_classs_own_config_sets_the_mode_of_its_claims() -> None:
     # An admin's DeviceClass that shares every GPU it hands out through MPS.
-    mps_class = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": "gpu.nvidia.com"},
-        "spec": {
-            "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}],
-            "config": [shared("MPS")],
-        },
-    }
+    mps_class = device_class("gpu.nvidia.com", config=[shared("MPS")])
     pod = claiming_pod(
         container("train", gpu=1), claims(container("infer"), "gpu"), template_name="whole"
     )
@@ -335,14 +313,6 @@ def test_the_real_server_with_the_inventory_reads_the_pods_templates(
     mps = mps_template()
     mps["metadata"]["namespace"] = NAMESPACE
     kube_api.add(mps)
-    certificates = make_certificates(tmp_path / "pki")
-    policy_file = tmp_path / "policy.yaml"
-    policy_file.write_text(
-        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\n"
-        f"metadata: {{name: dra}}\nspec:\n  newChecks: Enforce\n  {SHARING_GATES}\n"
-        "  resources: [{name: nvidia.com/gpu, sharing: Exclusive}]\n"
-        "  gpuNodeTaints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]\n"
-    )
     mixed = claiming_pod(
         container("train", gpu=1), claims(container("infer"), "gpu"), template_name="mps"
     )
@@ -353,23 +323,17 @@ def test_the_real_server_with_the_inventory_reads_the_pods_templates(
         claims(container("t", env={"NVIDIA_DRIVER_CAPABILITIES": "compute"}), "gpu"),
         template_name="mps",
     )
-    with Server(
-        policy=policy_file,
-        cert=certificates.tls_cert,
-        key=certificates.tls_key,
-        ca=certificates.ca_cert,
-        log_path=tmp_path / "server.log",
+    with tls_server(
+        tmp_path,
+        {"KUBECONFIG": str(kube_api.write_kubeconfig(tmp_path / "kubeconfig"))},
+        policy_text=SERVED_SPEC
+        + "  gpuNodeTaints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]\n",
         extra_args=["--inventory"],
-        env={"KUBECONFIG": str(kube_api.write_kubeconfig(tmp_path / "kubeconfig"))},
     ) as server:
 
         def answer(obj: dict) -> dict:
-            conn = server.connection()
-            try:
-                body = json.dumps(admission(obj, namespace=NAMESPACE)).encode()
-                return json.loads(post_json(conn, "/validate", body).body)["response"]
-            finally:
-                conn.close()
+            [response] = answers(server, [admission(obj, namespace=NAMESPACE)])
+            return response
 
         wait_until(
             lambda: not answer(mixed)["allowed"], timeout=10, what="the template in the inventory"
@@ -397,15 +361,7 @@ def test_an_extended_resource_a_gpu_class_serves_is_followed() -> None:
     # DRAExtendedResource: a DeviceClass of NVIDIA's driver serving example.com/gpu. With the
     # inventory's classes, a container asking for it surely gets a GPU: it may tune it, and
     # injectVoid spares it.
-    served = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": "a100.example.com"},
-        "spec": {
-            "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}],
-            "extendedResourceName": "example.com/gpu",
-        },
-    }
+    served = device_class("a100.example.com", extendedResourceName="example.com/gpu")
     voiding = policy(
         """
         gpuNodeTaints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]

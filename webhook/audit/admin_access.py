@@ -24,6 +24,7 @@ from webhook.audit.drift_finding import Drift
 from webhook.cluster.connection import Cluster, ClusterError
 from webhook.cluster.listing import Lister, RequestRefused
 from webhook.core.claims import read_claim_spec
+from webhook.core.paths import walk_path
 from webhook.policy.model import Policy
 
 ADMIN_ACCESS_KINDS = ("dra-admin-access", "dra-admin-access-ungranted")
@@ -41,7 +42,7 @@ def check_admin_access(cluster: Cluster, policy: Policy) -> list[Drift]:
     for workload in policy.workloads.values():
         if workload.claims:
             for page in lister.object_pages(workload):
-                objects += [obj for obj, _ in _asking(page)]
+                objects += [obj for obj, _ in _asking(policy, page)]
     if lister.problems:
         raise ClusterError(lister.problems[0].message)
     if not objects:
@@ -69,7 +70,7 @@ def find_admin_access(
     """Each object of ``objects`` (ResourceClaims and templates) that asks for admin access,
     in the order given, with the label and grant that allowed it."""
     found: list[Drift] = []
-    for obj, classes in _asking(objects):
+    for obj, classes in _asking(policy, objects):
         metadata = obj.get("metadata") or {}
         namespace = str(metadata.get("namespace") or "")
         ref = f"{obj.get('kind')} {namespace}/{metadata.get('name')}"
@@ -113,13 +114,23 @@ def find_admin_access(
 
 
 def _asking(
-    objects: Iterable[Mapping[str, Any]],
+    policy: Policy, objects: Iterable[Mapping[str, Any]]
 ) -> Iterator[tuple[Mapping[str, Any], list[str]]]:
+    """Each object that asks for admin access, with the classes it asks it of: its claim
+    specs found where its kind keeps them (``webhook.policy.workloads.CLAIM_KINDS``)."""
     for obj in objects:
-        claim = obj.get("spec")
-        if obj.get("kind") == "ResourceClaimTemplate" and isinstance(claim, dict):
-            claim = claim.get("spec")
-        asks = read_claim_spec(claim, "spec").asks
-        classes = sorted({str(a.device_class) for a in asks if a.admin_access})
+        group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+        workload = policy.workloads.get((group, str(obj.get("kind", ""))))
+        if workload is None:
+            continue
+        classes = sorted(
+            {
+                str(ask.device_class)
+                for target in workload.targets
+                for path, _, spec in walk_path(obj, target.path)
+                for ask in read_claim_spec(spec, path).asks
+                if ask.admin_access
+            }
+        )
         if classes:
             yield obj, classes

@@ -99,11 +99,8 @@ def read_claim_spec(spec: Any, path: str) -> ClaimSpec:
         return ClaimSpec(path, (), ())
     asks: list[DeviceAsk] = []
     for index, request in _items(devices.get("requests")):
-        where = f"{devices_path}.requests[{index}]"
-        name = request.get("name") if isinstance(request, dict) else None
-        name = name if isinstance(name, str) else f"#{index}"
         if isinstance(request, dict):
-            asks += _asks(name, request, where)
+            asks += _asks(_name(request, index), request, f"{devices_path}.requests[{index}]")
     configs = [
         OpaqueConfig(
             f"{devices_path}.config[{index}].opaque",
@@ -125,13 +122,7 @@ def _asks(name: str, request: Mapping[str, Any], where: str) -> Iterator[DeviceA
         yield _ask(name, "", request, where)
     for index, sub in _items(request.get("firstAvailable")):
         if isinstance(sub, dict):
-            sub_name = sub.get("name")
-            yield _ask(
-                name,
-                sub_name if isinstance(sub_name, str) else f"#{index}",
-                sub,
-                f"{where}.firstAvailable[{index}]",
-            )
+            yield _ask(name, _name(sub, index), sub, f"{where}.firstAvailable[{index}]")
 
 
 def _ask(request: str, subrequest: str, fields: Mapping[str, Any], where: str) -> DeviceAsk:
