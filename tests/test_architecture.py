@@ -28,7 +28,8 @@ RANKS = {
     "server": 5,  # app, gunicorn, TLS, drain, policy store, metrics, logs, node inventory
     "certs": 5,  # pki, install, gitops
     "audit": 5,  # audits of files and clusters, reports, the pre-flight, the suites, drift
-    "cli": 6,  # main, common, one module per command, output formats
+    "operations": 6,  # explain a Pending Pod, the daily inspection, a policy from a cluster
+    "cli": 7,  # main, common, one module per command, output formats
 }
 # The layers a decision runs through: no web framework, server, YAML, schema or cluster client.
 PURE_LAYERS = ("core", "checks", "admission")
