@@ -152,6 +152,7 @@ def failed_scheduling(pod_name: str, message: str = SCHEDULER_MESSAGE) -> dict[s
 
 def scripted(kube_api: FakeKubeAPI, *objects: dict[str, Any]) -> None:
     """The six nodes, one finished and one running Pod of 4 GPUs on gpu-1, and ``objects``."""
+    kube_api.register("", "v1", "events", "Event")  # served by every API server
     kube_api.add_all(cluster_nodes())
     kube_api.add(running("busy-1", "gpu-1", 4))
     finished = running("done-1", "gpu-2", 8)
@@ -287,3 +288,218 @@ def test_the_schedulers_reasons_are_read_in_every_wording(
 ) -> None:
     parsed = parse_scheduler_message(message)
     assert [(r.count, r.kind, r.text) for r in parsed.reasons] == expected
+
+
+def test_an_untolerated_gpu_taint_names_the_taint_and_the_toleration_to_write(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    message = (
+        "0/6 nodes are available: 3 node(s) didn't match Pod's node affinity/selector, "
+        "3 node(s) had untolerated taint {nvidia.com/gpu: present}."
+    )
+    scripted(kube_api, pod("trainer", tolerations=[]), failed_scheduling("trainer", message))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["untolerated-taint"]
+    [cause] = record["causes"]
+    assert cause["summary"] == (
+        "taint nvidia.com/gpu=present:NoSchedule on 2 GPU nodes offering nvidia.com/gpu is not "
+        "tolerated (gpu-1, gpu-2)"
+    )
+    assert cause["fix"] == (
+        "add to spec.tolerations (in the workload's pod template): "
+        "{key: nvidia.com/gpu, operator: Equal, value: present, effect: NoSchedule}"
+    )
+    assert cause["details"] == [
+        'the scheduler: "3 node(s) had untolerated taint {nvidia.com/gpu: present}"'
+    ]
+
+
+def test_a_node_selector_no_gpu_node_matches_names_the_label_and_the_values_they_have(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    message = "0/6 nodes are available: 6 node(s) didn't match Pod's node affinity/selector."
+    trainer = pod(
+        "trainer",
+        nodeSelector={"example.com/pool": "training", "nvidia.com/gpu.product": "NVIDIA-B200"},
+    )
+    scripted(kube_api, trainer, failed_scheduling("trainer", message))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["node-affinity"]
+    [cause] = record["causes"]
+    assert cause["summary"] == (
+        "its node selector or required node affinity matches none of the 2 GPU nodes offering "
+        "nvidia.com/gpu (gpu-1, gpu-2)"
+    )
+    assert cause["details"] == [
+        "the scheduler: \"6 node(s) didn't match Pod's node affinity/selector\"",
+        "spec.nodeSelector[nvidia.com/gpu.product]: NVIDIA-B200: the GPU nodes have "
+        "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3",
+    ]
+    assert cause["fix"] == (
+        "write nodeSelector nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3 (in the workload's "
+        "pod template)"
+    )
+
+
+def test_a_required_node_affinity_no_gpu_node_meets_is_named_by_its_term(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "example.com/zone", "operator": "In", "values": ["eu-1"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    scripted(kube_api, pod("trainer", affinity=affinity))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["node-affinity"]
+    [cause] = record["causes"]
+    assert cause["details"] == [
+        "nodeSelectorTerms[0]: example.com/zone In ['eu-1']: no GPU node offering it has the "
+        "label example.com/zone"
+    ]
+    assert (
+        cause["fix"]
+        == "remove the requirement on example.com/zone (in the workload's pod template)"
+    )
+    # No FailedScheduling event (expired, or the scheduler not yet at it): the nodes tell.
+    assert "the scheduler has written no FailedScheduling event about it" in record["notes"]
+
+
+def test_a_resource_name_no_node_advertises_gets_a_did_you_mean(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    message = "0/6 nodes are available: 6 Insufficient nvidia.com/mig-1g.10gb."
+    mig = pod("notebook", 1, resource="nvidia.com/mig-1g.10gb", nodeSelector={})
+    scripted(kube_api, mig, failed_scheduling("notebook", message))
+    status, out, err = explain(kube_api, tmp_path, capsys, "pod", "notebook", "-n", NAMESPACE)
+    assert (status, err) == (1, "")
+    assert (
+        "causes, in the order to address them:\n  1. no node advertises nvidia.com/mig-1g.10gb"
+        in out
+    )
+    assert (
+        "     - spec.containers[0].resources.limits[nvidia.com/mig-1g.10gb]: "
+        "nvidia.com/mig-1g.10gb is advertised by no node; did you mean nvidia.com/mig-1g.12gb?"
+    ) in out
+    assert (
+        "     fix: write nvidia.com/mig-1g.12gb instead of nvidia.com/mig-1g.10gb in "
+        "resources.limits"
+    ) in out
+    # The scheduler's "Insufficient" is that same cause: not told twice.
+    assert out.count("nvidia.com/mig-1g.10gb is advertised by no node") == 1
+    assert "notes:" not in out.split("causes,")[1].split("fix:")[0]
+
+
+def test_an_exhausted_gpu_quota_names_the_quota_and_whom_to_ask(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "gpus", "namespace": NAMESPACE},
+        "spec": {"hard": {"requests.nvidia.com/gpu": "8", "pods": "50"}},
+        "status": {
+            "hard": {"requests.nvidia.com/gpu": "8", "pods": "50"},
+            "used": {"requests.nvidia.com/gpu": "8", "pods": "3"},
+        },
+    }
+    scripted(kube_api, quota, pod("trainer", 2))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["quota-exhausted"]
+    [cause] = record["causes"]
+    assert cause["summary"] == (
+        "ResourceQuota gpus in ml: requests.nvidia.com/gpu is used up (8 of 8): no more GPU "
+        "Pods can be created in the namespace"
+    )
+    assert cause["fix"] == (
+        "free GPUs in ml (delete GPU Pods that are done or idle), or raise "
+        "spec.hard[requests.nvidia.com/gpu] of ResourceQuota gpus (ask #ml-platform)"
+    )
+
+
+def test_an_unallocatable_claim_names_the_class_no_driver_publishes(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    device_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+    }
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "trainer-gpu-x7k2p", "namespace": NAMESPACE},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+            }
+        },
+        "status": {},
+    }
+    trainer = pod(
+        "trainer",
+        None,
+        nodeSelector={},
+        resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+    )
+    trainer["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    trainer["status"]["resourceClaimStatuses"] = [
+        {"name": "gpu", "resourceClaimName": "trainer-gpu-x7k2p"}
+    ]
+    message = "0/6 nodes are available: 6 cannot allocate all claims."
+    scripted(kube_api, device_class, claim, trainer, failed_scheduling("trainer", message))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["unallocatable-claim"]
+    [cause] = record["causes"]
+    assert cause["summary"] == (
+        'claim gpu: ResourceClaim "trainer-gpu-x7k2p" is not allocated (asks for gpu.nvidia.com)'
+    )
+    assert cause["details"] == [
+        'no ResourceSlice publishes devices of driver gpu.nvidia.com (DeviceClass "gpu.nvidia.com")'
+    ]
+    assert cause["fix"].startswith("install the DRA driver whose kubelet plugin publishes")
+
+
+def test_a_schedulable_pod_gets_nothing_blocks_it(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripted(kube_api, pod("trainer", 4))
+    status, out, err = explain(kube_api, tmp_path, capsys, "pod/trainer", "-n", NAMESPACE)
+    assert (status, err) == (0, "")
+    assert "\nnothing blocks it\n" in out
+    assert "    pool training: 2 nodes; nvidia.com/gpu 16 allocatable, 4 allocated" in out
+
+
+def test_a_refused_read_is_one_line_naming_what_was_refused(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripted(kube_api, pod("trainer", 4))
+    kube_api.forbid("/api/v1/nodes")
+    status, out, err = explain(kube_api, tmp_path, capsys, "pod", "trainer", "-n", NAMESPACE)
+    assert (status, out) == (2, "")
+    [line] = err.splitlines()
+    assert line.startswith("gpu-admission: error: cannot list nodes (HTTP 403): ")
+    assert "nodes is forbidden" in line
+
+
+def test_a_pod_that_does_not_exist_is_one_line(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripted(kube_api)
+    status, out, err = explain(kube_api, tmp_path, capsys, "pod", "ghost", "-n", NAMESPACE)
+    assert (status, out) == (2, "")
+    assert err == 'gpu-admission: error: pod "ghost" not found in namespace "ml"\n'

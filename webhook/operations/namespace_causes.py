@@ -100,10 +100,7 @@ def quota_causes(
             concerned = resource.removeprefix("requests.").removeprefix("limits.") in requests
         if not concerned or not use.exhausted:
             continue
-        tenant = next(
-            (t for t in policy.tenants if t.contact and t.matches(view.namespace, None)), None
-        )
-        whom = tenant.ask if tenant is not None else "ask the platform team"
+        whom = whom_to_ask(policy, view.namespace)
         causes.append(
             Cause(
                 "quota-exhausted",
@@ -115,6 +112,13 @@ def quota_causes(
             )
         )
     return causes
+
+
+def whom_to_ask(policy: Policy, namespace: str) -> str:
+    """Whom a fix tells the namespace's users to ask: its tenant's ``contact``, else the
+    platform team."""
+    tenant = next((t for t in policy.tenants if t.contact and t.matches(namespace, None)), None)
+    return tenant.ask if tenant is not None else "ask the platform team"
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

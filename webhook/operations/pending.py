@@ -29,7 +29,7 @@ from webhook.operations.cluster_facts import (
     ClusterFacts,
     GpuNode,
 )
-from webhook.operations.namespace_causes import claim_causes, quota_causes
+from webhook.operations.namespace_causes import claim_causes, quota_causes, whom_to_ask
 from webhook.operations.scheduler_message import SchedulerMessage, SchedulerReason
 from webhook.policy.dra import DEVICE_CLASS_RESOURCE_PREFIX
 from webhook.policy.model import Policy
@@ -105,7 +105,7 @@ def pending_causes(
         elif offering:
             blocked = _blockers(spec, offering, requests)
             if all(blocked.values()):
-                found = _node_causes(view, requests, offering, blocked, reasons)
+                found = _node_causes(view, policy, requests, offering, blocked, reasons)
                 causes += found
                 found_kinds.update(_REASON_OF[c.kind] for c in found)
             else:
@@ -268,6 +268,7 @@ def _blockers(
 
 def _node_causes(
     view: PodView,
+    policy: Policy,
     requests: Mapping[str, Quantity],
     offering: Sequence[GpuNode],
     blocked: Mapping[GpuNode, list[str]],
@@ -283,7 +284,10 @@ def _node_causes(
 
     short = [n for n in offering if "insufficient" in blocked[n]]
     if short:
-        causes.append(_insufficient(requests, offering, short, scheduler_said("insufficient")))
+        whom = whom_to_ask(policy, view.namespace)
+        causes.append(
+            _insufficient(requests, offering, short, scheduler_said("insufficient"), whom)
+        )
     cordoned = [n.name for n in offering if "cordoned" in blocked[n]]
     if cordoned:
         causes.append(
@@ -329,6 +333,7 @@ def _insufficient(
     offering: Sequence[GpuNode],
     short: Sequence[GpuNode],
     said: tuple[str, ...],
+    whom: str,
 ) -> Cause:
     lacking = [
         name for name, quantity in requests.items() if any(n.free(name) < quantity for n in short)
@@ -353,7 +358,7 @@ def _insufficient(
     else:
         fix = (
             f"wait for GPU Pods on these nodes to finish, ask for {plain_number(most_free)} or "
-            f"fewer (the most free on one node), or add GPU nodes (ask the platform team)"
+            f"fewer (the most free on one node), or add GPU nodes ({whom})"
         )
     return Cause(
         "insufficient-gpus",
@@ -372,45 +377,51 @@ def _affinity(
     they have."""
     details: list[str] = []
     fixes: list[str] = []
-    selector = view.node_selector()
-    for key, value in selector.items():
-        have = sorted({n.info.labels.get(str(key), "") for n in excluded})
-        if all(h != str(value) for h in have):
-            shown = ", ".join(h for h in have if h) or "none"
-            details.append(
-                f"{view.field_path('nodeSelector')}[{key}]: {value}: the GPU nodes have "
-                f"{key}={shown}"
-                + (" (some lack the label)" if "" in have and shown != "none" else "")
-            )
-            present = [h for h in have if h]
+    for key, value in view.node_selector().items():
+        have = _values(excluded, str(key))
+        if str(value) not in have:
+            where = f"{view.field_path('nodeSelector')}[{key}]: {value}"
+            details.append(f"{where}: {_having(str(key), have)}")
             fixes.append(
-                f"nodeSelector {key}: {present[0]}" if present else f"drop nodeSelector {key}"
+                f"write nodeSelector {key}: {have[0]}" if have else f"remove nodeSelector {key}"
             )
     for index, term in enumerate(required_terms(view.spec) or ()):
         for expr in term.get("matchExpressions") or ():
             if not isinstance(expr, Mapping):
                 continue
             key = str(expr.get("key"))
-            if not any(expression_matches(expr, n.info.labels.get(key)) for n in excluded):
-                have = sorted({n.info.labels.get(key, "") for n in excluded} - {""})
-                details.append(
-                    f"nodeSelectorTerms[{index}]: {key} {expr.get('operator')} "
-                    f"{expr.get('values') or ''}: the GPU nodes have "
-                    f"{key}={', '.join(have) or 'none'}".replace(" : ", ": ")
-                )
-                fixes.append(
-                    f"a requirement on {key} the GPU nodes meet" + (f" ({have[0]})" if have else "")
-                )
+            if any(expression_matches(expr, n.info.labels.get(key)) for n in excluded):
+                continue
+            have = _values(excluded, key)
+            values = expr.get("values")
+            written = f"{key} {expr.get('operator')}" + (f" {values}" if values else "")
+            details.append(f"nodeSelectorTerms[{index}]: {written}: {_having(key, have)}")
+            fixes.append(
+                f"write a requirement on {key} the GPU nodes meet ({key}={have[0]})"
+                if have
+                else f"remove the requirement on {key}"
+            )
     nodes = [n.name for n in excluded]
     return Cause(
         "node-affinity",
         f"its node selector or required node affinity matches none of the "
         f"{number(len(nodes), 'GPU node')} offering {asked} ({names(nodes)})",
-        "write " + "; ".join(fixes) + " in the workload's pod template"
+        "; ".join(fixes) + " (in the workload's pod template)"
         if fixes
         else "make its nodeSelector and required node affinity match the GPU nodes' labels",
         (*said, *details),
     )
+
+
+def _values(nodes: Sequence[GpuNode], key: str) -> list[str]:
+    """The values the nodes have of a label, sorted ("" left out)."""
+    return sorted({n.info.labels.get(key, "") for n in nodes} - {""})
+
+
+def _having(key: str, values: list[str]) -> str:
+    if not values:
+        return f"no GPU node offering it has the label {key}"
+    return f"the GPU nodes have {key}={', '.join(values)}"
 
 
 def _scheduler_reason(reason: SchedulerReason, policy: Policy) -> Cause | None:
