@@ -503,3 +503,194 @@ def test_a_pod_that_does_not_exist_is_one_line(
     status, out, err = explain(kube_api, tmp_path, capsys, "pod", "ghost", "-n", NAMESPACE)
     assert (status, out) == (2, "")
     assert err == 'gpu-admission: error: pod "ghost" not found in namespace "ml"\n'
+
+
+# --- Pending: what holds a Pod before the nodes, and cordoned nodes ------------------------
+
+
+def test_scheduling_gates_come_first_and_cordoned_gpu_nodes_are_named(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gated = pod("trainer", 4, schedulingGates=[{"name": "kueue.x-k8s.io/admission"}])
+    scripted(kube_api, gated)
+    for name in ("gpu-1", "gpu-2"):
+        stored = kube_api.get(f"/api/v1/nodes/{name}")
+        assert stored is not None
+        stored["spec"]["unschedulable"] = True
+        kube_api.replace(stored)
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["scheduling-gated", "cordoned-nodes"]
+    assert record["headline"] == (
+        "scheduling gates hold it before any node is considered: kueue.x-k8s.io/admission "
+        "(and 1 more cause)"
+    )
+    assert record["causes"][1]["summary"] == (
+        "2 GPU nodes offering nvidia.com/gpu are cordoned (gpu-1, gpu-2)"
+    )
+    assert record["causes"][1]["fix"].startswith("uncordon them when maintenance is over")
+
+
+def test_a_pod_for_a_custom_scheduler_that_said_nothing_names_the_scheduler(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripted(kube_api, pod("trainer", 4, schedulerName="volcano"))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["custom-scheduler"]
+    assert record["causes"][0]["summary"] == (
+        'spec.schedulerName is "volcano" and that scheduler has reported nothing about it'
+    )
+
+
+# --- A running Pod that cannot see its GPU ------------------------------------------------
+
+
+def _no_gpu(spec: dict[str, Any]) -> None:
+    del spec["containers"][0]["resources"]
+
+
+def _no_runtime_class(spec: dict[str, Any]) -> None:
+    del spec["runtimeClassName"]
+
+
+def _privileged(spec: dict[str, Any]) -> None:
+    spec["containers"][0]["securityContext"] = {"privileged": True}
+
+
+def _visible_devices(spec: dict[str, Any]) -> None:
+    spec["containers"][0]["env"] = [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+        {"name": "CUDA_VISIBLE_DEVICES", "value": ""},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "kind", "summary", "fix"),
+    [
+        (
+            _no_gpu,
+            "no-gpu-requested",
+            "no container asks for a GPU (no GPU resource in resources.limits, no resource "
+            "claim): the device plugin gives it none",
+            "set resources.limits[nvidia.com/gpu]: 1 on the container that uses the GPU",
+        ),
+        (
+            _no_runtime_class,
+            "runtime-class",
+            'spec.runtimeClassName is not set; GPU Pods here run with RuntimeClass "nvidia" '
+            "(pools[0].runtimeClassName (training))",
+            "set spec.runtimeClassName: nvidia in the workload's pod template",
+        ),
+        (
+            _privileged,
+            "privileged-container",
+            "privileged container main: it sees the host's device nodes outside the device "
+            "plugin's allocation, and the runtime's injection of the GPU and its driver "
+            "libraries does not follow the GPUs it was given",
+            "remove securityContext.privileged from main",
+        ),
+        (
+            _visible_devices,
+            "visible-devices-override",
+            "the container sets the variables that say which GPUs it sees: they replace the "
+            "ones the device plugin gave",
+            "remove env NVIDIA_VISIBLE_DEVICES from main; env CUDA_VISIBLE_DEVICES from main",
+        ),
+    ],
+)
+def test_a_running_pod_that_cannot_see_its_gpu_is_told_why(
+    kube_api: FakeKubeAPI,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    change: Any,
+    kind: str,
+    summary: str,
+    fix: str,
+) -> None:
+    trainer = pod("trainer", 4, node_name="gpu-1", phase="Running", runtimeClassName="nvidia")
+    change(trainer["spec"])
+    scripted(kube_api, trainer)
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert record["state"] == "scheduled"
+    assert kinds(record) == [kind]
+    [cause] = record["causes"]
+    assert cause["summary"] == summary
+    assert cause["fix"].startswith(fix)
+    assert any("nvidia-smi -L" in note for note in record["notes"])
+
+
+def test_the_overriding_values_are_named_with_what_they_do(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trainer = pod("trainer", 4, node_name="gpu-1", phase="Running", runtimeClassName="nvidia")
+    _visible_devices(trainer["spec"])
+    scripted(kube_api, trainer)
+    _, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert record["causes"][0]["details"] == [
+        'main: NVIDIA_VISIBLE_DEVICES="all": it names devices of its own choosing',
+        'main: CUDA_VISIBLE_DEVICES="": CUDA sees no GPU',
+    ]
+
+
+def test_a_running_pod_with_its_gpu_in_order_gets_nothing_blocks_it(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trainer = pod("trainer", 4, node_name="gpu-1", phase="Running", runtimeClassName="nvidia")
+    scripted(kube_api, trainer)
+    status, out, _ = explain(kube_api, tmp_path, capsys, "pod", "trainer", "-n", NAMESPACE)
+    assert status == 0
+    assert out.startswith("Pod ml/trainer: Running on node gpu-1\n")
+    assert "\nnothing blocks it\n" in out
+
+
+# --- Offline: a Pod from a file ----------------------------------------------------------
+
+
+def test_offline_a_pod_file_gets_the_policys_verdict_and_what_its_spec_shows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(POLICY)
+    trainer = pod("trainer", 4, runtimeClassName="nvidia")
+    trainer["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    del trainer["status"]
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(json.dumps(trainer))
+    status = main(["explain", "-f", str(manifest), "--policy", str(policy_file), "-o", "json"])
+    record = json.loads(capsys.readouterr().out)
+    assert status == 1
+    assert record["state"] == "offline"
+    assert kinds(record) == ["policy-denies", "privileged-container"]
+    assert record["verdict"]["allowed"] is False
+    assert any(line.startswith("privileged: ") for line in record["verdict"]["denied"])
+    assert record["causes"][0]["summary"].startswith("the policy denies it (privileged")
+    assert record["notes"][-1].startswith("offline: the policy's verdict and what the Pod spec")
+    assert "gpu-admission explain pod NAME -n NAMESPACE" in record["notes"][-1]
+
+
+def test_offline_a_clean_pod_gets_nothing_blocks_it_and_the_live_form(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(POLICY)
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(json.dumps(pod("trainer", 4, runtimeClassName="nvidia")))
+    status = main(["explain", "-f", str(manifest), "--policy", str(policy_file)])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert out.startswith("Pod ml/trainer: from a file (offline)\n")
+    assert "\nnothing blocks it\n" in out
+    assert "need the live form: gpu-admission explain pod NAME -n NAMESPACE" in out
+
+
+def test_a_name_and_a_file_together_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(["explain", "pod", "trainer", "-f", str(tmp_path / "pod.yaml")])
+    assert status == 2
+    assert capsys.readouterr().err == (
+        "gpu-admission: error: explain: give either pod NAME (live) or -f FILE (offline), "
+        "not both\n"
+    )
