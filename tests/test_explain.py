@@ -14,7 +14,11 @@ from typing import Any
 import pytest
 
 from tests.kubeapi import FakeKubeAPI
+from webhook import parse_policy
 from webhook.cli.main import main
+from webhook.cluster.connection import connect
+from webhook.operations.cluster_facts import pending_pods, read_cluster_facts
+from webhook.operations.explain import explain_pod
 from webhook.operations.scheduler_message import parse_scheduler_message
 
 POLICY = """\
@@ -482,6 +486,12 @@ def test_a_schedulable_pod_gets_nothing_blocks_it(
     assert (status, err) == (0, "")
     assert "\nnothing blocks it\n" in out
     assert "    pool training: 2 nodes; nvidia.com/gpu 16 allocatable, 4 allocated" in out
+    # One Pod: its own events only, and its namespace's quotas.
+    [events] = kube_api.requests_to("GET", "/api/v1/namespaces/ml/events")
+    assert events.query["fieldSelector"] == [
+        "reason=FailedScheduling,involvedObject.kind=Pod,involvedObject.name=trainer"
+    ]
+    assert kube_api.requests_to("GET", "/api/v1/namespaces/ml/resourcequotas")
 
 
 def test_a_refused_read_is_one_line_naming_what_was_refused(
@@ -694,3 +704,55 @@ def test_a_name_and_a_file_together_are_refused(
         "gpu-admission: error: explain: give either pod NAME (live) or -f FILE (offline), "
         "not both\n"
     )
+
+
+# --- Many Pods from one reading, as `inspect` reads them -----------------------------------
+
+
+def test_one_reading_explains_every_pending_pod_through_paged_narrowed_lists(
+    kube_api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    vision = pod("detector", 2, namespace="vision")
+    scripted(
+        kube_api,
+        running("busy-2", "gpu-2", 6),
+        pod("trainer", 6),
+        vision,
+        failed_scheduling("trainer"),
+        # An event of an earlier Pod of the same name (another uid) is not this Pod's.
+        failed_scheduling("detector")
+        | {
+            "metadata": {"name": "detector.1", "namespace": "vision"},
+            "involvedObject": {
+                "kind": "Pod",
+                "namespace": "vision",
+                "name": "detector",
+                "uid": "old",
+            },
+        },
+    )
+    policy = parse_policy(POLICY)
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    with connect(str(kubeconfig)) as cluster:
+        pods = list(pending_pods(cluster, None))
+        facts = read_cluster_facts(cluster, policy, pods, all_namespaces=True)
+    assert [p["metadata"]["name"] for p in pods] == ["trainer", "detector"]
+    assert (facts.node_count, [n.name for n in facts.nodes]) == (6, ["gpu-1", "gpu-2", "mig-1"])
+    first = {
+        e.pod: e.causes[0].kind if e.causes else ""
+        for e in (explain_pod(p, facts, policy) for p in pods)
+    }
+    assert first == {"ml/trainer": "insufficient-gpus", "vision/detector": ""}
+    assert set(facts.events) == {("ml", "trainer")}
+    # Every list paged, and narrowed by field selectors where the API server offers them.
+    lists = [
+        (r.path, r.query.get("fieldSelector", [""])[0], r.query.get("limit", [""])[0])
+        for r in kube_api.requests_to("GET")
+    ]
+    assert lists == [
+        ("/api/v1/pods", "status.phase=Pending", "500"),
+        ("/api/v1/nodes", "", "500"),
+        ("/api/v1/pods", "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed", "500"),
+        ("/api/v1/events", "reason=FailedScheduling,involvedObject.kind=Pod", "500"),
+        ("/api/v1/resourcequotas", "", "500"),
+    ]

@@ -122,7 +122,7 @@ def pending_causes(
     causes += claims
     if claims:
         found_kinds.add("claims")
-    causes += quota_causes(view, facts, policy, requests)
+    causes += quota_causes(pod, view, facts, policy, requests)
     for reason in reasons:
         gpu_reason = reason.kind != "insufficient" or policy.is_vendor_resource(reason.resource)
         if reason.kind in found_kinds and gpu_reason:
