@@ -605,7 +605,7 @@ def _visible_devices(spec: dict[str, Any]) -> None:
             "visible-devices-override",
             "the container sets the variables that say which GPUs it sees: they replace the "
             "ones the device plugin gave",
-            "remove env NVIDIA_VISIBLE_DEVICES from main; env CUDA_VISIBLE_DEVICES from main",
+            "remove env NVIDIA_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES from main",
         ),
     ],
 )

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.core.inventory import pools_of
 from webhook.core.pods import PodView, effective_requests
 from webhook.core.pools import select_pool
 from webhook.core.scheduling import (
@@ -32,8 +33,8 @@ from webhook.operations.cluster_facts import (
 from webhook.operations.namespace_causes import claim_causes, quota_causes, whom_to_ask
 from webhook.operations.scheduler_message import SchedulerMessage, SchedulerReason
 from webhook.policy.dra import DEVICE_CLASS_RESOURCE_PREFIX
-from webhook.policy.model import Policy
-from webhook.policy.quantity import Quantity
+from webhook.policy.model import Policy, Pool
+from webhook.policy.quantity import Quantity, parse_quantity
 
 DEFAULT_SCHEDULER = "default-scheduler"
 # Lines of nodes a cause lists before it says how many more.
@@ -171,9 +172,7 @@ def _reachable(view: PodView, facts: ClusterFacts, policy: Policy) -> list[GpuNo
     ]
 
 
-def _pools_of(node: GpuNode, policy: Policy) -> tuple[Any, ...]:
-    from webhook.core.inventory import pools_of
-
+def _pools_of(node: GpuNode, policy: Policy) -> tuple[Pool, ...]:
     return pools_of(node.info, policy)
 
 
@@ -188,7 +187,10 @@ def _capacities(
     for pool_name, nodes in sorted(by_pool.items()):
         allocatable: dict[str, Quantity] = {}
         allocated: dict[str, Quantity] = {}
-        for resource in requests:
+        advertised = {name for n in nodes for name in n.info.vendor_resources()}
+        # What the Pod asks for that the nodes advertise, else what they advertise.
+        resources = [r for r in requests if r in advertised] or sorted(advertised)
+        for resource in resources:
             allocatable[resource] = sum(
                 (_quantity(n.info.allocatable.get(resource)) for n in nodes), start=0
             )
@@ -198,8 +200,6 @@ def _capacities(
 
 
 def _quantity(value: str | None) -> Quantity:
-    from webhook.policy.quantity import parse_quantity
-
     return (parse_quantity(value) if value is not None else None) or 0
 
 
