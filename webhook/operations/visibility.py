@@ -42,7 +42,8 @@ def visibility_causes(
         without = [c.name for c in view.containers if c not in gpu_containers]
         if without:
             notes.append(f"containers that ask for no GPU and see none: {names(without)}")
-    runtime = _runtime_class(view, policy, node)
+    # Without a GPU the class changes nothing it sees.
+    runtime = _runtime_class(view, policy, node) if gpu_containers else None
     if runtime is not None:
         causes.append(runtime)
     privileged = [c for c in view.containers if _privileged(c.spec)]
