@@ -756,3 +756,24 @@ def test_one_reading_explains_every_pending_pod_through_paged_narrowed_lists(
         ("/api/v1/events", "reason=FailedScheduling,involvedObject.kind=Pod", "500"),
         ("/api/v1/resourcequotas", "", "500"),
     ]
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["schedulingGates", "tolerations", "resourceClaims", "nodeSelector", "affinity", "containers"],
+)
+@pytest.mark.parametrize("value", [7, "x", {"a": 1}, [1, "x", None], None])
+def test_offline_a_malformed_field_is_explained_not_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: Any
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(POLICY)
+    trainer = pod("trainer", 4, runtimeClassName="nvidia")
+    trainer["spec"][field] = value
+    trainer["status"] = {"conditions": value, "resourceClaimStatuses": value}
+    manifest = tmp_path / "pod.json"
+    manifest.write_text(json.dumps(trainer))
+    status = main(["explain", "-f", str(manifest), "--policy", str(policy_file), "-o", "json"])
+    captured = capsys.readouterr()
+    assert status in (0, 1), captured.err
+    assert json.loads(captured.out)["pod"] == "ml/trainer"

@@ -209,7 +209,9 @@ def _denied(verdict: Verdict, offline: bool) -> Cause:
 
 def _gates(view: PodView) -> list[Cause]:
     gates = [
-        str(g.get("name")) for g in view.spec.get("schedulingGates") or () if isinstance(g, Mapping)
+        str(g.get("name"))
+        for g in _list(view.spec.get("schedulingGates"))
+        if isinstance(g, Mapping)
     ]
     if not gates:
         return []
@@ -224,7 +226,7 @@ def _gates(view: PodView) -> list[Cause]:
 
 
 def _scheduled_condition(status: Mapping[str, Any]) -> str:
-    for condition in status.get("conditions") or ():
+    for condition in _list(status.get("conditions")):
         if isinstance(condition, Mapping) and condition.get("type") == "PodScheduled":
             reason = condition.get("reason") or ""
             text = f"{condition.get('status')} {reason}".strip()
@@ -236,7 +238,7 @@ def _scheduled_condition(status: Mapping[str, Any]) -> str:
 def _unschedulable_message(status: Mapping[str, Any]) -> str:
     """The scheduler's message in the PodScheduled condition (it writes the event's there too):
     what is left once the event has expired (an hour, by default)."""
-    for condition in status.get("conditions") or ():
+    for condition in _list(status.get("conditions")):
         if (
             isinstance(condition, Mapping)
             and condition.get("type") == "PodScheduled"
@@ -248,3 +250,7 @@ def _unschedulable_message(status: Mapping[str, Any]) -> str:
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []

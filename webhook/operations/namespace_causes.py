@@ -118,7 +118,7 @@ def pod_claims(pod: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     spec = _mapping(pod.get("spec"))
     generated = {
         str(s.get("name")): str(s.get("resourceClaimName") or "")
-        for s in _mapping(pod.get("status")).get("resourceClaimStatuses") or ()
+        for s in _list(_mapping(pod.get("status")).get("resourceClaimStatuses"))
         if isinstance(s, Mapping)
     }
     return [
@@ -127,7 +127,7 @@ def pod_claims(pod: Mapping[str, Any]) -> list[tuple[str, str, str]]:
             str(entry.get("resourceClaimName") or generated.get(str(entry.get("name"))) or ""),
             str(entry.get("resourceClaimTemplateName") or ""),
         )
-        for entry in spec.get("resourceClaims") or ()
+        for entry in _list(spec.get("resourceClaims"))
         if isinstance(entry, Mapping)
     ]
 
@@ -141,3 +141,7 @@ def whom_to_ask(policy: Policy, namespace: str) -> str:
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []

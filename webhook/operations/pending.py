@@ -249,7 +249,7 @@ def _blockers(
 ) -> dict[GpuNode, list[str]]:
     """Per node that offers what the Pod asks for, what keeps the Pod off it: ``cordoned``,
     ``taint``, ``affinity``, ``insufficient`` (none: it fits)."""
-    tolerations = [t for t in spec.get("tolerations") or () if isinstance(t, Mapping)]
+    tolerations = [t for t in _list(spec.get("tolerations")) if isinstance(t, Mapping)]
     found: dict[GpuNode, list[str]] = {}
     for node in offering:
         blockers = []
@@ -386,7 +386,7 @@ def _affinity(
                 f"write nodeSelector {key}: {have[0]}" if have else f"remove nodeSelector {key}"
             )
     for index, term in enumerate(required_terms(view.spec) or ()):
-        for expr in term.get("matchExpressions") or ():
+        for expr in _list(term.get("matchExpressions")):
             if not isinstance(expr, Mapping):
                 continue
             key = str(expr.get("key"))
@@ -447,3 +447,7 @@ def _flow(mapping: Mapping[str, Any]) -> str:
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
