@@ -777,3 +777,26 @@ def test_offline_a_malformed_field_is_explained_not_a_crash(
     captured = capsys.readouterr()
     assert status in (0, 1), captured.err
     assert json.loads(captured.out)["pod"] == "ml/trainer"
+
+
+def test_once_the_event_has_expired_the_schedulers_words_come_from_the_pod_condition(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trainer = pod("trainer", 6)
+    trainer["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/6 nodes are available: 2 Insufficient nvidia.com/gpu, 4 node(s) "
+            "didn't match Pod's node affinity/selector.",
+        }
+    ]
+    scripted(kube_api, running("busy-2", "gpu-2", 6), trainer)
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert record["podScheduled"].startswith("False Unschedulable: 0/6 nodes are available")
+    assert record["scheduler"]["message"] == record["podScheduled"].split(": ", 1)[1]
+    assert kinds(record) == ["insufficient-gpus"]
+    assert record["causes"][0]["details"][0] == 'the scheduler: "2 Insufficient nvidia.com/gpu"'
+    assert "the scheduler has written no FailedScheduling event about it" not in record["notes"]
