@@ -800,3 +800,26 @@ def test_once_the_event_has_expired_the_schedulers_words_come_from_the_pod_condi
     assert kinds(record) == ["insufficient-gpus"]
     assert record["causes"][0]["details"][0] == 'the scheduler: "2 Insufficient nvidia.com/gpu"'
     assert "the scheduler has written no FailedScheduling event about it" not in record["notes"]
+
+
+def test_a_pod_that_asks_for_no_gpu_gets_the_schedulers_reasons_as_causes(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    message = (
+        "0/6 nodes are available: 3 node(s) had untolerated taint {nvidia.com/gpu: present}, "
+        "3 Insufficient cpu."
+    )
+    scripted(
+        kube_api,
+        pod("web", None, tolerations=[], nodeSelector={}),
+        failed_scheduling("web", message),
+    )
+    status, record = explain_json(kube_api, tmp_path, capsys, "web")
+    assert status == 1
+    assert [c["summary"] for c in record["causes"]] == [
+        'the scheduler: "3 node(s) had untolerated taint {nvidia.com/gpu: present}"',
+        'the scheduler: "3 Insufficient cpu"',
+    ]
+    assert (
+        "it asks for no GPU: the scheduler's reasons are told as it gives them" in record["notes"]
+    )

@@ -124,11 +124,14 @@ def pending_causes(
     if claims:
         found_kinds.add("claims")
     causes += quota_causes(pod, view, facts, policy, requests)
+    gpu_pod = bool(requests or view.spec.get("resourceClaims"))
+    if not gpu_pod:
+        notes.append("it asks for no GPU: the scheduler's reasons are told as it gives them")
     for reason in reasons:
         gpu_reason = reason.kind != "insufficient" or policy.is_vendor_resource(reason.resource)
         if reason.kind in found_kinds and gpu_reason:
             continue
-        cause = _scheduler_reason(reason, policy)
+        cause = _scheduler_reason(reason, policy, gpu_pod)
         if cause is not None:
             causes.append(cause)
         else:
@@ -424,15 +427,18 @@ def _having(key: str, values: list[str]) -> str:
     return f"the GPU nodes have {key}={', '.join(values)}"
 
 
-def _scheduler_reason(reason: SchedulerReason, policy: Policy) -> Cause | None:
-    """A cause for a reason of the scheduler the nodes did not confirm: its own words; None
-    for a taint, affinity or cordon reason, which concerns nodes this Pod cannot use."""
-    if reason.kind in ("taint", "affinity", "unschedulable"):
-        return None
-    if reason.kind == "insufficient" and policy.is_vendor_resource(reason.resource):
+def _scheduler_reason(reason: SchedulerReason, policy: Policy, gpu_pod: bool) -> Cause | None:
+    """A cause for a reason of the scheduler the GPU nodes did not confirm, in its own words;
+    None, for a GPU Pod, where the reason concerns nodes it has no use for (a taint, affinity
+    or cordon reason, or GPUs short on nodes that do not offer what it asks for)."""
+    about_nodes = reason.kind in ("taint", "affinity", "unschedulable")
+    short_of_gpus = reason.kind == "insufficient" and policy.is_vendor_resource(reason.resource)
+    if gpu_pod and (about_nodes or short_of_gpus):
         return None
     if reason.kind == "insufficient":
         fix = f"ask for less {reason.resource}, or wait for nodes to free it"
+    elif about_nodes:
+        fix = "make its tolerations, nodeSelector and node affinity fit the nodes it should run on"
     elif reason.kind == "claims":
         fix = "check the Pod's ResourceClaims: `kubectl get resourceclaims -n NAMESPACE`"
     else:
