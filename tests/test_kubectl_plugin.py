@@ -84,3 +84,43 @@ def test_a_sub_command_runs_through_kubectl(plugin_path: str) -> None:
     assert wrong.stderr.splitlines()[0].startswith("usage: kubectl gpu-admission review "), (
         wrong.stderr
     )
+
+
+@pytest.mark.parametrize("changed", ["pyproject.toml", "requirements.lock"])
+def test_make_install_reinstalls_when_pyproject_or_the_lock_changes(
+    tmp_path: Path, changed: str
+) -> None:
+    """A new script in pyproject.toml (as this one was) appears with `make install`, and a
+    changed lock installs its releases: the install stamps depend on both. Dry runs (make -n)
+    on a copy of the Makefile, with a venv whose stamps are newer than both, then older."""
+    for name in ("Makefile", "pyproject.toml", "requirements.lock"):
+        shutil.copy2(REPO / name, tmp_path / name)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    for stamp in (".installed-runtime", ".installed"):
+        (venv / stamp).touch()
+    sources = [tmp_path / "pyproject.toml", tmp_path / "requirements.lock"]
+    stamps = [venv / ".installed-runtime", venv / ".installed"]
+    for index, path in enumerate(sources + stamps):
+        os.utime(path, (1_000_000 + index, 1_000_000 + index))
+
+    def dry_run() -> str:
+        done = subprocess.run(
+            ["make", "-n", "install", f"VENV={venv}"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "pip install" not in dry_run()
+    os.utime(tmp_path / changed, (2_000_000, 2_000_000))
+    commands = dry_run()
+    assert f"{venv}/bin/python -m pip install --quiet --require-hashes -r requirements.lock" in (
+        commands
+    )
+    assert f"{venv}/bin/python -m pip install --quiet -e .\n" in commands
+    assert f"{venv}/bin/python -m pip install --quiet -e '.[test]'" in commands
