@@ -456,3 +456,17 @@ def test_untainted_gpu_nodes_are_said_to_be_reachable_by_every_pod() -> None:
     assert draft.policy.every_pod_reaches_gpu_nodes
     assert "Found: no GPU node carries a NoSchedule or NoExecute taint" in comments(draft.text)
     assert draft.drift == ()
+
+
+def test_a_refused_list_exits_2_with_one_line(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kube_api.add_all(cluster_nodes())
+    kube_api.forbid("/apis/apps/v1/daemonsets")
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    path = tmp_path / "policy.yaml"
+    assert init(kubeconfig, "-o", str(path)) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("gpu-admission: error: cannot list daemonsets (HTTP 403)")
+    assert "gpu-admission-auditor" in line
+    assert not path.exists()
