@@ -21,30 +21,32 @@ from webhook.audit.files import audit_files
 from webhook.audit.judging import Audit
 from webhook.audit.preflight import Change, Preflight, preflight_cluster, preflight_files
 from webhook.audit.reports import REPORT_APIS, ReportAPI, apply_reports, iter_policy_reports
-from webhook.cli import junit, output, sarif
+from webhook.cli import junit, output, sarif, tables
 from webhook.cli.common import (
     add_command,
+    add_filename_arguments,
     add_policy_argument,
     error,
     expired_message,
+    input_files,
     policy_from,
 )
 from webhook.cluster.connection import ClusterError, connect
 from webhook.cluster.listing import Problem
-from webhook.core.findings import MODE_WORD
 from webhook.policy.load import load_policy
 from webhook.policy.model import Policy
 
 EXAMPLES = """\
 examples:
-  gpu-admission audit -f manifests/                    # every YAML and JSON file, recursively
-  gpu-admission audit -f deploy/ -o sarif > audit.sarif   # annotate a pull request
+  gpu-admission audit -f manifests/ -R                 # every YAML and JSON file, recursively
+  gpu-admission audit -f pod.yaml deploy.yaml          # several files after one -f
+  gpu-admission audit -f deploy/ -R -o sarif > audit.sarif   # annotate a pull request
   gpu-admission audit -f charts/rendered.yaml -o junit > audit.xml
-  gpu-admission audit -f manifests/ --policy policy.yaml --respect-modes
+  gpu-admission audit -f manifests/ -R --policy policy.yaml --respect-modes
   gpu-admission audit --cluster -A                     # every namespace of the current context
   gpu-admission audit --cluster -n ml --context prod -o json
   gpu-admission audit --cluster -A -o policyreport --apply   # reports for Policy Reporter
-  gpu-admission audit -f manifests/ --policy new.yaml --against old.yaml   # policy pre-flight
+  gpu-admission audit -f manifests/ -R --policy new.yaml --against old.yaml   # pre-flight
 
 By default every rule the policy turns on is evaluated as Enforce: the report answers "what
 would this policy block?". --respect-modes keeps the policy's Enforce/Warn/Audit modes.
@@ -74,15 +76,7 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         epilog=EXAMPLES,
     )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "-f",
-        "--filename",
-        dest="files",
-        action="append",
-        metavar="PATH",
-        help="a manifest file or a directory (scanned recursively for YAML and JSON), or - "
-        "for standard input; repeatable",
-    )
+    add_filename_arguments(source, parser)
     source.add_argument(
         "--cluster", action="store_true", help="audit the workloads of a live cluster"
     )
@@ -117,9 +111,10 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "-o",
         "--output",
-        choices=("table", "json", "junit", "sarif", "policyreport"),
+        choices=("table", "wide", "json", "junit", "sarif", "policyreport"),
         default="table",
-        help="policyreport: one report per workload with findings, judged with the policy's "
+        help="table: one line per object, clipped to the terminal; wide: every message and "
+        "mutation; policyreport: one report per workload with findings, judged with the policy's "
         "own modes (as the webhook judges), as YAML (default: table)",
     )
     parser.add_argument(
@@ -157,10 +152,16 @@ def run(args: argparse.Namespace) -> int:
     if usage:
         print(f"gpu-admission audit: error: {usage}", file=sys.stderr)
         return 2
+    files: list[str] = []
+    if not args.cluster:
+        found = input_files(args)
+        if found is None:
+            return 2
+        files = found
     policy = policy_from(args)
     _notes([expired_message(e) for _, e in policy.expired_exceptions(time.time())])
     if args.against:
-        return _preflight(policy, args)
+        return _preflight(policy, files, args)
     # A policy report says what the webhook would do: the policy's own modes.
     respect = args.respect_modes or args.output == "policyreport"
     problems: list[Problem]
@@ -198,10 +199,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         audit = audit_files(
             policy,
-            args.files,
+            files,
             namespace=args.namespace or "default",
             respect_modes=respect,
-            stdin=_stdin(args.files),
+            stdin=_stdin(files),
             raise_errors=args.debug,
         )
         _notes(audit.notes)
@@ -214,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if audit.denies else 0
 
 
-def _preflight(policy: Policy, args: argparse.Namespace) -> int:
+def _preflight(policy: Policy, files: list[str], args: argparse.Namespace) -> int:
     old_policy = load_policy(args.against)
     result: Preflight
     if args.cluster:
@@ -231,9 +232,9 @@ def _preflight(policy: Policy, args: argparse.Namespace) -> int:
         result = preflight_files(
             policy,
             old_policy,
-            args.files,
+            files,
             namespace=args.namespace or "default",
-            stdin=_stdin(args.files),
+            stdin=_stdin(files),
             raise_errors=args.debug,
         )
     _notes(result.new.notes + result.old.notes)
@@ -262,6 +263,8 @@ def _usage_error(args: argparse.Namespace) -> str | None:
     if args.apply and not (args.cluster and args.output == "policyreport"):
         return "--apply writes reports to a cluster: use it with --cluster -o policyreport"
     if args.cluster:
+        if args.recursive:
+            return "-R reads the directories given with -f: with --cluster there are none"
         if args.output == "sarif":
             return "-o sarif points at files; with --cluster use -o table, json or junit"
         return None
@@ -280,8 +283,8 @@ def render(audit: Audit, fmt: str, stream: TextIO, report_api: ReportAPI) -> Non
     if fmt == "policyreport":
         for report in iter_policy_reports(audit.policy, audit.items, report_api):
             stream.write("---\n" + output.to_yaml(report))
-    elif fmt == "table":
-        table(audit, stream)
+    elif fmt in ("table", "wide"):
+        tables.audit_table(audit, stream, wide=fmt == "wide")
     elif fmt == "json":
         output.dump(records(audit), "json", stream)
     elif fmt == "junit":
@@ -307,62 +310,14 @@ def records(audit: Audit) -> list[dict[str, Any]]:
             record = {**item.ref.record(), **record, "owned": [r.record() for r in item.owned]}
         out.append(record)
     out.extend({"source": p.source, "error": p.message} for p in audit.problems)
-    return out
-
-
-def table(audit: Audit, stream: TextIO) -> None:
-    colour = output.use_colour(stream)
-    for item in audit.items:
-        outcome = item.outcome
-        if not outcome.judged:
-            stream.write(
-                f"SKIPPED  {item.document.describe()}  ({item.location}): {outcome.skipped}\n"
-            )
-            continue
-        shade = "red" if not outcome.allowed else ("yellow" if outcome.findings else "green")
-        stream.write(
-            f"{output.paint(output.VERDICT[outcome.allowed].upper(), shade, colour)}  "
-            f"{item.document.describe()}  (namespace {outcome.namespace}, {item.location})\n"
-        )
-        for finding in outcome.findings:
-            line = item.line_of(finding.path)
-            word = MODE_WORD[finding.mode]
-            stream.write(
-                f"  {word:<5} [{finding.rule}] {finding.violation.render()}"
-                + (f"  (line {line})" if line is not None else "")
-                + "\n"
-            )
-        for mutation in outcome.mutations:
-            target = f" Pods of {mutation.template_path}" if mutation.template_path else ""
-            stream.write(f"  mutate{target}:\n")
-            for operation in mutation.operations:
-                value = json.dumps(operation["value"], separators=(", ", ": "))
-                stream.write(f"    add {operation['path']}: {value}\n")
-        if item.owned:
-            stream.write(f"  owns {', '.join(f'{r.kind}/{r.name}' for r in item.owned)}\n")
-    stream.write(summary(audit) + "\n")
-
-
-def summary(audit: Audit) -> str:
-    judged = [i.outcome for i in audit.items if i.outcome.judged]
-    denied = sum(1 for o in judged if not o.allowed)
-    warned = sum(1 for o in judged if o.allowed and o.warned)
-    mutated = sum(1 for o in judged if o.mutations)
-    skipped = len(audit.items) - len(judged)
-    modes = "its own modes" if audit.respect_modes else "every rule enforced"
-    parts = [
-        f"{len(judged)} object(s) audited with policy {audit.policy.name} ({modes}): "
-        f"{denied} would be denied, {len(judged) - denied} allowed ({warned} with warnings); "
-        f"{mutated} would be mutated"
-    ]
-    if skipped:
-        parts.append(f"{skipped} not a Pod or workload, skipped")
     unread = sum(1 for p in audit.problems if p.stage == "read")
-    if unread:
-        parts.append(f"{unread} could not be read (see the errors above)")
-    if len(audit.problems) > unread:
-        parts.append(f"{len(audit.problems) - unread} could not be judged (see the errors above)")
-    return "; ".join(parts)
+    summary = tables.summary_record(
+        [i.outcome for i in audit.items],
+        unreadable=unread,
+        failed=len(audit.problems) - unread,
+    )
+    out.append(summary)
+    return out
 
 
 def render_changes(changes: list[Change], old_name: str, new_name: str, fmt: str) -> None:
