@@ -1,0 +1,276 @@
+"""The frictions a new user met in ``review`` and ``audit`` (issue 36), each with the input that
+showed it: ``-f`` as kubectl takes it (files, directories, ``-``, several after one ``-f``,
+``-R``), a compact table with counts per rule, and exempt objects marked as such."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.samples import CONFIG_MAP, GPU_POD, PRIVILEGED_GPU_POD, WARNED_POD
+from webhook.cli.main import main
+
+COMMANDS = ("review", "audit")
+IN_KUBE_SYSTEM = PRIVILEGED_GPU_POD.replace(
+    "  name: debug\n", "  name: agent\n  namespace: kube-system\n"
+)
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def write(directory: Path, name: str, text: str) -> Path:
+    path = directory / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def records_of(out: str) -> tuple[list[dict], dict]:
+    """The JSON report's object records and its closing summary."""
+    *records, summary = json.loads(out)
+    return records, summary["summary"]
+
+
+# ----------------------------------------------------------------------------- -f and -R
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_several_files_after_one_f_are_all_read(command: str, tmp_path: Path, capsys) -> None:
+    # Before: `review -f a.yaml b.yaml` was an argparse error that listed every path.
+    train = write(tmp_path, "train.yaml", GPU_POD)
+    debug = write(tmp_path, "debug.yaml", PRIVILEGED_GPU_POD)
+    code, out, err = run(capsys, command, "-f", str(train), str(debug), "-o", "json")
+    assert (code, err) == (1, "")
+    records, _ = records_of(out)
+    assert [r["name"] for r in records] == ["train", "debug"]
+    # -f repeated, and both forms mixed.
+    hami = write(tmp_path, "hami.yaml", WARNED_POD)
+    code, out, _ = run(capsys, command, "-f", str(train), "-f", str(debug), str(hami), "-o", "json")
+    assert [r["name"] for r in records_of(out)[0]] == ["train", "debug", "hami"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_directory_is_its_own_files_and_r_recurses(command: str, tmp_path: Path, capsys) -> None:
+    # Before: `review -f DIR` failed ("is a directory") and `audit -f DIR` recursed.
+    write(tmp_path, "deploy/train.yaml", GPU_POD)
+    write(tmp_path, "deploy/notes.md", "# not: [a manifest\n")
+    code, out, err = run(capsys, command, "-f", str(tmp_path / "deploy"), "-o", "json")
+    assert (code, err) == (0, "")
+    assert [r["name"] for r in records_of(out)[0]] == ["train"]
+
+    write(tmp_path, "deploy/team/debug.yaml", PRIVILEGED_GPU_POD)
+    write(tmp_path, "deploy/team/more/settings.yml", CONFIG_MAP)
+    code, out, _ = run(capsys, command, "-f", str(tmp_path / "deploy"), "-R", "-o", "json")
+    assert code == 1
+    # In the order of their paths: deploy/team/debug.yaml, deploy/team/more/..., deploy/train.yaml
+    assert [r["name"] for r in records_of(out)[0]] == ["debug", "settings", "train"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_subdirectories_left_unread_without_r_stop_the_run(
+    command: str, tmp_path: Path, capsys
+) -> None:
+    # An `audit -f DIR` that used to recurse must not silently shrink to the top directory.
+    write(tmp_path, "deploy/train.yaml", GPU_POD)
+    nested = write(tmp_path, "deploy/team/debug.yaml", PRIVILEGED_GPU_POD)
+    write(tmp_path, "deploy/team/more/hami.json", "{}")
+    write(tmp_path, "deploy/team/README.md", "# docs\n")
+    code, out, err = run(capsys, command, "-f", str(tmp_path / "deploy"))
+    assert code == 2
+    assert out == ""
+    assert err == (
+        "gpu-admission: error: 2 manifest file(s) in subdirectories were not read (such as "
+        f"{nested}): add -R to read them (or name the files)\n"
+    )
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_standard_input_is_read_once_at_most(
+    command: str, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads = []
+
+    class Stdin:
+        def read(self) -> str:
+            reads.append(1)
+            return GPU_POD
+
+    monkeypatch.setattr("sys.stdin", Stdin())
+    code, out, _ = run(capsys, command, "-f", "-", "-", "-f", "-", "-o", "json")
+    assert code == 0
+    assert [r["name"] for r in records_of(out)[0]] == ["train"]
+    assert reads == [1]
+
+
+def test_r_is_refused_with_cluster(capsys) -> None:
+    code, out, err = run(capsys, "audit", "--cluster", "-R")
+    assert (code, out) == (2, "")
+    assert err == (
+        "gpu-admission audit: error: -R reads the directories given with -f: with --cluster "
+        "there are none\n"
+    )
+
+
+# ------------------------------------------------------------ compact table, counts per rule
+
+
+@pytest.fixture
+def many(tmp_path: Path) -> Path:
+    """A denied Pod with two findings of one rule, a warned one, a clean one, a ConfigMap."""
+    twice = PRIVILEGED_GPU_POD.replace(
+        "  containers:\n",
+        "  initContainers:\n    - name: init\n      image: busybox\n"
+        "      securityContext:\n        privileged: true\n  containers:\n",
+    )
+    write(tmp_path, "a-debug.yaml", twice)
+    write(tmp_path, "b-hami.yaml", WARNED_POD)
+    write(tmp_path, "c-train.yaml", GPU_POD + "---\n" + CONFIG_MAP)
+    return tmp_path
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_table_is_one_line_per_object_then_the_counts_per_rule(
+    command: str, many: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    code, out, _ = run(capsys, command, "-f", str(many))
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0] == (
+        f"DENIED   Pod/default/debug   {many / 'a-debug.yaml'}:1  deny: privileged×2"
+        + ("; mutated" if command == "audit" else "")
+    )
+    assert lines[1].startswith(f"ALLOWED  Pod/default/hami    {many / 'b-hami.yaml'}:1  warn: ")
+    assert lines[2].startswith(f"ALLOWED  Pod/default/train   {many / 'c-train.yaml'}:1")
+    assert lines[3].startswith(f"SKIPPED  ConfigMap/settings  {many / 'c-train.yaml'}:")
+    assert "runs no Pods of its own" in lines[3]
+    assert lines[4].split() == ["RULE", "DENIALS", "WARNINGS", "AUDITS", "OBJECTS"]
+    assert lines[5].split() == ["privileged", "2", "0", "0", "1"]
+    assert lines[6].split() == ["resource-name", "0", "1", "0", "1"]
+    assert len(lines) == 8  # and the summary line
+
+    # -o wide is the table as it was: every message in full.
+    _, wide, _ = run(capsys, command, "-f", str(many), "-o", "wide")
+    assert "  deny  [privileged] spec.initContainers[0].securityContext.privileged" in wide
+    assert wide.splitlines()[-4:] == lines[-4:]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_table_is_clipped_to_the_terminal(
+    command: str, many: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    _, out, _ = run(capsys, command, "-f", str(many))
+    rows = out.splitlines()[:4]
+    assert all(len(row) <= 60 for row in rows)
+    assert rows[0].startswith("DENIED   Pod/default/debug   …")
+    assert rows[0].endswith("…")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_json_ends_with_the_counts_per_rule(command: str, many: Path, capsys) -> None:
+    _, out, _ = run(capsys, command, "-f", str(many), "-o", "json")
+    records, summary = records_of(out)
+    assert [r["name"] for r in records] == ["debug", "hami", "train", "settings"]
+    assert summary == {
+        "objects": 4,
+        "judged": 3,
+        "denied": 1,
+        "allowed": 2,
+        "warned": 1,
+        "exempt": 0,
+        "skipped": 1,
+        "unreadable": 0,
+        "failed": 0,
+        "rules": {
+            "privileged": {"denials": 2, "warnings": 0, "audits": 0, "objects": 1},
+            "resource-name": {"denials": 0, "warnings": 1, "audits": 0, "objects": 1},
+        },
+    }
+
+
+# ------------------------------------------------------------------------------- exempt
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_an_object_in_an_exempt_namespace_is_marked_exempt(
+    command: str, tmp_path: Path, capsys
+) -> None:
+    # Before: a bare ALLOWED, and in JSON "violations": [] as for a clean object.
+    path = write(tmp_path, "agent.yaml", IN_KUBE_SYSTEM)
+    code, out, _ = run(capsys, command, "-f", str(path))
+    assert code == 0
+    assert out.splitlines()[0] == (
+        f"EXEMPT  Pod/kube-system/agent  {path}:1  exempt by tenants[1].exemptions[0] "
+        "(kube-system)" + ("; mutated" if command == "audit" else "")
+    )
+    _, wide, _ = run(capsys, command, "-f", str(path), "-o", "wide")
+    assert wide.startswith(
+        f"EXEMPT  Pod/agent  (namespace kube-system, {path}:1): exempt by "
+        "tenants[1].exemptions[0] (kube-system)\n"
+    )
+    assert (
+        "1 allowed (1 exempt)" if command == "review" else "(0 with warnings, 1 exempt)"
+    ) in wide
+    _, out, _ = run(capsys, command, "-f", str(path), "-o", "json")
+    (record,), summary = records_of(out)
+    assert record["violations"] == []
+    assert record["exempt"] == {
+        "all": True,
+        "by": [
+            {
+                "setting": "tenants[1].exemptions[0]",
+                "namespaces": [
+                    "kube-system",
+                    "gpu-operator",
+                    "nvidia-gpu-operator",
+                    "nvidia-device-plugin",
+                    "nvidia-network-operator",
+                ],
+                "serviceAccounts": None,
+                "rules": None,
+            }
+        ],
+    }
+    assert summary["exempt"] == 1
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_an_exemption_from_some_rules_is_named_beside_the_verdict(
+    command: str, tmp_path: Path, capsys
+) -> None:
+    policy = write(
+        tmp_path,
+        "policy.yaml",
+        """\
+apiVersion: gpu-admission.io/v1alpha1
+kind: GPUAdmissionPolicy
+metadata:
+  name: agents
+spec:
+  exemptions:
+    - namespaces: [monitoring]
+      serviceAccounts: [exporter]
+      rules: [host-devices]
+""",
+    )
+    pod = PRIVILEGED_GPU_POD.replace("  name: debug\n", "  name: agent\n  namespace: monitoring\n")
+    pod = pod.replace("spec:\n", "spec:\n  serviceAccountName: exporter\n", 1)
+    path = write(tmp_path, "agent.yaml", pod)
+    code, out, _ = run(capsys, command, "-f", str(path), "--policy", str(policy))
+    assert code == 1
+    assert out.splitlines()[0].startswith(
+        f"DENIED  Pod/monitoring/agent  {path}:1  deny: privileged; warn: resource-name; "
+        "exempt by exemptions[0] "
+        "(monitoring, service account exporter) from host-devices"
+    )
+    _, out, _ = run(capsys, command, "-f", str(path), "--policy", str(policy), "-o", "json")
+    (record,), _ = records_of(out)
+    assert record["exempt"]["all"] is False
+    assert record["exempt"]["by"][0]["rules"] == ["host-devices"]
