@@ -210,8 +210,10 @@ def test_sarif_uri_is_relative_with_forward_slashes_and_escaped(tmp_path: Path) 
     from webhook.cli import sarif
 
     nested = tmp_path / "a dir" / "pod.yaml"
-    assert sarif.uri(str(nested)).endswith("a%20dir/pod.yaml")
-    assert not sarif.uri(str(nested)).startswith("/")
+    assert sarif.artifact(str(nested), tmp_path) == {
+        "uri": "a%20dir/pod.yaml",
+        "uriBaseId": "%SRCROOT%",
+    }
 
 
 def test_sarif_validates_against_the_sarif_2_1_0_schema(manifests: Path, capsys) -> None:

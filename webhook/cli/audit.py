@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any, TextIO
 
 from webhook.audit.cluster import audit_cluster
@@ -118,6 +119,12 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         "own modes (as the webhook judges), as YAML (default: table)",
     )
     parser.add_argument(
+        "--sarif-root",
+        metavar="DIR",
+        help="with -o sarif: the directory file locations are relative to (default: the git "
+        "top-level above the working directory, else the working directory)",
+    )
+    parser.add_argument(
         "--report-api",
         choices=tuple(REPORT_APIS),
         default="wgpolicyk8s",
@@ -209,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
         problems = audit.problems
     for problem in problems:
         error(problem.message)
-    render(audit, args.output, sys.stdout, REPORT_APIS[args.report_api])
+    render(audit, args.output, sys.stdout, REPORT_APIS[args.report_api], args.sarif_root)
     if problems:
         return 2
     return 1 if audit.denies else 0
@@ -260,6 +267,8 @@ def _notes(notes: list[str]) -> None:
 def _usage_error(args: argparse.Namespace) -> str | None:
     if args.against and (args.output not in ("table", "json") or args.apply):
         return "--against compares two policies: use -o table or json, without --apply"
+    if args.sarif_root and args.output != "sarif":
+        return "--sarif-root says where -o sarif's file locations start: use it with -o sarif"
     if args.apply and not (args.cluster and args.output == "policyreport"):
         return "--apply writes reports to a cluster: use it with --cluster -o policyreport"
     if args.cluster:
@@ -279,7 +288,9 @@ def _usage_error(args: argparse.Namespace) -> str | None:
 # ------------------------------------------------------------------------------ rendering
 
 
-def render(audit: Audit, fmt: str, stream: TextIO, report_api: ReportAPI) -> None:
+def render(
+    audit: Audit, fmt: str, stream: TextIO, report_api: ReportAPI, sarif_root: str | None = None
+) -> None:
     if fmt == "policyreport":
         for report in iter_policy_reports(audit.policy, audit.items, report_api):
             stream.write("---\n" + output.to_yaml(report))
@@ -292,7 +303,8 @@ def render(audit: Audit, fmt: str, stream: TextIO, report_api: ReportAPI) -> Non
     else:
         rows = [(i.document, i.outcome) for i in audit.items]
         errors = [(p.source, p.message) for p in audit.problems]
-        json.dump(sarif.log(rows, errors), stream, indent=2)
+        root = Path(sarif_root) if sarif_root else None
+        json.dump(sarif.log(rows, errors, root), stream, indent=2)
         stream.write("\n")
 
 
