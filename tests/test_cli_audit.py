@@ -111,7 +111,7 @@ def test_json_lists_every_object_with_its_verdict_findings_and_mutations(
     assert "Traceback" not in err
 
 
-def test_junit_has_one_testcase_per_judged_object_and_a_failure_per_denied_one(
+def test_junit_has_one_testcase_per_object_and_a_failure_per_denied_one(
     manifests: Path, capsys
 ) -> None:
     code, out, _ = audit(capsys, "-f", "deploy", "-R", "-o", "junit")
@@ -121,11 +121,17 @@ def test_junit_has_one_testcase_per_judged_object_and_a_failure_per_denied_one(
     cases = suite.findall("testcase")
     assert sorted((c.get("classname"), c.get("name")) for c in cases) == [
         ("deploy/apps/deployment.yml", "Deployment/trainer"),
+        ("deploy/team/debug.yaml", "ConfigMap/settings"),
         ("deploy/team/debug.yaml", "Pod/debug"),
         ("deploy/team/hami.json", "Pod/hami"),
         ("deploy/train.yaml", "Pod/train"),
     ]
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("4", "1", "0")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("5", "1", "0")
+    # The ConfigMap runs no Pods: skipped, and counted so (it was skipped="0" before).
+    assert suite.get("skipped") == "1"
+    (skipped,) = (c for c in cases if c.find("skipped") is not None)
+    assert skipped.get("name") == "ConfigMap/settings"
+    assert "runs no Pods of its own" in skipped.find("skipped").get("message")
     failed = [c for c in cases if c.find("failure") is not None]
     assert [c.get("name") for c in failed] == ["Pod/debug"]
     failure = failed[0].find("failure")

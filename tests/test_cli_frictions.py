@@ -5,6 +5,7 @@ showed it: ``-f`` as kubectl takes it (files, directories, ``-``, several after 
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -354,3 +355,32 @@ def test_sarif_root_without_sarif_is_refused(tmp_path: Path, capsys) -> None:
         "gpu-admission audit: error: --sarif-root says where -o sarif's file locations start: "
         "use it with -o sarif\n"
     )
+
+
+# -------------------------------------------------------------------------------- JUnit
+
+
+def test_junit_counts_the_skipped_and_exempt_objects(tmp_path: Path, capsys) -> None:
+    # Before: skipped="0" while the table said objects were skipped.
+    path = write(
+        tmp_path,
+        "all.yaml",
+        "---\n".join([PRIVILEGED_GPU_POD, CONFIG_MAP, IN_KUBE_SYSTEM, GPU_POD]),
+    )
+    code, out, _ = run(capsys, "audit", "-f", str(path), "-o", "junit")
+    assert code == 1
+    suite = ET.fromstring(out)
+    counts = [suite.get(key) for key in ("tests", "failures", "errors", "skipped")]
+    assert counts == ["4", "1", "0", "2"]
+    skipped = {
+        case.get("name"): case.find("skipped").get("message")
+        for case in suite.iter("testcase")
+        if case.find("skipped") is not None
+    }
+    assert skipped == {
+        "ConfigMap/settings": "a ConfigMap runs no Pods of its own: nothing to judge",
+        "Pod/agent": "exempt by tenants[1].exemptions[0] (kube-system)",
+    }
+    assert [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None] == [
+        "Pod/debug"
+    ]
