@@ -8,9 +8,12 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import jsonschema
 import pytest
+import yaml
 
 from tests.samples import CONFIG_MAP, GPU_POD, PRIVILEGED_GPU_POD, WARNED_POD
+from webhook.audit.reports import NAMESPACE_NAME
 from webhook.cli.main import main
 
 COMMANDS = ("review", "audit")
@@ -383,4 +386,71 @@ def test_junit_counts_the_skipped_and_exempt_objects(tmp_path: Path, capsys) -> 
     }
     assert [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None] == [
         "Pod/debug"
+    ]
+
+
+# ---------------------------------------------------------------- reports built from files
+
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+PLACEHOLDER = PRIVILEGED_GPU_POD.replace(
+    "  name: debug\n", '  name: toolkit\n  namespace: "FILLED BY THE OPERATOR"\n'
+)
+IN_ML = PRIVILEGED_GPU_POD.replace("  name: debug\n", "  name: ml-debug\n  namespace: ml\n")
+
+
+def file_reports(capsys, *args: str) -> tuple[int, list[dict], str]:
+    code, out, err = run(capsys, "audit", *args, "-o", "policyreport")
+    reports = [r for r in yaml.safe_load_all(out) if r]
+    validator = jsonschema.Draft7Validator(
+        json.loads((SCHEMAS / "wgpolicyk8s.io_PolicyReport_v1alpha2.json").read_text())
+    )
+    for report in reports:
+        assert (
+            list(validator.iter_errors({k: v for k, v in report.items() if k != "metadata"})) == []
+        )
+        assert reports_namespace(report) == report["scope"]["namespace"]
+    return code, reports, err
+
+
+def reports_namespace(report: dict) -> str:
+    namespace = report["metadata"]["namespace"]
+    assert NAMESPACE_NAME.fullmatch(namespace), namespace
+    return namespace
+
+
+def test_reports_from_files_go_to_the_namespace_given_else_the_objects_own(
+    tmp_path: Path, capsys
+) -> None:
+    both = write(tmp_path, "both.yaml", IN_ML + "---\n" + PRIVILEGED_GPU_POD)
+    # -n wins over the object's own namespace, as kubectl apply -n and review -n.
+    code, reports, err = file_reports(capsys, "-f", str(both), "-n", "team-a")
+    assert (code, err) == (1, "")
+    assert [(r["scope"]["name"], reports_namespace(r)) for r in reports] == [
+        ("ml-debug", "team-a"),
+        ("debug", "team-a"),
+    ]
+    # Without -n: the object's own, else default.
+    _, reports, _ = file_reports(capsys, "-f", str(both))
+    assert [(r["scope"]["name"], reports_namespace(r)) for r in reports] == [
+        ("ml-debug", "ml"),
+        ("debug", "default"),
+    ]
+
+
+def test_a_manifest_namespace_that_is_no_name_makes_no_report(tmp_path: Path, capsys) -> None:
+    # Before: the report kept `namespace: FILLED BY THE OPERATOR`, which no API server takes.
+    path = write(tmp_path, "toolkit.yaml", PLACEHOLDER + "---\n" + PRIVILEGED_GPU_POD)
+    code, reports, err = file_reports(capsys, "-f", str(path))
+    assert code == 2
+    assert err == (
+        f"gpu-admission: error: {path} document 1 (line 1): no report for Pod/toolkit: its "
+        "namespace 'FILLED BY THE OPERATOR' is no namespace name; give the namespace it is "
+        "applied to with -n\n"
+    )
+    assert [r["scope"]["name"] for r in reports] == ["debug"]
+    code, reports, err = file_reports(capsys, "-f", str(path), "-n", "gpu-tools")
+    assert (code, err) == (1, "")
+    assert [(r["scope"]["name"], reports_namespace(r)) for r in reports] == [
+        ("toolkit", "gpu-tools"),
+        ("debug", "gpu-tools"),
     ]

@@ -21,7 +21,13 @@ from webhook.audit.cluster import audit_cluster
 from webhook.audit.files import audit_files
 from webhook.audit.judging import Audit
 from webhook.audit.preflight import Change, Preflight, preflight_cluster, preflight_files
-from webhook.audit.reports import REPORT_APIS, ReportAPI, apply_reports, iter_policy_reports
+from webhook.audit.reports import (
+    REPORT_APIS,
+    ReportAPI,
+    apply_reports,
+    iter_policy_reports,
+    placed,
+)
 from webhook.cli import junit, output, sarif, tables
 from webhook.cli.common import (
     add_command,
@@ -86,8 +92,9 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
     scope.add_argument(
         "-n",
         "--namespace",
-        help="with -f: the namespace of objects that have none (default: default); with "
-        "--cluster: the namespace to audit (default: the context's)",
+        help="with -f: the namespace to judge objects in, as review -n and kubectl apply -n: it "
+        "wins over an object's own (default: the object's, else default); with --cluster: the "
+        "namespace to audit (default: the context's)",
     )
     scope.add_argument(
         "-A",
@@ -211,8 +218,12 @@ def run(args: argparse.Namespace) -> int:
             respect_modes=respect,
             stdin=_stdin(files),
             raise_errors=args.debug,
+            override=args.namespace is not None,
         )
         _notes(audit.notes)
+        if args.output == "policyreport":
+            audit.items, unplaced = placed(audit.policy, audit.items)
+            audit.problems += unplaced
         problems = audit.problems
     for problem in problems:
         error(problem.message)
@@ -243,6 +254,7 @@ def _preflight(policy: Policy, files: list[str], args: argparse.Namespace) -> in
             namespace=args.namespace or "default",
             stdin=_stdin(files),
             raise_errors=args.debug,
+            override=args.namespace is not None,
         )
     _notes(result.new.notes + result.old.notes)
     problems = result.new.problems + result.old.problems
@@ -278,7 +290,7 @@ def _usage_error(args: argparse.Namespace) -> str | None:
             return "-o sarif points at files; with --cluster use -o table, json or junit"
         return None
     if args.all_namespaces:
-        return "-A is for --cluster; with -f, -n names the namespace of objects that have none"
+        return "-A is for --cluster; with -f, -n names the namespace objects are judged in"
     for option in ("kubeconfig", "context"):
         if getattr(args, option):
             return f"--{option} is for --cluster"
