@@ -1,18 +1,21 @@
 """The recipes of the user documentation, run as written: the kustomize overlay of
 ``docs/installing.md`` that ships one's own policy ("Your own policy with kustomize"), laid
-out beside the repository as the guide says and rendered by the real ``kubectl kustomize``.
-(Its install block is played against the install model in ``tests/test_install_order.py``.)"""
+out beside the repository as the guide says and rendered by the real ``kubectl kustomize``
+(its install block is played against the install model in ``tests/test_install_order.py``);
+and the README's denial, which is the webhook's word for word."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.support.docs import lay_out_overlay, overlay_kustomization
+import webhook
+from tests.support.docs import fenced_blocks, lay_out_overlay, overlay_kustomization
 from tests.support.kube import kustomize
 from tests.support.paths import REPO
 from webhook.cli.main import main as cli_main
@@ -89,3 +92,42 @@ def test_policy_validate_accepts_the_overlays_policy_against_the_webhooks(tmp_pa
         )
     assert status == 0, out.getvalue()
     assert "valid (the webhook rules in" in out.getvalue()
+
+
+def test_the_readmes_denial_is_what_the_webhook_answers() -> None:
+    """The README's first example: a Pod with a misspelt MIG resource and a privileged
+    container, created in a tenant namespace under the default policy."""
+    shown = fenced_blocks((REPO / "README.md").read_text("utf-8"), "")[0]
+    message = re.sub(r"\s+", " ", shown.split("denied the request: ", 1)[1]).strip()
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "cuda",
+                    "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                    "securityContext": {"privileged": True},
+                    "resources": {"limits": {"nvidia.com/mig-1g10gb": "1"}},
+                }
+            ]
+        },
+    }
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0e1f6d4c-2b1a-4c3e-9d8f-7a6b5c4d3e2f",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "ml",
+            "operation": "CREATE",
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": pod,
+        },
+    }
+    policy = webhook.load_policy(REPO / "policies" / "default.yaml")
+    response = webhook.review(review, policy, mutate=False)["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"] == message
