@@ -4,19 +4,29 @@
 # Both stages use the same base image, so the virtualenv built in the first one (whose
 # interpreter is /usr/local/bin/python3.11) runs unchanged in the second.
 
-# ---- builder: wheels for the project and its dependencies, installed into a venv ----
+# ---- builder: the locked dependencies and the project's wheel, installed into a venv ----
 FROM python:3.11-slim AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-# Only what the wheel is built from (see .dockerignore).
+# Only what the image is built from (see .dockerignore): requirements.lock first, so the layer
+# of dependencies is rebuilt only when the lock changes.
+COPY requirements.lock ./
+# The dependencies exactly as `make lock` pinned them: every file checked against the lock's
+# sha256 (two builds of one tag install the same bytes), nothing resolved (--no-deps), and
+# wheels only (each pinned release ships them for both platforms, so no compiler is needed).
+# The venv has no pip: the builder's pip installs into it.
+RUN python -m venv --without-pip /opt/venv \
+ && pip --python /opt/venv/bin/python install --require-hashes --no-deps --only-binary :all: \
+        -r requirements.lock
 COPY pyproject.toml ./
 COPY webhook ./webhook
-# The project wheel plus wheels of all its dependencies (all of which ship binary wheels,
-# so no compiler is needed here either), then a venv without pip holding only those.
-RUN pip wheel --wheel-dir /wheels . \
- && python -m venv --without-pip /opt/venv \
- && pip --python /opt/venv/bin/python install --no-index --find-links /wheels gpu-admission
+# The project's wheel, installed without its dependencies (the lock brought them); pip check
+# fails the build if the lock misses one that pyproject.toml or a locked package requires.
+RUN pip wheel --no-deps --wheel-dir /wheels . \
+ && pip --python /opt/venv/bin/python install --no-deps --no-index --find-links /wheels \
+        gpu-admission \
+ && pip --python /opt/venv/bin/python check
 
 # ---- runtime: no build tools, no pip in the venv, non-root ----
 FROM python:3.11-slim AS runtime

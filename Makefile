@@ -8,12 +8,17 @@ STAMP := $(VENV)/.installed
 PORT ?= 8443
 CURL := curl -s --cacert certs/ca.crt -H 'Content-Type: application/json'
 FIXTURES := tests/fixtures
+LOCK := requirements.lock
 
-.PHONY: run test lint bench install certs clean sync-data
+.PHONY: run test lint bench install lock certs clean sync-data
 
-$(RUNTIME): pyproject.toml
+# The runtime dependencies as the image installs them (requirements.lock, every file checked
+# against its hash), so `make run` and the tests use the versions the image ships; then the
+# project itself, editable. A change to pyproject.toml (a new command's script) re-installs.
+$(RUNTIME): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
 	$(BIN)/python -m pip install --quiet -e .
 	touch $(RUNTIME)
 
@@ -22,6 +27,34 @@ $(STAMP): $(RUNTIME)
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# requirements.lock: pyproject.toml's runtime dependencies resolved for the image's Python and
+# platforms (python:3.11-slim on linux/amd64 and linux/arm64, as the release builds it), with
+# the sha256 of every file of each pinned release. Pins that still satisfy pyproject.toml are
+# kept; `make lock LOCK_ARGS=--upgrade` moves every pin to the newest allowed release,
+# `LOCK_ARGS='--upgrade-package NAME'` one of them. The two platforms must resolve alike, since
+# the image of both is built from one lock. tests/test_lock.py checks offline that the lock
+# covers pyproject.toml.
+LOCK_PYTHON := 3.11
+LOCK_PLATFORMS := x86_64-manylinux_2_28 aarch64-manylinux_2_28
+UV_VERSION := 0.13.8
+LOCK_ARGS ?=
+lock:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet 'uv==$(UV_VERSION)'
+	for platform in $(LOCK_PLATFORMS); do \
+		if [ -f $(LOCK) ]; then cp $(LOCK) $(LOCK).$$platform; fi; \
+		$(BIN)/uv pip compile pyproject.toml --quiet --generate-hashes \
+			--python-version $(LOCK_PYTHON) --python-platform $$platform \
+			--custom-compile-command 'make lock' $(LOCK_ARGS) --output-file $(LOCK).$$platform \
+		|| exit 1; \
+	done
+	set -- $(LOCK_PLATFORMS); for platform in "$$@"; do \
+		cmp -s $(LOCK).$$1 $(LOCK).$$platform \
+		|| { echo "$$1 and $$platform resolve differently: one lock cannot serve both"; exit 1; }; \
+	done
+	mv $(LOCK).$(firstword $(LOCK_PLATFORMS)) $(LOCK)
+	rm -f $(addprefix $(LOCK).,$(LOCK_PLATFORMS))
 
 # The caBundle it prints is for manifests; here the CA file is what curl needs.
 certs/tls.crt: | $(RUNTIME)

@@ -230,7 +230,7 @@ def test_activate_without_the_secret_says_so(kube_api, kube_api_client) -> None:
 
 
 def test_deactivate_of_a_deleted_configuration_is_done(kube_api, kube_api_client) -> None:
-    # After the README's break-glass (the configurations deleted), an uninstall still works.
+    # After the install guide's break-glass (the configurations deleted), an uninstall still works.
     assert "nothing to deactivate" in deactivate_webhooks(
         kube_api_client, validating="gpu-admission"
     )

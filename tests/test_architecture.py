@@ -1,4 +1,4 @@
-"""The layers of ``webhook`` as the README draws them, checked on the source.
+"""The layers of ``webhook`` as CONTRIBUTING.md draws them, checked on the source.
 
 Every ``import`` of every module counts, at module level or inside a function: a lazy import
 is still a dependency. Imports go down the rank table only; two layers of the same rank do not
@@ -9,6 +9,7 @@ there is no cycle between modules, inside a layer either.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import textwrap
@@ -438,11 +439,24 @@ def test_layers_of_one_rank_and_the_root_are_out_of_bounds(tmp_path: Path) -> No
     ]
 
 
-def test_the_readme_lists_every_rule_and_every_policy_scope() -> None:
+def test_the_docs_list_every_rule_and_every_policy_scope() -> None:
     from webhook.checks.registry import CHECKS
 
     readme = (PACKAGE.parent / "README.md").read_text("utf-8")
     for check in CHECKS:
         assert f"| `{check.rule}` |" in readme, check.rule
+    security_model = (PACKAGE.parent / "docs" / "security-model.md").read_text("utf-8")
     for scope in ("gpuPods", "reachablePods", "otherPods", "gpuNodesTainted", "allowedPaths"):
-        assert f"`{scope}" in readme, scope
+        assert f"`{scope}" in security_model, scope
+
+
+def test_contributing_draws_every_layer_at_its_rank() -> None:
+    """The architecture table of CONTRIBUTING.md has one row per layer, with the rank this
+    test enforces, and no layer that is not a package of ``webhook``."""
+    contributing = (PACKAGE.parent / "CONTRIBUTING.md").read_text("utf-8")
+    rows = {
+        layer: int(rank)
+        for rank, layer in re.findall(r"^\| (\d+) \| `webhook/(\w+)/` \|", contributing, re.M)
+    }
+    assert rows == RANKS
+    assert set(RANKS) == {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}

@@ -159,7 +159,7 @@ def test_reusing_the_ca_keeps_ca_crt_byte_identical(tmp_path: Path) -> None:
     ca_bytes = (tmp_path / "first" / "ca.crt").read_bytes()
     old_serving = (tmp_path / "first" / "tls.crt").read_bytes()
 
-    # Renewal in place, the way the README and --help describe it.
+    # Renewal in place, the way certs/README.md and --help describe it.
     renewed = _generate(
         tmp_path / "first",
         ca_cert_path=tmp_path / "first" / "ca.crt",

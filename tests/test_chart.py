@@ -117,7 +117,7 @@ def test_chart_image_and_wheel_share_one_version() -> None:
 def normalised_chart(objs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     """The chart's objects as kustomize writes them. Stated normalisation:
     - hooks (the bootstrap, activation and deactivation Jobs and their RBAC) are the chart's
-      way to order an install; kustomize's is the README's two steps: left out;
+      way to order an install; kustomize's is the install guide's two steps: left out;
     - Helm's labels (instance, version, managed-by, chart) are removed;
     - the validating webhook's failure policy is the one the activation hook sets (the chart
       installs it as Ignore until the server is Ready);
@@ -140,7 +140,7 @@ def normalised_chart(objs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[s
 
 def normalised_kustomize(server: str = "manifests") -> dict[tuple[str, str], dict[str, Any]]:
     """The kustomize install (both steps; ``server``: the first step's directory). The
-    Namespace is left out: Helm keeps its release in the namespace, so the README's Helm
+    Namespace is left out: Helm keeps its release in the namespace, so the install guide's Helm
     commands create it (with its labels) before the chart."""
     result = {}
     for obj in kustomize(server) + kustomize("manifests/webhooks"):

@@ -47,8 +47,11 @@ def audit(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def audit_json(capsys, *args: str) -> tuple[int, list[dict], str]:
+    """The records of the objects and problems, without the summary that closes the list."""
     code, out, err = audit(capsys, *args, "-o", "json")
-    return code, json.loads(out), err
+    *records, summary = json.loads(out)
+    assert list(summary) == ["summary"]
+    return code, records, err
 
 
 def write(directory: Path, name: str, text: str) -> Path:
@@ -84,7 +87,7 @@ def manifests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_json_lists_every_object_with_its_verdict_findings_and_mutations(
     manifests: Path, capsys
 ) -> None:
-    code, records, err = audit_json(capsys, "-f", "deploy")
+    code, records, err = audit_json(capsys, "-f", "deploy", "-R")
     assert code == 1
     by_name = {r["name"]: r for r in records}
     assert sorted(by_name) == ["debug", "hami", "settings", "train", "trainer"]
@@ -108,21 +111,27 @@ def test_json_lists_every_object_with_its_verdict_findings_and_mutations(
     assert "Traceback" not in err
 
 
-def test_junit_has_one_testcase_per_judged_object_and_a_failure_per_denied_one(
+def test_junit_has_one_testcase_per_object_and_a_failure_per_denied_one(
     manifests: Path, capsys
 ) -> None:
-    code, out, _ = audit(capsys, "-f", "deploy", "-o", "junit")
+    code, out, _ = audit(capsys, "-f", "deploy", "-R", "-o", "junit")
     assert code == 1
     suite = ET.fromstring(out.encode())
     assert suite.tag == "testsuite"
     cases = suite.findall("testcase")
     assert sorted((c.get("classname"), c.get("name")) for c in cases) == [
         ("deploy/apps/deployment.yml", "Deployment/trainer"),
+        ("deploy/team/debug.yaml", "ConfigMap/settings"),
         ("deploy/team/debug.yaml", "Pod/debug"),
         ("deploy/team/hami.json", "Pod/hami"),
         ("deploy/train.yaml", "Pod/train"),
     ]
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("4", "1", "0")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("5", "1", "0")
+    # The ConfigMap runs no Pods: skipped, and counted so (it was skipped="0" before).
+    assert suite.get("skipped") == "1"
+    (skipped,) = (c for c in cases if c.find("skipped") is not None)
+    assert skipped.get("name") == "ConfigMap/settings"
+    assert "runs no Pods of its own" in skipped.find("skipped").get("message")
     failed = [c for c in cases if c.find("failure") is not None]
     assert [c.get("name") for c in failed] == ["Pod/debug"]
     failure = failed[0].find("failure")
@@ -142,7 +151,7 @@ def sarif_log(capsys, *args: str) -> tuple[int, dict]:
 
 
 def test_sarif_points_at_the_file_and_line_of_the_offending_field(manifests: Path, capsys) -> None:
-    code, log = sarif_log(capsys, "-f", "deploy")
+    code, log = sarif_log(capsys, "-f", "deploy", "-R")
     assert code == 1
     assert log["version"] == "2.1.0"
     (run,) = log["runs"]
@@ -207,8 +216,10 @@ def test_sarif_uri_is_relative_with_forward_slashes_and_escaped(tmp_path: Path) 
     from webhook.cli import sarif
 
     nested = tmp_path / "a dir" / "pod.yaml"
-    assert sarif.uri(str(nested)).endswith("a%20dir/pod.yaml")
-    assert not sarif.uri(str(nested)).startswith("/")
+    assert sarif.artifact(str(nested), tmp_path) == {
+        "uri": "a%20dir/pod.yaml",
+        "uriBaseId": "%SRCROOT%",
+    }
 
 
 def test_sarif_validates_against_the_sarif_2_1_0_schema(manifests: Path, capsys) -> None:
@@ -224,13 +235,13 @@ def test_sarif_validates_against_the_sarif_2_1_0_schema(manifests: Path, capsys)
     write(manifests, "broken.yaml", "kind: Pod\n  bad: indentation\n")
     write(manifests, "plain.yaml", PRIVILEGED_PLAIN_POD)
     for modes in ([], ["--respect-modes"]):  # errors and warnings; then notes too
-        _, log = sarif_log(capsys, "-f", "deploy", *modes)
+        _, log = sarif_log(capsys, "-f", "deploy", "-R", *modes)
         jsonschema.Draft4Validator(schema).validate(log)
         assert {r["level"] for r in log["runs"][0]["results"]} >= {"error", "warning"}
 
 
-def test_table_reports_findings_mutations_and_a_summary(manifests: Path, capsys) -> None:
-    code, out, _ = audit(capsys, "-f", "deploy")
+def test_wide_table_reports_findings_mutations_and_a_summary(manifests: Path, capsys) -> None:
+    code, out, _ = audit(capsys, "-f", "deploy", "-R", "-o", "wide")
     assert code == 1
     line = line_of(manifests / "team/debug.yaml", "privileged: true")
     assert "DENIED  Pod/debug  (namespace ml, deploy/team/debug.yaml:1)\n" in out
@@ -256,8 +267,8 @@ def test_table_has_colours_only_on_a_terminal(
 
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.setattr(sys, "stdout", Terminal())
-    assert main(["audit", "-f", "deploy"]) == 1
-    assert "\033[31mDENIED\033[0m  Pod/debug" in sys.stdout.getvalue()
+    assert main(["audit", "-f", "deploy", "-R"]) == 1
+    assert "\033[31mDENIED\033[0m   Pod/ml/debug" in sys.stdout.getvalue()
 
 
 # ------------------------------------------------------------------------- exit codes
@@ -289,7 +300,7 @@ def test_exit_2_on_malformed_yaml_naming_the_file_and_document(tmp_path: Path, c
         f"gpu-admission: error: {path}: document 2 line 14: not valid YAML: "
         "mapping values are not allowed here\n"
     )
-    assert f"ALLOWED  Pod/train  (namespace default, {tmp_path / 'ok.yaml'}:1)" in out
+    assert f"ALLOWED  Pod/default/train  {tmp_path / 'ok.yaml'}:1  mutated\n" in out
     assert out.splitlines()[-1].endswith("; 1 could not be read (see the errors above)")
 
 
@@ -305,25 +316,25 @@ def test_an_object_that_cannot_be_judged_is_a_problem_and_the_rest_is_reported(
         "RuntimeError: the engine broke on two lines"
     )
 
-    code, out, err = audit(capsys, "-f", str(tmp_path))
+    code, out, err = audit(capsys, "-f", str(tmp_path), "-R")
     assert code == 2
     assert err == f"gpu-admission: error: {message}\n"
-    assert "DENIED  Pod/debug" in out
-    assert "Deployment/trainer" in out
+    assert any(line.startswith("DENIED   Pod/ml/debug  ") for line in out.splitlines())
+    assert "Deployment/default/trainer" in out
     assert out.splitlines()[-1].endswith("; 1 could not be judged (see the errors above)")
 
-    code, records, _ = audit_json(capsys, "-f", str(tmp_path))
+    code, records, _ = audit_json(capsys, "-f", str(tmp_path), "-R")
     assert code == 2
     assert [r.get("name") for r in records] == ["debug", "trainer", None]
     assert records[-1] == {"source": str(both), "error": message}
 
-    code, out, _ = audit(capsys, "-f", str(tmp_path), "-o", "junit")
+    code, out, _ = audit(capsys, "-f", str(tmp_path), "-R", "-o", "junit")
     suite = ET.fromstring(out)
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "1", "1")
     (error,) = suite.iter("error")
     assert (error.get("type"), error.get("message")) == ("unjudgeable", message)
 
-    code, log = sarif_log(capsys, "-f", str(tmp_path))
+    code, log = sarif_log(capsys, "-f", str(tmp_path), "-R")
     (invocation,) = log["runs"][0]["invocations"]
     assert invocation["executionSuccessful"] is False
     assert [n["message"]["text"] for n in invocation["toolExecutionNotifications"]] == [message]
@@ -337,7 +348,7 @@ def test_a_pod_whose_metadata_is_a_list_never_ends_the_audit(tmp_path: Path, cap
     )
     write(tmp_path, "ok.yaml", PRIVILEGED_GPU_POD)
     code, out, err = audit(capsys, "-f", str(tmp_path))
-    assert "DENIED  Pod/debug" in out
+    assert any(line.startswith("DENIED  Pod/ml/debug  ") for line in out.splitlines())
     assert "Traceback" not in err
     if code == 2:
         assert err.startswith(f"gpu-admission: error: {odd} document 1 (line 1): cannot judge ")
@@ -391,7 +402,7 @@ def test_argparse_usage_errors_exit_2(capsys) -> None:
 def test_directories_are_scanned_and_other_files_skipped_with_a_note(
     manifests: Path, capsys
 ) -> None:
-    code, records, err = audit_json(capsys, "-f", "deploy")
+    code, records, err = audit_json(capsys, "-f", "deploy", "-R")
     assert code == 1
     assert err == (
         "gpu-admission: note: deploy/values.yaml: not a Kubernetes object (no apiVersion and "
@@ -410,7 +421,7 @@ def test_every_rule_is_enforced_unless_modes_are_respected(tmp_path: Path, capsy
     code, records, _ = audit_json(capsys, "-f", path, "--respect-modes")
     assert code == 0
     assert [(v["rule"], v["mode"]) for v in records[0]["violations"]] == [("privileged", "Audit")]
-    _, out, _ = audit(capsys, "-f", path, "--respect-modes")
+    _, out, _ = audit(capsys, "-f", path, "--respect-modes", "-o", "wide")
     assert "  audit [privileged]" in out
     assert "with policy default (its own modes)" in out
 
@@ -553,7 +564,8 @@ def test_cluster_jobs_group_under_their_cronjob(cluster: Cluster, capsys) -> Non
 
 def test_cluster_table_names_references_and_owned_objects(cluster: Cluster, capsys) -> None:
     seed(cluster.api)
-    code, out, _ = audit(capsys, "--cluster", "--kubeconfig", str(cluster.kubeconfig), "-n", "ml")
+    options = ["--cluster", "--kubeconfig", str(cluster.kubeconfig), "-n", "ml"]
+    code, out, _ = audit(capsys, *options, "-o", "wide")
     assert code == 1
     assert "DENIED  Pod/debug  (namespace ml, uid uid-ml-debug)\n" in out
     assert "  owns ReplicaSet/trainer-5d4f, Pod/trainer-5d4f-a, Pod/trainer-5d4f-b\n" in out

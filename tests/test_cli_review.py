@@ -27,9 +27,12 @@ def review(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def review_json(capsys, *args: str) -> tuple[int, list[dict]]:
+    """The records of the objects, without the summary that closes the list."""
     code, out, err = review(capsys, *args, "-o", "json")
     assert code in (0, 1), err
-    return code, json.loads(out)
+    *records, summary = json.loads(out)
+    assert list(summary) == ["summary"]
+    return code, records
 
 
 def write(tmp_path: Path, name: str, text: str) -> str:
@@ -77,8 +80,9 @@ def test_corpus_file_agrees_with_the_conformance_table(
 def test_exit_0_when_allowed_1_when_denied(tmp_path: Path, capsys) -> None:
     code, out, _ = review(capsys, "-f", write(tmp_path, "ok.yaml", GPU_POD))
     assert code == 0
-    assert out.startswith("ALLOWED  Pod/train  (namespace default, ")
-    code, out, _ = review(capsys, "-f", write(tmp_path, "bad.yaml", PRIVILEGED_GPU_POD))
+    assert out.startswith("ALLOWED  Pod/default/train  ")
+    bad = write(tmp_path, "bad.yaml", PRIVILEGED_GPU_POD)
+    code, out, _ = review(capsys, "-f", bad, "-o", "wide")
     assert code == 1
     assert "DENIED  Pod/debug" in out
     assert "deny  [privileged] spec.containers[0].securityContext.privileged" in out
@@ -218,7 +222,7 @@ def test_mutate_of_a_deployment_patches_its_template_pod(tmp_path: Path, capsys)
     assert mutation["mutated"]["spec"]["containers"][0]["name"] == "main"
     assert mutation["mutated"]["spec"]["tolerations"]
 
-    code, out, _ = review(capsys, "-f", path, "--mutate")
+    code, out, _ = review(capsys, "-f", path, "--mutate", "-o", "wide")
     assert "  mutate Pods of spec.template:\n    add /spec/tolerations: " in out
     assert "--- mutated Deployment/trainer (spec.template)\n" in out
     mutated = yaml.safe_load(out.split("(spec.template)\n", 1)[1])
@@ -236,8 +240,11 @@ def test_mutate_diff(tmp_path: Path, capsys) -> None:
 def test_yaml_output(tmp_path: Path, capsys) -> None:
     code, out, _ = review(capsys, "-f", write(tmp_path, "p.yaml", PRIVILEGED_GPU_POD), "-o", "yaml")
     assert code == 1
-    (record,) = yaml.safe_load(out)
+    record, summary = yaml.safe_load(out)
     assert record["verdict"] == "denied"
+    assert summary["summary"]["rules"] == {
+        "privileged": {"denials": 1, "warnings": 0, "audits": 0, "objects": 1}
+    }
     assert record["violations"][0]["rule"] == "privileged"
 
 
@@ -265,14 +272,15 @@ def test_an_object_that_cannot_be_judged_is_an_error_and_the_rest_is_reported(
         f"gpu-admission: error: {both} document 2 (line 15): cannot judge Pod/train: "
         "RuntimeError: the engine broke on two lines\n"
     )
-    assert f"DENIED  Pod/debug  (namespace default, {both}:1)" in out
+    assert f"DENIED  Pod/default/debug  {both}:1  deny: privileged\n" in out
     assert out.splitlines()[-1] == (
         "1 object(s) judged: 1 denied, 0 allowed; 1 could not be judged (see the errors above)"
     )
 
     code, out, _ = review(capsys, "-f", both, "-o", "json")
     assert code == 2
-    debug, train = json.loads(out)
+    debug, train, summary = json.loads(out)
+    assert (summary["summary"]["judged"], summary["summary"]["failed"]) == (1, 1)
     assert debug["verdict"] == "denied"
     assert train == {
         "source": both,
@@ -341,7 +349,7 @@ def test_mutate_yaml_has_no_anchors_or_aliases(tmp_path: Path, capsys) -> None:
     assert code == 0
     assert "&id" not in out and "*id" not in out
     _, records = review_json(capsys, "-f", pod, "--mutate")
-    assert yaml.safe_load(out) == records
+    assert yaml.safe_load(out)[:-1] == records
 
 
 # ------------------------------------------------------------------ the whole CLI
@@ -384,7 +392,7 @@ def test_every_readable_file_is_judged_and_each_unreadable_one_reported(
     partial = write(tmp_path, "partial.yaml", PRIVILEGED_GPU_POD + "---\nkind: [\n")
     code, out, err = review(capsys, "-f", good, "-f", broken, "-f", missing, "-f", partial)
     assert code == 2  # only after judging the rest
-    assert out.count("DENIED  Pod/debug") == 2, out
+    assert out.count("DENIED  Pod/default/debug") == 2, out
     assert "2 object(s) judged: 2 denied, 0 allowed; 3 file(s) could not be read" in out
     lines = err.splitlines()
     assert len(lines) == 3, err
@@ -430,7 +438,7 @@ def test_every_skipped_object_is_named_with_why(tmp_path: Path, capsys) -> None:
     assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith("SKIPPED  ConfigMap/") and "runs no Pods of its own" in lines[0]
-    assert lines[1].startswith(f"SKIPPED  ModelServer/llm  ({path}:")
+    assert lines[1].startswith(f"SKIPPED  ModelServer/llm     {path}:")
     assert "not a workload this policy declares: add it to spec.workloads" in lines[1]
     assert lines[-1].endswith("2 not a Pod or workload, skipped")
     _, records = review_json(capsys, "-f", path)

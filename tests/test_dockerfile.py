@@ -1,11 +1,13 @@
 """The container image recipe. No Docker engine is needed: the Dockerfile is parsed and
-checked statically, and the wheel it installs is built from exactly the files it copies."""
+checked statically, and its builder stage is played here (its RUN steps as written, from
+exactly the files it copies): the locked dependencies, checked against their hashes, and the
+project's wheel, in a venv that must hold those and nothing else, and run."""
 
 from __future__ import annotations
 
 import fnmatch
-import importlib.metadata
 import json
+import os
 import re
 import shlex
 import shutil
@@ -17,11 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from tests.support.paths import REPO
+from tools.requirements_lock import parse_lock
 
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
+LOCK = REPO / "requirements.lock"
 
 COMPILERS = re.compile(r"\b(gcc|g\+\+|cc|clang|build-essential|python3?-dev|rustc|cargo)\b")
 PACKAGE_DATA = (
@@ -227,58 +232,103 @@ def test_dockerignore_keeps_secrets_and_clutter_out():
         ".pytest_cache/v",
         ".ruff_cache/x",
         "tests/test_dockerfile.py",
+        "tools/requirements_lock.py",
     ):
         assert ignored(path, patterns), f"{path} would be sent to the Docker daemon"
     assert not ignored("webhook/cli/main.py", patterns)
     assert not ignored("pyproject.toml", patterns)
+    assert not ignored("requirements.lock", patterns)
 
 
-# ---------------------------------------------------------------------------- the wheel
+# ------------------------------------------------------------ installing from the lock
 
 
-def _build_isolation_needed() -> bool:
-    """--no-build-isolation only works if this environment has the build backend."""
-    try:
-        setuptools = tuple(int(p) for p in importlib.metadata.version("setuptools").split(".")[:2])
-    except importlib.metadata.PackageNotFoundError:
-        return True
-    if setuptools < (68, 0):  # pyproject.toml requires setuptools>=68
-        return True
-    if setuptools >= (70, 1):  # bdist_wheel is built in from 70.1
-        return False
-    try:
-        importlib.metadata.version("wheel")
-    except importlib.metadata.PackageNotFoundError:
-        return True
-    return False
+def pip_commands(stage: Stage) -> list[list[str]]:
+    """Every pip command of a stage's RUN steps, as words (the shell's ``&&`` chains split)."""
+    commands = []
+    for args in stage.all("RUN"):
+        for command in re.split(r"\s*(?:&&|;)\s*", args):
+            words = shlex.split(command)
+            if words[:1] == ["pip"] or words[:3] == ["python", "-m", "pip"]:
+                commands.append(words)
+    return commands
+
+
+def test_dependencies_come_from_the_lock_with_their_hashes(stages):
+    [builder, *_] = stages
+    installs = [words for words in pip_commands(builder) if "install" in words]
+    assert installs, "the builder installs nothing with pip"
+    [locked] = [words for words in installs if "requirements.lock" in words]
+    assert {"--require-hashes", "--no-deps", "--only-binary"} <= set(locked), locked
+    assert locked[locked.index("-r") + 1] == "requirements.lock"
+    # Nothing else is resolved from an index: the project's wheel comes without dependencies,
+    # from the wheels just built.
+    for words in installs:
+        assert words is locked or {"--no-deps", "--no-index"} <= set(words), words
+    builds = [words for words in pip_commands(builder) if "wheel" in words]
+    assert builds and all("--no-deps" in words for words in builds), builds
+    # pip check proves the lock holds every dependency of what was installed.
+    assert any(words[-1] == "check" for words in pip_commands(builder))
+    # The lock is copied on its own, first: its layer is rebuilt only when it changes.
+    copies = [copy_args(args)[1] for args in builder.all("COPY")]
+    assert copies[0] == ["requirements.lock"], copies
+    for stage in stages[1:]:
+        assert not any("install" in words for words in pip_commands(stage)), stage.name
+
+
+@dataclass
+class Built:
+    """What the builder stage leaves: the venv the image copies, and the project's wheel."""
+
+    venv: Path
+    wheel: Path
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory, stages) -> Path:
-    # Build from a copy holding only what the Dockerfile copies into the builder: this also
-    # proves the build context is enough (nothing the wheel needs is missed or ignored).
-    src = tmp_path_factory.mktemp("context")
-    for source in local_copy_sources(stages[:1]):
+def built(tmp_path_factory, stages) -> Built:
+    """The builder stage played here: its build context (only what it copies, which proves the
+    context is enough and nothing it needs is dockerignored), its environment, and its RUN
+    steps as written, with /opt/venv and /wheels moved into a temporary folder and ``python``
+    and ``pip`` those of the Python 3.11 running the tests, as in python:3.11-slim. Installs
+    the locked wheels from the package index, as the image build does."""
+    builder = stages[0]
+    root = tmp_path_factory.mktemp("builder")
+    context = root / "src"
+    context.mkdir()
+    for source in local_copy_sources([builder]):
         for path in REPO.glob(source):
-            target = src / path.relative_to(REPO)
+            target = context / path.relative_to(REPO)
             if path.is_dir():
                 shutil.copytree(path, target, ignore=shutil.ignore_patterns("__pycache__"))
             else:
                 shutil.copy2(path, target)
-    out = tmp_path_factory.mktemp("wheels")
-    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out)]
-    if not _build_isolation_needed():
-        command.append("--no-build-isolation")
-    result = subprocess.run(
-        [*command, str(src)], capture_output=True, text=True, check=False, timeout=600
-    )
-    assert result.returncode == 0, f"wheel build failed:\n{result.stdout}\n{result.stderr}"
-    [built] = out.glob("gpu_admission-*.whl")
-    return built
+    shims = root / "bin"
+    shims.mkdir()
+    for name, command in (("python", ""), ("pip", " -m pip")):
+        shim = shims / name
+        shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)}{command} "$@"\n')
+        shim.chmod(0o755)
+    environment = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"}
+    for args in builder.all("ENV"):
+        environment.update(env_pairs(args))
+    venv, wheels = root / "venv", root / "wheels"
+    for args in builder.all("RUN"):
+        script = args.replace("/opt/venv", str(venv)).replace("/wheels", str(wheels))
+        done = subprocess.run(
+            ["bash", "-euc", script],
+            cwd=context,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, f"RUN {args}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    [wheel] = wheels.glob("gpu_admission-*.whl")
+    return Built(venv=venv, wheel=wheel)
 
 
-def test_wheel_contains_package_data(wheel):
-    names = set(zipfile.ZipFile(wheel).namelist())
+def test_wheel_contains_package_data(built):
+    names = set(zipfile.ZipFile(built.wheel).namelist())
     layers = ("policy", "core", "checks", "admission", "server", "certs", "cli")
     assert {f"webhook/{layer}/__init__.py" for layer in layers} <= names
     assert "webhook/cli/main.py" in names
@@ -286,36 +336,52 @@ def test_wheel_contains_package_data(wheel):
     assert not missing, f"package data missing from the wheel: {missing}"
 
 
-def test_wheel_declares_the_entrypoint_script(wheel, final):
+def test_wheel_declares_the_entrypoint_and_the_kubectl_plugin(built, final):
     command = exec_form(final.all("ENTRYPOINT")[0])[0]
-    with zipfile.ZipFile(wheel) as archive:
+    with zipfile.ZipFile(built.wheel) as archive:
         [entry_points] = [
             n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")
         ]
         text = archive.read(entry_points).decode()
     assert re.search(rf"^{re.escape(command)}\s*=\s*webhook\.cli\.main:main$", text, re.M), text
+    # kubectl runs `kubectl gpu-admission ...` as the executable kubectl-gpu_admission.
+    assert re.search(r"^kubectl-gpu_admission\s*=\s*webhook\.cli\.main:\w+$", text, re.M), text
 
 
-def test_the_wheel_runs_with_its_runtime_dependencies_alone(wheel, tmp_path):
-    """What the image holds: the wheel and what it declares, nothing of the test tooling (which
-    once hid an undeclared dependency of gunicorn's gevent worker). The server's modules
-    import, the command runs, and a policy check works."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
-    install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", str(wheel)],
+def test_the_venv_holds_the_lock_and_the_wheel_and_nothing_else(built):
+    """What the image holds: the locked releases and the project, nothing of the test tooling
+    (which once hid an undeclared dependency of gunicorn's gevent worker)."""
+    listed = subprocess.run(
+        [
+            str(built.venv / "bin" / "python"),
+            "-c",
+            "import importlib.metadata as m\n"
+            "for d in m.distributions(): print(d.metadata['Name'], d.version)",
+        ],
         capture_output=True,
         text=True,
-        timeout=900,
+        check=True,
     )
-    assert install.returncode == 0, install.stderr[-2000:]
+    installed = {
+        canonicalize_name(name): version
+        for name, version in (line.split() for line in listed.stdout.splitlines())
+    }
+    pins, _ = parse_lock(LOCK.read_text())
+    locked = {name: pin.version for name, pin in pins.items()}
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert installed == {**locked, "gpu-admission": version}
+
+
+def test_the_image_venv_runs(built, tmp_path):
+    """The server's modules import, the command runs, and a policy check works, with the
+    runtime dependencies alone."""
+    python = built.venv / "bin" / "python"
     modules = "webhook.cli.main, webhook.server.gunicorn, webhook.server.worker"
     imported = subprocess.run(
         [str(python), "-c", f"import {modules}"], capture_output=True, text=True, cwd=tmp_path
     )
     assert imported.returncode == 0, imported.stderr
-    command = venv / "bin" / "gpu-admission"
+    command = built.venv / "bin" / "gpu-admission"
     version = subprocess.run([str(command), "version"], capture_output=True, text=True)
     assert version.returncode == 0 and version.stdout.startswith("gpu-admission "), version
     validated = subprocess.run(
@@ -324,3 +390,10 @@ def test_the_wheel_runs_with_its_runtime_dependencies_alone(wheel, tmp_path):
         text=True,
     )
     assert validated.returncode == 0, validated.stderr
+    plugin = subprocess.run(
+        [str(built.venv / "bin" / "kubectl-gpu_admission"), "--help"],
+        capture_output=True,
+        text=True,
+    )
+    assert plugin.returncode == 0, plugin.stderr
+    assert plugin.stdout.startswith("usage: kubectl gpu-admission "), plugin.stdout

@@ -1,9 +1,10 @@
-"""The README's install, upgrade and uninstall commands, played against a model of a cluster:
-no documented order may leave a fail-closed webhook registered without a Ready server that its
-caBundle trusts, and an upgrade never re-keys the CA.
+"""The install guide's install, upgrade and uninstall commands, played against a model of a
+cluster: no documented order may leave a fail-closed webhook registered without a Ready server
+that its caBundle trusts, and an upgrade never re-keys the CA.
 
-The commands are read from the README's Deploying section (its ``sh`` blocks), so what is
-tested is what users copy. Each command is carried out on the model the way its tool does it:
+The commands are read from ``docs/installing.md`` (its ``sh`` blocks, every one of them played),
+so what is tested is what users copy; the README's short install is the guide's, command for
+command. Each command is carried out on the model the way its tool does it:
 ``kubectl apply -k`` renders with the real ``kubectl kustomize`` and applies the objects one by
 one in that order (kubectl does not wait between objects); ``kubectl rollout status`` is the
 only thing that makes a Deployment Ready, and only when what its Pods mount exists; cert-manager
@@ -27,13 +28,13 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.docs import INSTALLING, OVERLAY_REF, fenced_blocks, lay_out_overlay, section
 from tests.support.kube import kustomize
 from tests.support.paths import REPO
 from webhook.certs.activation import validating_failure_policies
 from webhook.cli.main import main as cli_main
 from webhook.policy.workloads import CLAIMS_WEBHOOK, WORKLOADS_WEBHOOK
 
-README = REPO / "README.md"
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 INJECT_ANNOTATION = "cert-manager.io/inject-ca-from"
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", *WEBHOOK_KINDS}
@@ -273,7 +274,7 @@ def certs_install(cluster: Cluster, args: list[str], piped: list[dict] | None) -
 
 
 def run_command(cluster: Cluster, line: str) -> None:
-    """One line of a README block: a command or a pipeline of them."""
+    """One line of a block of the guide: a command or a pipeline of them."""
     redirect = None
     if " > " in line:
         line, redirect = (part.strip() for part in line.rsplit(" > ", 1))
@@ -318,6 +319,8 @@ def run_one(
                 cluster.local[directory] = cluster.new_ca(f"certs generate {directory}")
         case ["gpu-admission", "certs", "install", *args]:
             return certs_install(cluster, args, piped)
+        case ["gpu-admission", "policy", "validate", policy, "--manifests", directory]:
+            policy_validate(cluster, policy, directory)
         case _:
             raise AssertionError(f"the model does not know this command: {shlex.join(words)}")
     return None
@@ -330,17 +333,29 @@ def play(cluster: Cluster, commands: list[str]) -> Cluster:
     return cluster
 
 
-# ------------------------------------------------------------------ the README's blocks
+def policy_validate(cluster: Cluster, policy: str, directory: str) -> None:
+    """``gpu-admission policy validate POLICY --manifests DIR``: changes nothing, and stops
+    the install when the policy is refused (exit status not 0)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = cli_main(
+            ["policy", "validate", str(REPO / policy), "--manifests", str(REPO / directory)]
+        )
+    if status != 0:
+        raise StepFailed(
+            f"policy validate {policy} exited {status}:\n{out.getvalue()}{err.getvalue()}"
+        )
+    cluster.steps.append(f"validated {policy}")
+
+
+# ------------------------------------------------------------------ the guide's blocks
 
 
 def deploying_blocks() -> dict[str, list[str]]:
-    """The Deploying section's ``sh`` blocks, by the bold label before each."""
-    text = README.read_text("utf-8")
-    section = text[
-        text.index("## Deploying\n") : text.index("\n## ", text.index("## Deploying\n") + 1)
-    ]
+    """The install guide's ``sh`` blocks, by the bold label before each."""
+    text = INSTALLING.read_text("utf-8")
     blocks = {}
-    for match in re.finditer(r"\*\*([^*]+)\*\*[^`]*?```sh\n(.*?)```", section, re.S):
+    for match in re.finditer(r"\*\*([^*]+)\*\*[^`]*?```sh\n(.*?)```", text, re.S):
         label = match.group(1).split(" (")[0].rstrip(":").strip()
         blocks[label] = [line for line in match.group(2).splitlines() if line.strip()]
     return blocks
@@ -356,10 +371,70 @@ AUDIT_INSTALL = [
 ]
 
 
-def test_the_readme_has_the_blocks_this_test_plays() -> None:
+def test_the_guide_has_the_blocks_this_test_plays() -> None:
     kustomize_blocks = {label for label in BLOCKS if not label.startswith("Helm")}
-    assert kustomize_blocks == {"Install", "Uninstall", "With cert-manager"}, BLOCKS
+    assert kustomize_blocks == {
+        "Install",
+        "Uninstall",
+        "With cert-manager",
+        "Install with your own policy",
+    }, BLOCKS
     assert any("rollout status" in line for line in INSTALL)
+
+
+def test_every_sh_block_of_the_guide_is_labelled_and_played() -> None:
+    """A block without a bold label before it would be read by no test: every ``sh`` block
+    of the guide is one of the labelled blocks above (Helm's included)."""
+    text = INSTALLING.read_text("utf-8")
+    bodies = [
+        [line for line in body.splitlines() if line.strip()] for body in fenced_blocks(text, "sh")
+    ]
+    assert sorted(map(tuple, bodies)) == sorted(map(tuple, BLOCKS.values()))
+
+
+def test_the_readmes_short_install_is_the_guides() -> None:
+    """The README's install commands, kustomize's and Helm's, are lines of the guide's played
+    blocks, in the same order: the short version cannot drift from the tested one."""
+    readme = section((REPO / "README.md").read_text("utf-8"), "Installing")
+    kustomize_lines, helm_lines = (
+        [line for line in body.splitlines() if line.strip()] for body in fenced_blocks(readme, "")
+    )
+    assert kustomize_lines == INSTALL
+    assert helm_lines == BLOCKS["Helm install"]
+
+
+def own_policy_install(root: Path, policy_text: str) -> list[str]:
+    """The guide's "Install with your own policy" block, with the overlay laid out under
+    ``root`` (the model resolves paths from the repository, so the overlay's is absolute)."""
+    overlay = lay_out_overlay(root, policy_text)
+    return [
+        line.replace(OVERLAY_REF, str(overlay)) for line in BLOCKS["Install with your own policy"]
+    ]
+
+
+def test_an_install_with_your_own_policy_serves_it(tmp_path: Path) -> None:
+    policy_text = (REPO / "policies/examples/labelled-pools.yaml").read_text("utf-8")
+    cluster = play(Cluster(), own_policy_install(tmp_path, policy_text))
+    assert cluster.get("ConfigMap", "gpu-admission", "gpu-admission-policy")["data"] == {
+        "policy.yaml": policy_text
+    }
+    assert ("gpu-admission", "gpu-admission") in cluster.ready
+    assert len([k for k in cluster.objects if k[0] in WEBHOOK_KINDS]) == 2
+
+
+def test_an_install_with_a_policy_the_webhooks_do_not_cover_stops_before_the_cluster(
+    tmp_path: Path,
+) -> None:
+    """The block's first line is no decoration: a policy judging a kind the webhook
+    configurations are not sent stops the install before anything is applied."""
+    policy = yaml.safe_load((REPO / "policies/default.yaml").read_text("utf-8"))
+    policy["spec"]["workloads"] = [
+        {"group": "example.com", "kind": "TrainingRun", "templates": ["spec.template"]}
+    ]
+    cluster = Cluster()
+    with pytest.raises(StepFailed, match="is not sent to the validating webhook"):
+        play(cluster, own_policy_install(tmp_path, yaml.safe_dump(policy)))
+    assert cluster.objects == {}
 
 
 @pytest.mark.parametrize(
@@ -381,7 +456,7 @@ def test_an_install_never_leaves_a_fail_closed_webhook_unserved(commands: list[s
 def test_an_upgrade_keeps_the_ca_and_the_invariant() -> None:
     cluster = play(Cluster(), INSTALL)
     secret_ca = cluster.get("Secret", "gpu-admission", "gpu-admission-tls")["ca"]
-    play(cluster, INSTALL)  # the same commands again, as the README says
+    play(cluster, INSTALL)  # the same commands again, as the guide says
     assert cluster.get("Secret", "gpu-admission", "gpu-admission-tls")["ca"] == secret_ca
 
 
@@ -750,7 +825,7 @@ def play_helm(helm: Helm, commands: list[str]) -> Helm:
 HELM_BLOCKS = {label: lines for label, lines in BLOCKS.items() if label.startswith("Helm")}
 
 
-def test_the_readme_has_the_helm_blocks_this_test_plays() -> None:
+def test_the_guide_has_the_helm_blocks_this_test_plays() -> None:
     assert set(HELM_BLOCKS) == {
         "Helm install",
         "Helm upgrade",

@@ -50,7 +50,7 @@ TLS_MOUNT = "/etc/gpu-admission/tls"
 CERT_MANAGER_GROUP = "cert-manager.io"
 
 # Every install a user may make, by a short name: its two steps, the server and, once that is
-# Ready, its webhook configurations (README, Deploying).
+# Ready, its webhook configurations (docs/installing.md).
 INSTALLS = {
     "root": (MANIFESTS, MANIFESTS / "webhooks"),
     "base": (MANIFESTS / "base", MANIFESTS / "webhooks"),

@@ -62,3 +62,28 @@ def test_the_release_builds_every_artifact_from_the_one_version() -> None:
     assert "helm push" in chart_runs and "cosign sign" in chart_runs
     assert "pyproject.toml" in jobs["version"]["steps"][1]["run"]
     assert "ARG VERSION" in (REPO / "Dockerfile").read_text()
+
+
+def test_the_image_is_built_from_the_lock_after_the_tests_checked_it() -> None:
+    """The image job builds the Dockerfile, which installs requirements.lock with its hashes
+    (tests/test_dockerfile.py); it waits for the test job, whose `make test` fails on a lock
+    that no longer covers pyproject.toml (tests/test_lock.py); the release carries the lock."""
+    workflow = yaml.safe_load((WORKFLOWS / "release.yml").read_text())
+    jobs = workflow["jobs"]
+    assert "test" in jobs["image"]["needs"]
+    assert any(step.get("run") == "make test" for step in jobs["test"]["steps"])
+    [build] = [
+        s
+        for s in jobs["image"]["steps"]
+        if s.get("uses", "").startswith("docker/build-push-action")
+    ]
+    assert build["with"]["context"] == "."
+    assert "file" not in build["with"]  # the repository's Dockerfile
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert "--require-hashes" in dockerfile and "-r requirements.lock" in dockerfile
+    wheel_runs = [s.get("run", "") for s in jobs["wheel"]["steps"]]
+    assert "cp requirements.lock dist/" in wheel_runs
+    [upload] = [s for s in jobs["wheel"]["steps"] if s.get("uses", "").startswith("actions/upload")]
+    assert upload["with"]["path"] == "dist/"
+    release_runs = " ".join(s.get("run", "") for s in jobs["release"]["steps"])
+    assert "artifacts/*" in release_runs

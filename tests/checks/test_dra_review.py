@@ -248,8 +248,8 @@ def test_parameters_nested_past_orjsons_limit_admit_an_admin_access_claim(tmp_pa
     400, and the claims entry fails open (``failurePolicy: Ignore``): the claim is created.
     Nothing judges it afterwards: a Pod using it through ``resourceClaimName`` reads nothing
     of it. Fix: fail the claims entry closed (the control plane's claims are never sent: its
-    matchCondition), or answer a body too deep to read with a denial; and say in the README
-    that rules on ResourceClaims are otherwise early answers."""
+    matchCondition), or answer a body too deep to read with a denial; and say in
+    docs/writing-a-policy.md that rules on ResourceClaims are otherwise early answers."""
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(STRICT.read_text())
     client = create_app(

@@ -330,7 +330,7 @@ def test_the_audit_of_manifests_warns_with_the_line_of_the_count(tmp_path, capsy
     manifest.write_text(yaml.safe_dump(deployment(4, 2), sort_keys=False))
     lines = manifest.read_text().splitlines()
     written = lines.index("  replicas: 4") + 1
-    argv = ["audit", "-f", str(manifest), "--policy", str(policy_path)]
+    argv = ["audit", "-f", str(manifest), "--policy", str(policy_path), "-o", "wide"]
     # Every rule enforced (the audit's default) or the policy's own modes: a warning.
     for extra in ([], ["--respect-modes"]):
         assert main([*argv, *extra]) == 0

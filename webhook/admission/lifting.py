@@ -12,7 +12,7 @@ from webhook.core.inventory import pools_of
 from webhook.core.pods import PodView
 from webhook.core.pools import closed_pools_tolerated, named_node_pools, reachable_closed_pools
 from webhook.policy.exceptions import PolicyException
-from webhook.policy.model import RULE_IDS, Policy
+from webhook.policy.model import RULE_IDS, Exemption, Policy
 
 EVERY_RULE = frozenset(RULE_IDS)
 NO_RULES: frozenset[str] = frozenset()
@@ -72,3 +72,11 @@ def exempt_rules(policy: Policy, view: PodView) -> frozenset[str]:
                 return EVERY_RULE
             exempt = exempt | exemption.rules
     return exempt
+
+
+def exemptions_of(policy: Policy, view: PodView) -> tuple[Exemption, ...]:
+    """The exemptions that cover this template, for reports that say why an object was not
+    judged (the engine asks :func:`exempt_rules` alone)."""
+    if view.namespace not in policy.exempted_names and not policy.exempts_by_glob:
+        return ()
+    return tuple(e for e in policy.exemptions if e.applies(view.namespace, view.service_account))

@@ -15,10 +15,11 @@ from typing import Any
 
 from webhook.admission import patch
 from webhook.admission.engine import decide
+from webhook.admission.lifting import EVERY_RULE, exemptions_of
 from webhook.admission.wire import API_VERSION
 from webhook.core.findings import Finding
-from webhook.core.targets import walk_templates
-from webhook.policy.model import Policy, RuleModes, RuleSet, WorkloadKind
+from webhook.core.targets import walk_templates, walk_views
+from webhook.policy.model import Exemption, Policy, RuleModes, RuleSet, WorkloadKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,10 @@ class Outcome:
     findings: tuple[Finding, ...] = ()
     mutations: tuple[Mutation, ...] = ()
     skipped: str = ""  # why an object was not judged, for the reports that name it
+    # The exemptions that cover some of its templates; with ``exempt``, every template is
+    # exempt from every rule: nothing was judged, which a clean verdict must not pass for.
+    exemptions: tuple[Exemption, ...] = ()
+    exempt: bool = False
 
     @property
     def denied(self) -> tuple[Finding, ...]:
@@ -162,9 +167,36 @@ def decide_object(
         mutate=False,
         made_by_controller=made_by_controller,
     )
+    exemptions, exempt = _exemptions(judged, workload, namespace, policy)
     return Outcome(
-        obj, namespace, True, decision.allowed, decision.findings, mutations if mutate else ()
+        obj,
+        namespace,
+        True,
+        decision.allowed,
+        decision.findings,
+        mutations if mutate else (),
+        exemptions=exemptions,
+        exempt=exempt and decision.allowed and not decision.findings,
     )
+
+
+def _exemptions(
+    obj: dict[str, Any], workload: WorkloadKind, namespace: str, policy: Policy
+) -> tuple[tuple[Exemption, ...], bool]:
+    """The exemptions that cover the object's templates, and whether every template is exempt
+    from every rule. Worked out here, for reports, and not by the engine: the webhook's
+    requests do not pay for it."""
+    if namespace not in policy.exempted_names and not policy.exempts_by_glob:
+        return (), False
+    found: dict[Exemption, None] = {}
+    every_rule = True
+    views = list(walk_views(obj, workload, namespace, policy))
+    for view in views:
+        covering = exemptions_of(policy, view)
+        found.update(dict.fromkeys(covering))
+        rules = frozenset().union(*(EVERY_RULE if e.rules is None else e.rules for e in covering))
+        every_rule = every_rule and rules >= EVERY_RULE
+    return tuple(found), every_rule and bool(views)
 
 
 def _mutations(

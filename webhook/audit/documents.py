@@ -206,15 +206,46 @@ def _items_nodes(node: yaml.Node | None) -> list[Any]:
 
 def discover(paths: Sequence[str]) -> list[str]:
     """Files to read: files as given, directories scanned recursively for YAML and JSON."""
+    return manifest_files(paths, recursive=True)
+
+
+class SubdirectoriesNotRead(ValueError):
+    """A directory given without recursion has manifest files in its subdirectories: reading
+    only its own files would silently shrink what a run covers."""
+
+
+def manifest_files(paths: Sequence[str], *, recursive: bool) -> list[str]:
+    """Files to read, as ``kubectl -f`` reads them: files as given, a directory's own YAML and
+    JSON files, and with ``recursive`` those of its subdirectories too; ``-`` (standard input)
+    once, where it is first given. Without ``recursive``, a directory whose subdirectories
+    hold manifest files raises :class:`SubdirectoriesNotRead`, before anything is read."""
     found: list[str] = []
+    left_out: list[Path] = []
     for path in paths:
         p = Path(path)
-        if path != "-" and p.is_dir():
-            found.extend(
-                str(f)
-                for f in sorted(p.rglob("*"))
-                if f.is_file() and f.suffix in MANIFEST_SUFFIXES
-            )
+        if path == "-":
+            if path not in found:
+                found.append(path)
+        elif p.is_dir():
+            everything = sorted(p.rglob("*") if recursive else p.iterdir())
+            found.extend(str(f) for f in everything if _is_manifest(f))
+            if not recursive:
+                left_out.extend(
+                    f
+                    for sub in everything
+                    if sub.is_dir()
+                    for f in sorted(sub.rglob("*"))
+                    if _is_manifest(f)
+                )
         else:
             found.append(path)
+    if left_out:
+        raise SubdirectoriesNotRead(
+            f"{len(left_out)} manifest file(s) in subdirectories were not read (such as "
+            f"{left_out[0]}): add -R to read them (or name the files)"
+        )
     return found
+
+
+def _is_manifest(path: Path) -> bool:
+    return path.suffix in MANIFEST_SUFFIXES and path.is_file()

@@ -24,14 +24,16 @@ def audit_files(
     respect_modes: bool = False,
     stdin: str | None = None,
     raise_errors: bool = False,
+    override: bool = False,
 ) -> Audit:
     """Judge every object in ``paths`` (a file or directory, or several; ``-`` is ``stdin``,
-    the text read from standard input). ``namespace`` is that of objects that name none. By default
-    every rule the policy turns on is enforced (what would it block?); ``respect_modes``
-    keeps its own modes. With ``raise_errors`` the engine's exception is raised rather than
-    made the object's problem."""
+        the text read from standard input). ``namespace`` is that of objects that name none, and
+    with ``override`` that of every object (``kubectl apply -n``, ``review -n``). By default
+        every rule the policy turns on is enforced (what would it block?); ``respect_modes``
+        keeps its own modes. With ``raise_errors`` the engine's exception is raised rather than
+        made the object's problem."""
     audit = Audit(policy if respect_modes else enforce_everything(policy), respect_modes)
-    judge_files(audit, paths, namespace, stdin=stdin, raise_errors=raise_errors)
+    judge_files(audit, paths, namespace, stdin=stdin, raise_errors=raise_errors, override=override)
     return audit
 
 
@@ -49,6 +51,7 @@ def judge_files(
     *,
     stdin: str | None,
     raise_errors: bool,
+    override: bool = False,
 ) -> None:
     """Judge the objects of ``paths`` into ``audit`` with its policy as it is. Standard input
     is read once: a second ``-`` finds it empty."""
@@ -70,4 +73,11 @@ def judge_files(
                     f"{where}: not a Kubernetes object (no apiVersion and kind), skipped"
                 )
                 continue
-            judge(audit, document, document.where, namespace, raise_errors=raise_errors)
+            judge(
+                audit,
+                document,
+                document.where,
+                namespace,
+                raise_errors=raise_errors,
+                override=override,
+            )

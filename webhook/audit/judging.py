@@ -60,10 +60,12 @@ def judge(
     ref: ObjectRef | None = None,
     raise_errors: bool = False,
     made_by_controller: bool = False,
+    override: bool = False,
 ) -> Audited | None:
     """Decide one object into the audit, with its mutations; None when the engine failed on
     it (a problem of the audit, or raised with ``raise_errors``). ``made_by_controller``: a
-    live object whose controller the audit found (``decide_object``)."""
+    live object whose controller the audit found; ``override``: ``namespace`` wins over the
+    object's own (both as ``decide_object`` takes them)."""
     try:
         outcome = decide_object(
             document.obj,
@@ -71,6 +73,7 @@ def judge(
             namespace,
             mutate=True,
             made_by_controller=made_by_controller,
+            override=override,
         )
     except Exception as exc:
         if raise_errors:

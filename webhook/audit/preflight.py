@@ -121,11 +121,15 @@ def preflight_files(
     namespace: str = "default",
     stdin: str | None = None,
     raise_errors: bool = False,
+    override: bool = False,
 ) -> Preflight:
-    """The pre-flight over manifests on disk (``-`` in ``paths`` is ``stdin``)."""
+    """The pre-flight over manifests on disk (``-`` in ``paths`` is ``stdin``; ``namespace``
+    and ``override`` as :func:`~webhook.audit.files.audit_files` takes them)."""
     new, old = Audit(new_policy, True), Audit(old_policy, True)
     for audit in (new, old):
-        judge_files(audit, paths, namespace, stdin=stdin, raise_errors=raise_errors)
+        judge_files(
+            audit, paths, namespace, stdin=stdin, raise_errors=raise_errors, override=override
+        )
     return Preflight(new, old, compare(old.items, new.items))
 
 

@@ -11,6 +11,7 @@ timestamps, so that a rerun over an unchanged cluster changes nothing.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from webhook.audit.judging import Audited
 from webhook.cluster.connection import Cluster, ClusterError
-from webhook.cluster.listing import Lister, status_message
+from webhook.cluster.listing import Lister, Problem, status_message
 from webhook.core.findings import Finding, Violation
 from webhook.policy.model import SECURITY_RULES, Policy
 from webhook.policy.rules import BY_ID
@@ -72,6 +73,8 @@ RESULT = {"Enforce": "fail", "Audit": "fail", "Warn": "warn"}
 MAX_QUOTED_VALUE = 256
 MAX_MESSAGE = 2048
 MAX_RESULTS = 200
+# A namespace's name as the API server takes it: an RFC 1123 label.
+NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +226,34 @@ def iter_policy_reports(
         report = build_report(api, policy, subject, item.outcome.findings)
         if report is not None:
             yield report
+
+
+def placed(policy: Policy, items: Iterable[Audited]) -> tuple[list[Audited], list[Problem]]:
+    """The objects read from files whose reports have a namespace to go in, and a problem for
+    each other one: a report is written to the namespace the object was judged in (``-n``,
+    else its own, else ``default``), and a manifest's ``namespace`` that is no namespace name
+    (a template's placeholder) would make a report no API server takes."""
+    kept: list[Audited] = []
+    problems: list[Problem] = []
+    for item in items:
+        obj = item.document.obj
+        if item.outcome.judged and isinstance(obj, dict) and item.ref is None:
+            group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+            workload = policy.workloads.get((group, str(obj.get("kind", ""))))
+            namespaced = workload is None or workload.scope != "Cluster"
+            if namespaced and not NAMESPACE_NAME.fullmatch(item.outcome.namespace):
+                problems.append(
+                    Problem(
+                        item.document.source,
+                        f"{item.document.where}: no report for {item.document.describe()}: its "
+                        f"namespace {item.outcome.namespace!r} is no namespace name; give the "
+                        "namespace it is applied to with -n",
+                        stage="judge",
+                    )
+                )
+                continue
+        kept.append(item)
+    return kept, problems
 
 
 @dataclass(slots=True)

@@ -252,7 +252,7 @@ def activate_webhooks(
 
 def deactivate_webhooks(api_client: Any, *, validating: str) -> str:
     """Make the validating webhook fail open (before the server it calls goes away). One
-    already deleted (the README's break-glass) is as good as deactivated."""
+    already deleted (the break-glass of docs/installing.md) is as good as deactivated."""
     try:
         return _patch_webhooks(api_client, WEBHOOK_KINDS[0], validating, None, {"": "Ignore"})
     except InstallError as exc:

@@ -14,37 +14,46 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any, TextIO
 
 from webhook.audit.cluster import audit_cluster
 from webhook.audit.files import audit_files
 from webhook.audit.judging import Audit
 from webhook.audit.preflight import Change, Preflight, preflight_cluster, preflight_files
-from webhook.audit.reports import REPORT_APIS, ReportAPI, apply_reports, iter_policy_reports
-from webhook.cli import junit, output, sarif
+from webhook.audit.reports import (
+    REPORT_APIS,
+    ReportAPI,
+    apply_reports,
+    iter_policy_reports,
+    placed,
+)
+from webhook.cli import junit, output, sarif, tables
 from webhook.cli.common import (
     add_command,
+    add_filename_arguments,
     add_policy_argument,
     error,
     expired_message,
+    input_files,
     policy_from,
 )
 from webhook.cluster.connection import ClusterError, connect
 from webhook.cluster.listing import Problem
-from webhook.core.findings import MODE_WORD
 from webhook.policy.load import load_policy
 from webhook.policy.model import Policy
 
 EXAMPLES = """\
 examples:
-  gpu-admission audit -f manifests/                    # every YAML and JSON file, recursively
-  gpu-admission audit -f deploy/ -o sarif > audit.sarif   # annotate a pull request
+  gpu-admission audit -f manifests/ -R                 # every YAML and JSON file, recursively
+  gpu-admission audit -f pod.yaml deploy.yaml          # several files after one -f
+  gpu-admission audit -f deploy/ -R -o sarif > audit.sarif   # annotate a pull request
   gpu-admission audit -f charts/rendered.yaml -o junit > audit.xml
-  gpu-admission audit -f manifests/ --policy policy.yaml --respect-modes
+  gpu-admission audit -f manifests/ -R --policy policy.yaml --respect-modes
   gpu-admission audit --cluster -A                     # every namespace of the current context
   gpu-admission audit --cluster -n ml --context prod -o json
   gpu-admission audit --cluster -A -o policyreport --apply   # reports for Policy Reporter
-  gpu-admission audit -f manifests/ --policy new.yaml --against old.yaml   # policy pre-flight
+  gpu-admission audit -f manifests/ -R --policy new.yaml --against old.yaml   # pre-flight
 
 By default every rule the policy turns on is evaluated as Enforce: the report answers "what
 would this policy block?". --respect-modes keeps the policy's Enforce/Warn/Audit modes.
@@ -74,15 +83,7 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         epilog=EXAMPLES,
     )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "-f",
-        "--filename",
-        dest="files",
-        action="append",
-        metavar="PATH",
-        help="a manifest file or a directory (scanned recursively for YAML and JSON), or - "
-        "for standard input; repeatable",
-    )
+    add_filename_arguments(source, parser)
     source.add_argument(
         "--cluster", action="store_true", help="audit the workloads of a live cluster"
     )
@@ -91,8 +92,9 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
     scope.add_argument(
         "-n",
         "--namespace",
-        help="with -f: the namespace of objects that have none (default: default); with "
-        "--cluster: the namespace to audit (default: the context's)",
+        help="with -f: the namespace to judge objects in, as review -n and kubectl apply -n: it "
+        "wins over an object's own (default: the object's, else default); with --cluster: the "
+        "namespace to audit (default: the context's)",
     )
     scope.add_argument(
         "-A",
@@ -117,10 +119,17 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "-o",
         "--output",
-        choices=("table", "json", "junit", "sarif", "policyreport"),
+        choices=("table", "wide", "json", "junit", "sarif", "policyreport"),
         default="table",
-        help="policyreport: one report per workload with findings, judged with the policy's "
+        help="table: one line per object, clipped to the terminal; wide: every message and "
+        "mutation; policyreport: one report per workload with findings, judged with the policy's "
         "own modes (as the webhook judges), as YAML (default: table)",
+    )
+    parser.add_argument(
+        "--sarif-root",
+        metavar="DIR",
+        help="with -o sarif: the directory file locations are relative to (default: the git "
+        "top-level above the working directory, else the working directory)",
     )
     parser.add_argument(
         "--report-api",
@@ -157,10 +166,16 @@ def run(args: argparse.Namespace) -> int:
     if usage:
         print(f"gpu-admission audit: error: {usage}", file=sys.stderr)
         return 2
+    files: list[str] = []
+    if not args.cluster:
+        found = input_files(args)
+        if found is None:
+            return 2
+        files = found
     policy = policy_from(args)
     _notes([expired_message(e) for _, e in policy.expired_exceptions(time.time())])
     if args.against:
-        return _preflight(policy, args)
+        return _preflight(policy, files, args)
     # A policy report says what the webhook would do: the policy's own modes.
     respect = args.respect_modes or args.output == "policyreport"
     problems: list[Problem]
@@ -198,23 +213,27 @@ def run(args: argparse.Namespace) -> int:
     else:
         audit = audit_files(
             policy,
-            args.files,
+            files,
             namespace=args.namespace or "default",
             respect_modes=respect,
-            stdin=_stdin(args.files),
+            stdin=_stdin(files),
             raise_errors=args.debug,
+            override=args.namespace is not None,
         )
         _notes(audit.notes)
+        if args.output == "policyreport":
+            audit.items, unplaced = placed(audit.policy, audit.items)
+            audit.problems += unplaced
         problems = audit.problems
     for problem in problems:
         error(problem.message)
-    render(audit, args.output, sys.stdout, REPORT_APIS[args.report_api])
+    render(audit, args.output, sys.stdout, REPORT_APIS[args.report_api], args.sarif_root)
     if problems:
         return 2
     return 1 if audit.denies else 0
 
 
-def _preflight(policy: Policy, args: argparse.Namespace) -> int:
+def _preflight(policy: Policy, files: list[str], args: argparse.Namespace) -> int:
     old_policy = load_policy(args.against)
     result: Preflight
     if args.cluster:
@@ -231,10 +250,11 @@ def _preflight(policy: Policy, args: argparse.Namespace) -> int:
         result = preflight_files(
             policy,
             old_policy,
-            args.files,
+            files,
             namespace=args.namespace or "default",
-            stdin=_stdin(args.files),
+            stdin=_stdin(files),
             raise_errors=args.debug,
+            override=args.namespace is not None,
         )
     _notes(result.new.notes + result.old.notes)
     problems = result.new.problems + result.old.problems
@@ -259,14 +279,18 @@ def _notes(notes: list[str]) -> None:
 def _usage_error(args: argparse.Namespace) -> str | None:
     if args.against and (args.output not in ("table", "json") or args.apply):
         return "--against compares two policies: use -o table or json, without --apply"
+    if args.sarif_root and args.output != "sarif":
+        return "--sarif-root says where -o sarif's file locations start: use it with -o sarif"
     if args.apply and not (args.cluster and args.output == "policyreport"):
         return "--apply writes reports to a cluster: use it with --cluster -o policyreport"
     if args.cluster:
+        if args.recursive:
+            return "-R reads the directories given with -f: with --cluster there are none"
         if args.output == "sarif":
             return "-o sarif points at files; with --cluster use -o table, json or junit"
         return None
     if args.all_namespaces:
-        return "-A is for --cluster; with -f, -n names the namespace of objects that have none"
+        return "-A is for --cluster; with -f, -n names the namespace objects are judged in"
     for option in ("kubeconfig", "context"):
         if getattr(args, option):
             return f"--{option} is for --cluster"
@@ -276,12 +300,14 @@ def _usage_error(args: argparse.Namespace) -> str | None:
 # ------------------------------------------------------------------------------ rendering
 
 
-def render(audit: Audit, fmt: str, stream: TextIO, report_api: ReportAPI) -> None:
+def render(
+    audit: Audit, fmt: str, stream: TextIO, report_api: ReportAPI, sarif_root: str | None = None
+) -> None:
     if fmt == "policyreport":
         for report in iter_policy_reports(audit.policy, audit.items, report_api):
             stream.write("---\n" + output.to_yaml(report))
-    elif fmt == "table":
-        table(audit, stream)
+    elif fmt in ("table", "wide"):
+        tables.audit_table(audit, stream, wide=fmt == "wide")
     elif fmt == "json":
         output.dump(records(audit), "json", stream)
     elif fmt == "junit":
@@ -289,7 +315,8 @@ def render(audit: Audit, fmt: str, stream: TextIO, report_api: ReportAPI) -> Non
     else:
         rows = [(i.document, i.outcome) for i in audit.items]
         errors = [(p.source, p.message) for p in audit.problems]
-        json.dump(sarif.log(rows, errors), stream, indent=2)
+        root = Path(sarif_root) if sarif_root else None
+        json.dump(sarif.log(rows, errors, root), stream, indent=2)
         stream.write("\n")
 
 
@@ -307,62 +334,14 @@ def records(audit: Audit) -> list[dict[str, Any]]:
             record = {**item.ref.record(), **record, "owned": [r.record() for r in item.owned]}
         out.append(record)
     out.extend({"source": p.source, "error": p.message} for p in audit.problems)
-    return out
-
-
-def table(audit: Audit, stream: TextIO) -> None:
-    colour = output.use_colour(stream)
-    for item in audit.items:
-        outcome = item.outcome
-        if not outcome.judged:
-            stream.write(
-                f"SKIPPED  {item.document.describe()}  ({item.location}): {outcome.skipped}\n"
-            )
-            continue
-        shade = "red" if not outcome.allowed else ("yellow" if outcome.findings else "green")
-        stream.write(
-            f"{output.paint(output.VERDICT[outcome.allowed].upper(), shade, colour)}  "
-            f"{item.document.describe()}  (namespace {outcome.namespace}, {item.location})\n"
-        )
-        for finding in outcome.findings:
-            line = item.line_of(finding.path)
-            word = MODE_WORD[finding.mode]
-            stream.write(
-                f"  {word:<5} [{finding.rule}] {finding.violation.render()}"
-                + (f"  (line {line})" if line is not None else "")
-                + "\n"
-            )
-        for mutation in outcome.mutations:
-            target = f" Pods of {mutation.template_path}" if mutation.template_path else ""
-            stream.write(f"  mutate{target}:\n")
-            for operation in mutation.operations:
-                value = json.dumps(operation["value"], separators=(", ", ": "))
-                stream.write(f"    add {operation['path']}: {value}\n")
-        if item.owned:
-            stream.write(f"  owns {', '.join(f'{r.kind}/{r.name}' for r in item.owned)}\n")
-    stream.write(summary(audit) + "\n")
-
-
-def summary(audit: Audit) -> str:
-    judged = [i.outcome for i in audit.items if i.outcome.judged]
-    denied = sum(1 for o in judged if not o.allowed)
-    warned = sum(1 for o in judged if o.allowed and o.warned)
-    mutated = sum(1 for o in judged if o.mutations)
-    skipped = len(audit.items) - len(judged)
-    modes = "its own modes" if audit.respect_modes else "every rule enforced"
-    parts = [
-        f"{len(judged)} object(s) audited with policy {audit.policy.name} ({modes}): "
-        f"{denied} would be denied, {len(judged) - denied} allowed ({warned} with warnings); "
-        f"{mutated} would be mutated"
-    ]
-    if skipped:
-        parts.append(f"{skipped} not a Pod or workload, skipped")
     unread = sum(1 for p in audit.problems if p.stage == "read")
-    if unread:
-        parts.append(f"{unread} could not be read (see the errors above)")
-    if len(audit.problems) > unread:
-        parts.append(f"{len(audit.problems) - unread} could not be judged (see the errors above)")
-    return "; ".join(parts)
+    summary = tables.summary_record(
+        [i.outcome for i in audit.items],
+        unreadable=unread,
+        failed=len(audit.problems) - unread,
+    )
+    out.append(summary)
+    return out
 
 
 def render_changes(changes: list[Change], old_name: str, new_name: str, fmt: str) -> None:

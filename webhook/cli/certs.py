@@ -65,7 +65,7 @@ examples:
   # GitOps: write the caBundle into the manifests instead of the cluster (no key is written)
   gpu-admission certs install --cert-dir certs --manifests deploy/
 
-  # a first install (README, Deploying): the Secret alone, then, once the server is Ready,
+  # a first install (docs/installing.md): the Secret alone, then, once the server is Ready,
   # the webhook configurations created with their caBundle
   gpu-admission certs install --cert-dir certs --validating '' --mutating ''
   kubectl kustomize manifests/webhooks \

@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import Any
 
+from webhook.audit.documents import SubdirectoriesNotRead, manifest_files
 from webhook.policy.exceptions import PolicyException
 from webhook.policy.load import default_policy_path, load_policy
 from webhook.policy.model import Policy
@@ -55,6 +56,43 @@ def add_policy_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy", metavar="FILE", help="the policy file (default: the packaged default policy)"
     )
+
+
+def add_filename_arguments(
+    parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup,
+    recursion: argparse.ArgumentParser,
+    *,
+    required: bool = False,
+) -> None:
+    """``-f`` as kubectl takes it (files, directories and ``-``, several after one ``-f`` or
+    ``-f`` repeated), and ``-R`` (added to ``recursion``: outside a group ``-f`` may be in)."""
+    parser.add_argument(
+        "-f",
+        "--filename",
+        dest="files",
+        required=required,
+        action="extend",
+        nargs="+",
+        metavar="PATH",
+        help="manifest files, directories (their own YAML and JSON files; with -R their "
+        "subdirectories' too) or - for standard input; several after one -f, or -f repeated",
+    )
+    recursion.add_argument(
+        "-R",
+        "--recursive",
+        action="store_true",
+        help="read the directories given with -f recursively",
+    )
+
+
+def input_files(args: argparse.Namespace) -> list[str] | None:
+    """The files ``-f`` and ``-R`` name; None (the error said why) when a directory given
+    without ``-R`` has manifest files in subdirectories, which the run would leave out."""
+    try:
+        return manifest_files(args.files, recursive=args.recursive)
+    except SubdirectoriesNotRead as exc:
+        error(str(exc))
+        return None
 
 
 def policy_from(args: argparse.Namespace) -> Policy:

@@ -6,27 +6,35 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
 from webhook.audit.judging import Audited
+from webhook.cli.output import exemption_text
 from webhook.cluster.listing import Problem
 from webhook.core.findings import MODE_WORD, Finding
 
 
 def report(items: Sequence[Audited], problems: Sequence[Problem]) -> str:
-    """One testsuite, one testcase per judged object, a failure per object that would be
-    denied; inputs that could not be read and objects that could not be judged are errors."""
-    judged = [i for i in items if i.outcome.judged]
+    """One testsuite, one testcase per object: a failure per object that would be denied, a
+    skipped one per object not judged (no Pod or workload) or exempt from every rule; inputs
+    that could not be read and objects that could not be judged are errors."""
+    skipped = [i for i in items if not i.outcome.judged or i.outcome.exempt]
     suite = ET.Element(
         "testsuite",
         name="gpu-admission audit",
-        tests=str(len(judged) + len(problems)),
-        failures=str(sum(1 for i in judged if not i.outcome.allowed)),
+        tests=str(len(items) + len(problems)),
+        failures=str(sum(1 for i in items if not i.outcome.allowed)),
         errors=str(len(problems)),
-        skipped="0",
+        skipped=str(len(skipped)),
     )
-    for item in judged:
+    for item in items:
         classname = item.ref.namespace if item.ref else item.document.source
         case = ET.SubElement(
             suite, "testcase", classname=classname or "cluster", name=item.document.describe()
         )
+        if not item.outcome.judged:
+            ET.SubElement(case, "skipped", message=item.outcome.skipped)
+            continue
+        if item.outcome.exempt:
+            ET.SubElement(case, "skipped", message=exemption_text(item.outcome))
+            continue
         if not item.outcome.allowed:
             denied = item.outcome.denied
             rules = sorted({f.rule for f in denied})

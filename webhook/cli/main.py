@@ -33,6 +33,8 @@ examples:
 `gpu-admission COMMAND --help` describes each command, with examples.
 --debug (before or after COMMAND) shows the traceback of an error.
 """
+PROG = "gpu-admission"
+KUBECTL_PLUGIN_PROG = "kubectl gpu-admission"
 # 128 + SIGPIPE, what a shell reports for a process killed by the signal, as `head` leaves
 # most tools. Not 0: under `set -o pipefail` a report cut short must not pass for a whole one.
 EXIT_BROKEN_PIPE = 141
@@ -52,10 +54,11 @@ class _Parser(argparse.ArgumentParser):
         )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command line: this is the one module that knows every command."""
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The whole command line: this is the one module that knows every command. ``prog`` is
+    the command as its usage and help name it."""
     parser = _Parser(
-        prog="gpu-admission",
+        prog=prog,
         description="Admission webhook and policy tools that keep GPU Pods safe and schedulable.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -95,9 +98,9 @@ def _print_version(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     """Run one command; its exit status (0 ok, 1 a verdict or a finding, 2 an error)."""
-    parser = build_parser()
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     try:
         status = int(args.func(args) or 0)
@@ -119,6 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         error(str(exc))
         return 2
+
+
+def kubectl_plugin_main() -> int:
+    """The entry point kubectl runs for ``kubectl gpu-admission ...`` (the executable
+    ``kubectl-gpu_admission``): the same commands, with usage and help naming them as typed."""
+    return main(prog=KUBECTL_PLUGIN_PROG)
 
 
 def _silence_stdout() -> None:

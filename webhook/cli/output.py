@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
 from typing import Any, TextIO
 
 import yaml
 
 from webhook.admission.objects import Outcome
 from webhook.audit.documents import Document
-from webhook.core.findings import MODE_WORD, Finding
+from webhook.core.findings import Finding
+from webhook.policy.model import Exemption
+from webhook.policy.namespace_lint import setting
 
 VERDICT = {True: "allowed", False: "denied"}
 
@@ -66,6 +67,8 @@ def outcome_record(document: Document, outcome: Outcome, *, with_mutation: bool)
         "verdict": VERDICT[outcome.allowed],
         "violations": [finding_record(f, document) for f in outcome.findings],
     }
+    if outcome.exemptions:
+        record["exempt"] = exemption_record(outcome)
     if with_mutation:
         record["mutations"] = [
             {
@@ -79,6 +82,43 @@ def outcome_record(document: Document, outcome: Outcome, *, with_mutation: bool)
     return record
 
 
+def exemption_text(outcome: Outcome) -> str:
+    """``exempt by tenants[1].exemptions[0] (kube-system)``, and from which rules when not
+    from every rule."""
+    return "exempt by " + ", ".join(
+        _exemption_words(e, outcome.namespace) for e in outcome.exemptions
+    )
+
+
+def _exemption_words(exemption: Exemption, namespace: str) -> str:
+    words = f"{setting(exemption.path)} ({namespace}"
+    if exemption.service_accounts is not None:
+        words += f", service account {', '.join(sorted(exemption.service_accounts))}"
+    words += ")"
+    if exemption.rules is not None:
+        words += f" from {', '.join(sorted(exemption.rules))}"
+    return words
+
+
+def exemption_record(outcome: Outcome) -> dict[str, Any]:
+    """The exemptions of an object for JSON: whether they cover every rule of every
+    template (``all``: nothing was judged) and each exemption's setting."""
+    return {
+        "all": outcome.exempt,
+        "by": [
+            {
+                "setting": setting(e.path),
+                "namespaces": list(e.namespaces.patterns),
+                "serviceAccounts": None
+                if e.service_accounts is None
+                else sorted(e.service_accounts),
+                "rules": None if e.rules is None else sorted(e.rules),
+            }
+            for e in outcome.exemptions
+        ],
+    }
+
+
 def dump(data: Any, fmt: str, stream: TextIO | None = None) -> None:
     import json
 
@@ -89,61 +129,3 @@ def dump(data: Any, fmt: str, stream: TextIO | None = None) -> None:
         stream.write("\n")
     else:
         stream.write(to_yaml(data))
-
-
-def table(
-    rows: Sequence[tuple[Document, Outcome]],
-    stream: TextIO,
-    *,
-    show_mutation: bool,
-    failed: int = 0,
-    unreadable: int = 0,
-) -> None:
-    """The verdicts; ``failed`` objects could not be judged and ``unreadable`` files (or
-    their rest) could not be read (their errors went to stderr)."""
-    colour = use_colour(stream)
-    for document, outcome in rows:
-        if not outcome.judged:
-            where = f"{document.source}:{document.line}"
-            stream.write(f"SKIPPED  {document.describe()}  ({where}): {outcome.skipped}\n")
-            continue
-        verdict = VERDICT[outcome.allowed]
-        shade = (
-            "green"
-            if outcome.allowed and not outcome.findings
-            else ("yellow" if outcome.allowed else "red")
-        )
-        where = f"{document.source}:{document.line}"
-        stream.write(
-            f"{paint(verdict.upper(), shade, colour)}  {document.describe()}  "
-            f"(namespace {outcome.namespace}, {where})\n"
-        )
-        for finding in outcome.findings:
-            mode = MODE_WORD[finding.mode]
-            line = document.line_of(finding.path)
-            stream.write(
-                f"  {mode:<5} [{finding.rule}] {finding.violation.render()}  (line {line})\n"
-            )
-        if show_mutation:
-            for mutation in outcome.mutations:
-                target = f" Pods of {mutation.template_path}" if mutation.template_path else ""
-                stream.write(f"  mutate{target}:\n")
-                for operation in mutation.operations:
-                    stream.write(f"    add {operation['path']}: {_short(operation['value'])}\n")
-    judged = [o for _, o in rows if o.judged]
-    denied = sum(1 for o in judged if not o.allowed)
-    skipped = len(rows) - len(judged)
-    stream.write(
-        f"{len(judged)} object(s) judged: {denied} denied, {len(judged) - denied} allowed"
-        + (f"; {skipped} not a Pod or workload, skipped" if skipped else "")
-        + (f"; {failed} could not be judged (see the errors above)" if failed else "")
-        + (f"; {unreadable} file(s) could not be read (see the errors above)" if unreadable else "")
-        + "\n"
-    )
-
-
-def _short(value: Any) -> str:
-    import json
-
-    text = json.dumps(value, separators=(", ", ": "))
-    return text if len(text) <= 160 else text[:157] + "..."

@@ -19,7 +19,7 @@ from typing import Any
 
 from webhook.audit import suites
 from webhook.audit.documents import parse, read_text
-from webhook.cli import migrate, output, workloads
+from webhook.cli import migrate, output, policy_init, workloads
 from webhook.cli.common import add_command, add_command_group, error, expired_message
 from webhook.cli.webhook_coverage import (
     ManifestsError,
@@ -181,6 +181,7 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
     schema_parser.set_defaults(func=run_schema)
     workloads.add_to(sub)
     migrate.add_to(sub)
+    policy_init.add_to(sub)
 
 
 # --- policy schema ----------------------------------------------------------------------

@@ -12,13 +12,22 @@ from webhook.admission.objects import Mutation, Outcome, decide_object
 from webhook.admission.request import RequestError
 from webhook.audit.documents import Document, DocumentError, parse, read_text
 from webhook.audit.judging import judging_failure
-from webhook.cli import output
-from webhook.cli.common import add_command, add_policy_argument, error, policy_from
+from webhook.cli import output, tables
+from webhook.cli.common import (
+    add_command,
+    add_filename_arguments,
+    add_policy_argument,
+    error,
+    input_files,
+    policy_from,
+)
 from webhook.policy.model import Policy
 
 EXAMPLES = """\
 examples:
   gpu-admission review -f pod.yaml
+  gpu-admission review -f train.yaml serve.yaml       # several files after one -f
+  gpu-admission review -f manifests/ -R               # a directory; -R for its subdirectories
   gpu-admission review -f deploy.yaml -n ml --mutate
   kubectl get pods -A -o yaml | gpu-admission review -f - -o json
   helm template ./chart | gpu-admission review -f - --policy policies/examples/strict.yaml
@@ -41,15 +50,7 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         "the patch the mutating webhook would apply.",
         epilog=EXAMPLES,
     )
-    parser.add_argument(
-        "-f",
-        "--filename",
-        dest="files",
-        action="append",
-        required=True,
-        metavar="FILE",
-        help="a manifest file, or - for standard input; repeatable",
-    )
+    add_filename_arguments(parser, parser, required=True)
     add_policy_argument(parser)
     parser.add_argument(
         "-n",
@@ -66,7 +67,14 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         help="with --mutate (required): show the mutation as a diff instead of the object",
     )
-    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "wide", "json", "yaml"),
+        default="table",
+        help="table: one line per object, clipped to the terminal; wide: every message "
+        "(default: table)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -76,19 +84,20 @@ def run(args: argparse.Namespace) -> int:
         # --diff only changes how the mutation is shown: alone it would silently do nothing.
         print("gpu-admission review: error: --diff needs --mutate", file=sys.stderr)
         return 2
+    files = input_files(args)
+    if files is None:
+        return 2
     policy = policy_from(args)
     documents: list[Document] = []
     unreadable = 0  # reported now, and the exit status is 2 once the rest is judged
-    stdin = sys.stdin.read() if "-" in args.files else None
-    for source in args.files:
+    stdin = sys.stdin.read() if "-" in files else None
+    for source in files:
         try:
             documents.extend(parse(read_text(source, stdin), source))
         except DocumentError as exc:
             error(str(exc))
             unreadable += 1
             documents.extend(exc.readable)
-        if source == "-":
-            stdin = ""  # read once: a second "-" finds it empty
     if unreadable and not documents:
         return 2  # nothing to judge: the errors said it all
     reviews = [d for d in documents if _is_admission_review(d)]
@@ -121,10 +130,11 @@ def run(args: argparse.Namespace) -> int:
         rows.append((document, outcome))
     for _, message in failures:
         error(message)
-    if args.output == "table":
-        output.table(
+    if args.output in ("table", "wide"):
+        tables.review_table(
             rows,
             sys.stdout,
+            wide=args.output == "wide",
             show_mutation=args.mutate and not args.diff,
             failed=len(failures),
             unreadable=unreadable,
@@ -147,6 +157,9 @@ def run(args: argparse.Namespace) -> int:
             {"source": d.source, "document": d.number, "line": d.line, "error": message}
             for d, message in failures
         ]
+        records.append(
+            tables.summary_record([o for _, o in rows], failed=len(failures), unreadable=unreadable)
+        )
         output.dump(records, args.output)
     if failures or unreadable:
         return 2

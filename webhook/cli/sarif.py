@@ -1,13 +1,15 @@
 """SARIF 2.1.0 logs of judged manifests, so that code review tools annotate the offending line.
 
-One run, one result per finding, each pointing at the file (a relative URI with forward
-slashes) and at the line of the offending field. Files that could not be read are tool
-execution notifications: the run was not complete, and the log says so.
+One run, one result per finding, each pointing at the file and at the line of the offending
+field. A file is a URI relative to the repository's root (``%SRCROOT%``: the git top-level
+above the working directory, else the working directory, or ``--sarif-root``), as code review
+tools resolve it wherever the audit ran from; a file outside that root is an absolute
+``file:`` URI, never ``../``. Files that could not be read are tool execution notifications:
+the run was not complete, and the log says so.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -24,12 +26,27 @@ SCHEMA_URI = (
 )
 TOOL = "gpu-admission"
 LEVEL = {"Enforce": "error", "Warn": "warning", "Audit": "note"}
+ROOT_ID = "%SRCROOT%"
+
+
+def repository_root(start: Path | None = None) -> Path:
+    """The git top-level of ``start`` (the working directory): the nearest directory up that
+    holds ``.git`` (a directory, or a worktree's file); else ``start`` itself."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        if (directory / ".git").exists():
+            return directory
+    return here
 
 
 def log(
-    rows: Sequence[tuple[Document, Outcome]], errors: Iterable[tuple[str, str]] = ()
+    rows: Sequence[tuple[Document, Outcome]],
+    errors: Iterable[tuple[str, str]] = (),
+    root: Path | None = None,
 ) -> dict[str, Any]:
-    """The SARIF log of judged documents; ``errors`` are (source, one-line message) pairs."""
+    """The SARIF log of judged documents; ``errors`` are (source, one-line message) pairs;
+    locations are relative to ``root`` (default: :func:`repository_root`)."""
+    root = (root or repository_root()).resolve()
     rule_ids = sorted({f.rule for _, outcome in rows for f in outcome.findings})
     index = {rule: i for i, rule in enumerate(rule_ids)}
     results = [
@@ -38,7 +55,7 @@ def log(
             "ruleIndex": index[finding.rule],
             "level": LEVEL[finding.mode],
             "message": {"text": f"{document.describe()}: {finding.violation.render()}"},
-            "locations": [_location(document.source, document.line_of(finding.path))],
+            "locations": [_location(document.source, document.line_of(finding.path), root)],
         }
         for document, outcome in rows
         for finding in outcome.findings
@@ -56,7 +73,7 @@ def log(
         {
             "level": "error",
             "message": {"text": message},
-            "locations": [{"physicalLocation": {"artifactLocation": {"uri": uri(source)}}}],
+            "locations": [{"physicalLocation": {"artifactLocation": artifact(source, root)}}],
         }
         for source, message in errors
     ]
@@ -66,6 +83,7 @@ def log(
         "runs": [
             {
                 "tool": {"driver": driver},
+                "originalUriBaseIds": {ROOT_ID: {"uri": root.as_uri().rstrip("/") + "/"}},
                 "invocations": [
                     {
                         "executionSuccessful": not notifications,
@@ -78,16 +96,21 @@ def log(
     }
 
 
-def uri(source: str) -> str:
-    """A file as a URI relative to the working directory, where review tools resolve it."""
-    relative = os.path.relpath(source) if source != "-" else source
-    return quote(Path(relative).as_posix())
+def artifact(source: str, root: Path) -> dict[str, str]:
+    """A file's artifact location: relative to ``root`` (``%SRCROOT%``) where it is under it,
+    else its absolute ``file:`` URI; standard input is ``-``."""
+    if source == "-":
+        return {"uri": "-"}
+    path = Path(source).resolve()
+    if not path.is_relative_to(root):
+        return {"uri": path.as_uri()}
+    return {"uri": quote(path.relative_to(root).as_posix()), "uriBaseId": ROOT_ID}
 
 
-def _location(source: str, line: int) -> dict[str, Any]:
+def _location(source: str, line: int, root: Path) -> dict[str, Any]:
     return {
         "physicalLocation": {
-            "artifactLocation": {"uri": uri(source)},
+            "artifactLocation": artifact(source, root),
             "region": {"startLine": max(line, 1)},
         }
     }

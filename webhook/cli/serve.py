@@ -83,8 +83,8 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         default=None,
         help="keep an inventory of the cluster's Nodes, which decisions read (nodeName, "
-        "advertised names, node sizes; README, Node inventory) and metrics expose (needs list "
-        "and watch on nodes; env GPU_ADMISSION_INVENTORY=true; default off)",
+        "advertised names, node sizes; docs/operating.md, The node inventory) and metrics "
+        "expose (needs list and watch on nodes; env GPU_ADMISSION_INVENTORY=true; default off)",
     )
     # Deliberately no environment variable: turning TLS off must be visible in the command.
     parser.add_argument(

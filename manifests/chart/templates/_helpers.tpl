@@ -79,13 +79,77 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
+{{/* The webhook's Pods' labels: podLabels, and the selector labels, which no value changes. */}}
+{{- define "gpu-admission.podLabels" -}}
+{{- $selector := include "gpu-admission.selectorLabels" . | fromYaml -}}
+{{- range $key, $value := .Values.podLabels | default dict -}}
+{{- if and (hasKey $selector $key) (ne (toString $value) (get $selector $key)) -}}
+{{- fail (printf "podLabels: %s selects the webhook's Pods (Deployment, Service, PodDisruptionBudget, NetworkPolicy) and stays %s; give your label another key" $key (get $selector $key)) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml (merge (dict) $selector (.Values.podLabels | default dict)) -}}
+{{- end -}}
+
+{{/* The webhook's Pods' affinity: the chart's (one replica per node, preferred), each key of
+the affinity value replacing the chart's key of that name. */}}
+{{- define "gpu-admission.affinity" -}}
+{{- $affinity := dict "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" (dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "gpu-admission.selectorLabels" . | fromYaml)))))) -}}
+{{- range $key, $value := .Values.affinity | default dict -}}
+{{- $_ := set $affinity $key $value -}}
+{{- end -}}
+{{- toYaml $affinity -}}
+{{- end -}}
+
+{{/* The webhook's Pods' spread: the chart's across zones, unless a constraint of the value
+is on the zone too, then the value's constraints; a constraint without a labelSelector
+counts the webhook's Pods. */}}
+{{- define "gpu-admission.topologySpreadConstraints" -}}
+{{- $selector := include "gpu-admission.selectorLabels" . | fromYaml -}}
+{{- $zone := "topology.kubernetes.io/zone" -}}
+{{- $constraints := list (dict "maxSkew" 1 "topologyKey" $zone "whenUnsatisfiable" "ScheduleAnyway" "labelSelector" (dict "matchLabels" $selector) "matchLabelKeys" (list "pod-template-hash")) -}}
+{{- range .Values.topologySpreadConstraints | default list -}}
+{{- if eq .topologyKey $zone -}}
+{{- $constraints = list -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.topologySpreadConstraints | default list -}}
+{{- $constraint := deepCopy . -}}
+{{- if not (hasKey $constraint "labelSelector") -}}
+{{- $_ := set $constraint "labelSelector" (dict "matchLabels" $selector) -}}
+{{- end -}}
+{{- $constraints = append $constraints $constraint -}}
+{{- end -}}
+{{- toYaml $constraints -}}
+{{- end -}}
+
+{{/* The fewest replicas the webhook runs: the autoscaler's minimum, or the fixed count. */}}
+{{- define "gpu-admission.minimumReplicas" -}}
+{{- if .Values.autoscaling.enabled -}}{{ .Values.autoscaling.minReplicas }}{{- else -}}{{ .Values.replicaCount }}{{- end -}}
+{{- end -}}
+
+{{/* The inline policy, parsed. Text that is not a YAML mapping holding a GPUAdmissionPolicy
+fails the render: Helm would otherwise install it, and only the server would refuse it. */}}
+{{- define "gpu-admission.inlinePolicy" -}}
+{{- $policy := .Values.policy.inline | fromYaml -}}
+{{- $help := "give the policy's own text (apiVersion: gpu-admission.io/v1alpha1, kind: GPUAdmissionPolicy, metadata, spec), e.g. --set-file policy.inline=policy.yaml, and check it first with `gpu-admission policy validate policy.yaml`" -}}
+{{- if and (hasKey $policy "Error") (contains "cannot unmarshal" $policy.Error) -}}
+{{- fail (printf "policy.inline is YAML but not a mapping (a list or a single value); %s" $help) -}}
+{{- else if hasKey $policy "Error" -}}
+{{- fail (printf "policy.inline is not valid YAML (%s); %s" $policy.Error $help) -}}
+{{- end -}}
+{{- if ne (toString $policy.kind) "GPUAdmissionPolicy" -}}
+{{- fail (printf "policy.inline is not a GPUAdmissionPolicy (kind: %s); %s" (toString ($policy.kind | default "none")) $help) -}}
+{{- end -}}
+{{- toYaml $policy -}}
+{{- end -}}
+
 {{/* The custom kinds an inline policy adds (spec.workloads), as webhook rules: one per kind,
 every version. An existing ConfigMap cannot be read at render time; its kinds go in
 webhooks.customResources.extraRules. */}}
 {{- define "gpu-admission.policyWorkloadRules" -}}
 {{- $rules := list -}}
 {{- if .Values.policy.inline -}}
-{{- range ((.Values.policy.inline | fromYaml).spec | default dict).workloads | default list -}}
+{{- range ((include "gpu-admission.inlinePolicy" . | fromYaml).spec | default dict).workloads | default list -}}
 {{- if not (has .group (list "" "apps" "batch" "extensions")) -}}
 {{- $resource := .resource | default (printf "%ss" (lower .kind)) -}}
 {{- $rules = append $rules (dict "apiGroups" (list .group) "apiVersions" (list "*") "operations" (list "CREATE" "UPDATE") "resources" (list $resource) "scope" "*") -}}
@@ -101,7 +165,7 @@ webhook's entry for workloads (the GPU defaults go in templates only), and the e
 {{- define "gpu-admission.policyWorkloadMutatingRules" -}}
 {{- $rules := list -}}
 {{- if .Values.policy.inline -}}
-{{- range ((.Values.policy.inline | fromYaml).spec | default dict).workloads | default list -}}
+{{- range ((include "gpu-admission.inlinePolicy" . | fromYaml).spec | default dict).workloads | default list -}}
 {{- if and .templates (not (has .group (list "" "apps" "batch" "extensions"))) -}}
 {{- $resource := .resource | default (printf "%ss" (lower .kind)) -}}
 {{- $rules = append $rules (dict "apiGroups" (list .group) "apiVersions" (list "*") "operations" (list "CREATE") "resources" (list $resource) "scope" "*") -}}

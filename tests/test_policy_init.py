@@ -1,0 +1,472 @@
+"""``gpu-admission policy init --from-cluster``: on a scripted cluster in the fake API server
+(H100 nodes in two pools told apart by taints and a label, time-sliced L4s, MPS-shared A10Gs,
+A100s in MIG instances with the mixed and the single strategy, an A800 the MIG catalogue does
+not know, CPU nodes, node agents tolerating every taint in kube-system, gpu-operator and
+monitoring), the policy written validates, ``cluster check`` finds it agrees with the same
+cluster, a GPU Pod asking for each product is sent to that product's nodes only, and the
+comments say what was seen and guessed; the node agents' namespaces are proposed as exemptions,
+commented out. A cluster without GPU nodes is told so; an existing file is not overwritten
+without --force."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import webhook
+from tests.kubeapi import FakeKubeAPI
+from tests.patching import (
+    admits_node,
+    apply_both,
+    decide,
+    decode_patch,
+    tolerated,
+    validate_pod,
+)
+from tests.test_cluster_check import GPU_TAINT, node
+from webhook.cli.main import main
+from webhook.core.inventory import NodeInfo, Taint
+from webhook.operations.policy_init import draft_policy
+
+TRAINING_TAINT = {"key": "example.com/pool", "value": "training", "effect": "NoSchedule"}
+H100 = {
+    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    "nvidia.com/gpu.memory": "81559",
+    "nvidia.com/gpu.count": "8",
+    "nvidia.com/mig.capable": "true",
+}
+L4 = {
+    "nvidia.com/gpu.product": "NVIDIA-L4-SHARED",
+    "nvidia.com/gpu.count": "2",
+    "nvidia.com/gpu.replicas": "4",
+    "nvidia.com/gpu.sharing-strategy": "time-slicing",
+    "nvidia.com/mig.capable": "false",
+}
+A10G = {  # MPS, with the device plugin renaming its replicas (no -SHARED suffix)
+    "nvidia.com/gpu.product": "NVIDIA-A10G",
+    "nvidia.com/gpu.count": "4",
+    "nvidia.com/gpu.replicas": "2",
+    "nvidia.com/gpu.sharing-strategy": "mps",
+}
+A100_MIXED = {
+    "nvidia.com/gpu.product": "NVIDIA-A100-80GB-PCIe",
+    "nvidia.com/gpu.memory": "81920",
+    "nvidia.com/gpu.count": "8",
+    "nvidia.com/mig.capable": "true",
+    "nvidia.com/mig.strategy": "mixed",
+}
+A100_SINGLE = {
+    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+    "nvidia.com/gpu.memory": "4864",
+    "nvidia.com/gpu.count": "8",
+    "nvidia.com/mig.capable": "true",
+    "nvidia.com/mig.strategy": "single",
+}
+A800 = {
+    "nvidia.com/gpu.product": "NVIDIA-A800-SXM4-80GB",
+    "nvidia.com/gpu.count": "8",
+    "nvidia.com/mig.capable": "true",
+    "nvidia.com/mig.strategy": "mixed",
+}
+
+
+def cluster_nodes() -> list[dict[str, Any]]:
+    training = {**H100, "example.com/pool": "training"}
+    general = {**H100, "example.com/pool": "general"}
+    return [
+        node("cpu-1"),
+        node("cpu-2", labels={"example.com/pool": "general"}),  # a CPU node in a CPU pool
+        node(
+            "train-1",
+            labels=training,
+            taints=(GPU_TAINT, TRAINING_TAINT),
+            gpus={"nvidia.com/gpu": "8", "nvidia.com/hostdev": "8"},
+        ),
+        node(
+            "train-2",
+            labels=training,
+            taints=(GPU_TAINT, TRAINING_TAINT),
+            gpus={"nvidia.com/gpu": "8", "nvidia.com/hostdev": "8"},
+        ),
+        node("h100-1", labels=general, taints=(GPU_TAINT,), gpus={"nvidia.com/gpu": "8"}),
+        node("l4-1", labels=L4, taints=(GPU_TAINT,), gpus={"nvidia.com/gpu": "8"}),
+        node("l4-2", labels=L4, taints=(GPU_TAINT,), gpus={"nvidia.com/gpu": "8"}),
+        node("a10g-1", labels=A10G, taints=(GPU_TAINT,), gpus={"nvidia.com/gpu.shared": "8"}),
+        node(
+            "mig-mixed-1",
+            labels=A100_MIXED,
+            taints=(GPU_TAINT,),
+            gpus={
+                "nvidia.com/gpu": "2",
+                "nvidia.com/mig-1g.10gb": "14",
+                "nvidia.com/mig-3g.40gb": "4",
+            },
+        ),
+        node(
+            "mig-single-1", labels=A100_SINGLE, taints=(GPU_TAINT,), gpus={"nvidia.com/gpu": "56"}
+        ),
+        node("a800-1", labels=A800, taints=(GPU_TAINT,), gpus={"nvidia.com/mig-1g.10gb": "56"}),
+    ]
+
+
+def daemonset(namespace: str, name: str, tolerations: list[dict[str, str]]) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "tolerations": tolerations,
+                    "containers": [{"name": name, "image": f"example.com/{name}:1"}],
+                },
+            },
+        },
+    }
+
+
+EVERY_TAINT = [{"operator": "Exists"}]
+GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def node_agents() -> list[dict[str, Any]]:
+    return [
+        daemonset("kube-system", "kube-proxy", EVERY_TAINT),
+        daemonset(
+            "gpu-operator", "nvidia-device-plugin-daemonset", [*GPU_TOLERATION, *EVERY_TAINT]
+        ),
+        daemonset("monitoring", "node-exporter", EVERY_TAINT),
+        daemonset("monitoring", "dcgm-exporter", GPU_TOLERATION),  # by key: not every taint
+        daemonset("logging", "fluent-bit", [{"operator": "Exists", "effect": "NoSchedule"}]),
+        daemonset("web", "cache", []),
+    ]
+
+
+@pytest.fixture
+def scripted(kube_api: FakeKubeAPI, tmp_path: Path) -> Path:
+    """The scripted cluster in the fake API server; its kubeconfig."""
+    kube_api.add_all(cluster_nodes())
+    kube_api.add_all(node_agents())
+    return kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+def init(kubeconfig: Path, *args: str) -> int:
+    return main(["policy", "init", "--from-cluster", "--kubeconfig", str(kubeconfig), *args])
+
+
+def comments(text: str) -> str:
+    """The comments of a policy text, each one line (as wrapped, joined)."""
+    said = [line.strip()[2:] for line in text.splitlines() if line.strip().startswith("# ")]
+    return re.sub(r"\s+", " ", " ".join(said))
+
+
+def test_the_policy_drafted_validates_and_agrees_with_the_cluster(
+    scripted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    assert init(scripted, "-o", str(policy)) == 0
+    said = capsys.readouterr()
+    assert said.out == ""
+    assert said.err.startswith(f"gpu-admission: wrote {policy}: 7 pools for 9 GPU nodes of the ")
+    assert "in no pool" not in said.err and "will report" not in said.err
+
+    assert main(["policy", "validate", str(policy)]) == 0
+    validated = capsys.readouterr().out
+    assert validated.splitlines()[-1].startswith(f"{policy}: valid")
+    # nvidia.com/gpu is a full card, a time-slice and a MIG instance in different pools: said.
+    assert "denied as ambiguous" in validated
+
+    checked = main(["cluster", "check", "--policy", str(policy), "--kubeconfig", str(scripted)])
+    out = capsys.readouterr().out
+    assert checked == 0, out
+    assert out.endswith("the policy and the cluster agree\n"), out
+
+
+def test_pools_follow_products_taints_and_sharing(scripted: Path, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    assert init(scripted, "-o", str(policy)) == 0
+    spec = yaml.safe_load(policy.read_text())["spec"]
+    pools = {
+        p["name"]: (
+            p["nodeSelector"],
+            [
+                (r["name"], r["sharing"], r.get("failRequestsGreaterThanOne", False))
+                for r in p["resources"]
+            ],
+            [f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in p.get("taints", [])],
+            p.get("gpusPerNode"),
+        )
+        for p in spec["pools"]
+    }
+    gpu = "nvidia.com/gpu=present:NoSchedule"
+    product = "nvidia.com/gpu.product"
+    assert pools == {
+        "a10g": ({product: "NVIDIA-A10G"}, [("nvidia.com/gpu.shared", "MPS", True)], [gpu], 4),
+        "a100-80gb-pcie": (
+            {product: "NVIDIA-A100-80GB-PCIe"},
+            [
+                ("nvidia.com/gpu", "Exclusive", False),
+                ("nvidia.com/mig-1g.10gb", "MIG", False),
+                ("nvidia.com/mig-3g.40gb", "MIG", False),
+            ],
+            [gpu],
+            8,
+        ),
+        "a100-sxm4-40gb-mig-1g-5gb": (
+            {product: "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"},
+            [("nvidia.com/gpu", "MIG", False)],
+            [gpu],
+            8,
+        ),
+        "a800-sxm4-80gb": (
+            {product: "NVIDIA-A800-SXM4-80GB"},
+            [("nvidia.com/mig-1g.10gb", "MIG", False)],
+            [gpu],
+            8,
+        ),
+        "h100-80gb-hbm3-general": (
+            {product: "NVIDIA-H100-80GB-HBM3", "example.com/pool": "general"},
+            [("nvidia.com/gpu", "Exclusive", False)],
+            [gpu],
+            8,
+        ),
+        "h100-80gb-hbm3-training": (
+            {product: "NVIDIA-H100-80GB-HBM3", "example.com/pool": "training"},
+            [("nvidia.com/gpu", "Exclusive", False)],
+            ["example.com/pool=training:NoSchedule", gpu],
+            8,
+        ),
+        "l4-shared": (
+            {product: "NVIDIA-L4-SHARED"},
+            [("nvidia.com/gpu", "TimeSlicing", True)],
+            [gpu],
+            2,
+        ),
+    }
+    assert spec["companionResources"] == ["nvidia.com/hostdev"]
+    assert spec["migCatalogue"]["products"] == [
+        "A100-40GB",
+        "A100-80GB",
+        "H100-80GB",
+        "NVIDIA-A800-SXM4-80GB",
+    ]
+    assert spec["migCatalogue"]["customProducts"] == [
+        {"name": "NVIDIA-A800-SXM4-80GB", "profiles": ["1g.10gb"]}
+    ]
+    # The default policy's settings stay as shipped.
+    default = yaml.safe_load(webhook.default_policy_path().read_text())["spec"]
+    for key in ("resources", "gpuNodeTaints", "tenants", "rules", "newChecks", "mutation"):
+        assert spec[key] == default[key], key
+
+
+# A GPU Pod that asks for each product (nodeSelector on GPU feature discovery's label) and one
+# of the resources its nodes advertise; and the nodes it must land on.
+PRODUCT_PODS = [
+    ("NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", {"train-1", "train-2", "h100-1"}),
+    ("NVIDIA-L4-SHARED", "nvidia.com/gpu", {"l4-1", "l4-2"}),
+    ("NVIDIA-A10G", "nvidia.com/gpu.shared", {"a10g-1"}),
+    ("NVIDIA-A100-80GB-PCIe", "nvidia.com/mig-3g.40gb", {"mig-mixed-1"}),
+    ("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "nvidia.com/gpu", {"mig-single-1"}),
+    ("NVIDIA-A800-SXM4-80GB", "nvidia.com/mig-1g.10gb", {"a800-1"}),
+]
+
+
+def gpu_pod(product: str, resource: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "work", "namespace": "ml"},
+        "spec": {
+            "nodeSelector": {"nvidia.com/gpu.product": product},
+            "containers": [
+                {
+                    "name": "cuda",
+                    "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
+                    "resources": {"limits": {resource: "1"}},
+                }
+            ],
+        },
+    }
+
+
+def landing_nodes(pod: dict[str, Any]) -> set[str]:
+    """The scripted nodes the scheduler may place the Pod on, by labels and taints (room aside)."""
+    return {
+        n["metadata"]["name"]
+        for n in cluster_nodes()
+        if admits_node(pod, n["metadata"]["labels"])
+        and all(
+            tolerated(pod, t)
+            for t in n["spec"].get("taints", [])
+            if t["effect"] != "PreferNoSchedule"
+        )
+    }
+
+
+@pytest.mark.parametrize(("product", "resource", "expected"), PRODUCT_PODS)
+def test_a_gpu_pod_asking_for_a_product_lands_on_its_nodes(
+    scripted: Path, tmp_path: Path, product: str, resource: str, expected: set[str]
+) -> None:
+    path = tmp_path / "policy.yaml"
+    assert init(scripted, "-o", str(path)) == 0
+    policy = webhook.load_policy(path)
+    pod = gpu_pod(product, resource)
+    assert landing_nodes(pod) == set()  # no toleration for the GPU taint: it would pend
+    decision = decide(pod, policy)
+    assert decision.allowed, decision.response
+    mutated = apply_both(pod, decode_patch(decision))
+    validate_pod(mutated)
+    assert landing_nodes(mutated) == expected
+    assert decide(mutated, policy, mutate=False).allowed
+
+
+def test_comments_say_what_was_seen_and_guessed_and_propose_exemptions(
+    scripted: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "policy.yaml"
+    assert init(scripted, "-o", str(path)) == 0
+    text = path.read_text()
+    said = comments(text)
+    assert (
+        "Found: 2 nodes labelled nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3, "
+        "example.com/pool=training and tainted example.com/pool=training:NoSchedule, "
+        "nvidia.com/gpu=present:NoSchedule: train-1, train-2." in said
+    )
+    assert (
+        "Found: nvidia.com/gpu.sharing-strategy=time-slicing, nvidia.com/gpu.replicas=4 "
+        "(GPU feature discovery): declared nvidia.com/gpu TimeSlicing." in said
+    )
+    assert "Found: nvidia.com/gpu.sharing-strategy=mps, nvidia.com/gpu.replicas=2" in said
+    assert "Found: nvidia.com/mig.strategy=mixed (GPU feature discovery)" in said
+    assert "Found: the single MIG strategy (product label ...-MIG-1g.5gb)" in said
+    assert "Guessed: failRequestsGreaterThanOne on the shared resources" in said
+    assert "Guessed: NVIDIA-A800-SXM4-80GB is not in the catalogue" in said
+    assert "Found: nvidia.com/hostdev in the nodes' capacity" in said
+    # Node agents: those exempt already named, the others proposed, commented out. A key-less
+    # Exists of one effect tolerates every GPU taint of it; a toleration by key does not.
+    assert (
+        "Exempt above already: gpu-operator (nvidia-device-plugin-daemonset); kube-system "
+        "(kube-proxy). Not exempt, and warned (not denied) under this policy: logging "
+        "(fluent-bit); monitoring (node-exporter)." in said
+    )
+    assert "dcgm-exporter" not in said
+    assert (
+        "    # - namespaces:\n"
+        "    #     - logging\n"
+        "    #     - monitoring\n"
+        "    #   exemptions:\n"
+        "    #     - reason: Node agents that run on every node, GPU nodes included.\n" in text
+    )
+    tenants = yaml.safe_load(text)["spec"]["tenants"]
+    assert not any("monitoring" in t["namespaces"] for t in tenants)
+    # A tenant to start from, commented out, with a product found.
+    assert "    #   entitlements:\n    #     products: [NVIDIA-A100-80GB-PCIe]\n" in text
+    # Uncommented, the proposals are a policy that loads, exempts and entitles.
+    proposals = [
+        "    # - namespaces:\n",
+        "    #     - logging\n",
+        "    #     - monitoring\n",
+        "    #   exemptions:\n",
+        "    #     - reason: Node agents",
+        "    # - namespaces: [team-a-*]\n",
+        "    #   contact:",
+        "    #   entitlements:\n",
+        "    #     products:",
+        "    #     maxGPUs:",
+        "    #   reservedPools:",
+    ]
+    for line in proposals:
+        text = text.replace(line, line.replace("    # ", "    ", 1))
+    uncommented = webhook.parse_policy(text)
+    assert uncommented.entitled_tenant("team-a-vision", None) is not None
+    assert any(e.namespaces.matches("monitoring") for e in uncommented.exemptions)
+
+
+def test_to_stdout_without_output(scripted: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert init(scripted) == 0
+    said = capsys.readouterr()
+    assert webhook.parse_policy(said.out).pools
+    assert said.err.startswith("gpu-admission: the policy: 7 pools")
+
+
+def test_a_cluster_without_gpu_nodes_is_told_so(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kube_api.add_all([node("cpu-1"), node("cpu-2")])
+    kube_api.add_all(node_agents())
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    path = tmp_path / "policy.yaml"
+    assert init(kubeconfig, "-o", str(path)) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        "gpu-admission: error: no GPU node among the 2 nodes of https://127.0.0.1:"
+    )
+    assert "nvidia.com/gpu.present=true" in line
+    assert not path.exists()
+
+
+def test_an_existing_file_is_overwritten_only_with_force(
+    scripted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text("mine\n")
+    assert init(scripted, "-o", str(path)) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == f"gpu-admission: error: {path}: exists; pass --force to overwrite it"
+    assert path.read_text() == "mine\n"
+    assert init(scripted, "-o", str(path), "--force") == 0
+    assert webhook.load_policy(path).pools
+
+
+def gpu_node(name: str, labels: dict[str, str], taints: tuple[Taint, ...] = ()) -> NodeInfo:
+    return NodeInfo(name, labels, False, taints, {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "8"})
+
+
+def test_nodes_no_label_tells_apart_make_one_pool_on_the_taints_they_share() -> None:
+    gpu = Taint("nvidia.com/gpu", "present", "NoSchedule")
+    reserved = Taint("example.com/reserved", "", "NoSchedule")
+    product = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    nodes = [
+        gpu_node("h100-1", product, (gpu, reserved)),
+        gpu_node("h100-2", product, (gpu,)),
+        gpu_node("bare-1", {}, ()),  # no label, no taint: nothing selects it alone
+    ]
+    draft = draft_policy(nodes, [], source="test")
+    [pool] = draft.policy.pools
+    assert pool.taints == ({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},)
+    said = comments(draft.text)
+    assert (
+        "Guessed: no label tells its nodes apart, but only h100-1 carries "
+        "example.com/reserved:NoSchedule" in said
+    )
+    assert draft.unpooled == ("bare-1: no label of it fits a pool's node selector",)
+    assert [d.kind for d in draft.drift] == ["gpu-node-in-no-pool", "gpu-node-missing-taint"]
+
+
+def test_untainted_gpu_nodes_are_said_to_be_reachable_by_every_pod() -> None:
+    nodes = [gpu_node("l4-1", {"nvidia.com/gpu.product": "NVIDIA-L4"})]
+    draft = draft_policy(nodes, [], source="test")
+    assert draft.policy.every_pod_reaches_gpu_nodes
+    assert "Found: no GPU node carries a NoSchedule or NoExecute taint" in comments(draft.text)
+    assert draft.drift == ()
+
+
+def test_a_refused_list_exits_2_with_one_line(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kube_api.add_all(cluster_nodes())
+    kube_api.forbid("/apis/apps/v1/daemonsets")
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    path = tmp_path / "policy.yaml"
+    assert init(kubeconfig, "-o", str(path)) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("gpu-admission: error: cannot list daemonsets (HTTP 403)")
+    assert "gpu-admission-auditor" in line
+    assert not path.exists()

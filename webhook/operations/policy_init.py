@@ -1,0 +1,426 @@
+"""A starting policy for a cluster: ``gpu-admission policy init --from-cluster``.
+
+Nodes and DaemonSets in, policy text out: the default policy as shipped (its settings and its
+comments), plus what the cluster shows (``webhook.operations.pool_drafts``): a pool for each
+kind of GPU node, the MIG-capable products (``migCatalogue.products``; a product the catalogue
+does not know, with the profiles its nodes are partitioned into), the vendor resources that are
+no GPU (``companionResources``), and, commented out for the author to decide, the namespaces of
+the DaemonSets that tolerate every taint as exemptions and a tenant with the products found.
+Every comment that starts with ``Found:`` says what was seen, every ``Guessed:`` what was
+inferred. The text is loaded as the webhook loads it before it is given back, and compared
+with the nodes as ``cluster check`` compares them: what would still disagree is returned.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from webhook.audit.drift import find_drift
+from webhook.audit.drift_finding import Drift
+from webhook.core.inventory import (
+    NodeInfo,
+    gpu_memory_mib,
+    gpu_product,
+    is_gpu_node,
+    mig_capable,
+    mig_profiles,
+)
+from webhook.core.wording import count, names
+from webhook.operations.pool_drafts import (
+    GPU_COUNT,
+    MIG_STRATEGY,
+    SHARING_STRATEGY,
+    DraftResource,
+    PoolDraft,
+    PoolPlan,
+    plan_pools,
+    seen_text,
+)
+from webhook.policy.load import default_policy_path, parse_policy
+from webhook.policy.mig import CATALOGUE, catalogued_as
+from webhook.policy.model import Policy
+
+WIDTH = 99
+# Where the default policy's text takes what is drafted (each must be found in it once).
+METADATA = "metadata:\n  name: default\n  description:"
+MIG_PRODUCTS = '    products: ["*"]\n'
+MIG_CATALOGUE = "  migCatalogue:\n"
+HOST_PATHS = "  # Host paths:"
+DEFAULT_HEADER = "# The default gpu-admission policy:"
+AGENTS_START = "    # Node agents that must mount host paths"
+AGENTS_END = "    #     - reason: Node agents that run on every node, GPU nodes included.\n"
+AGENT_REASON = "Node agents that run on every node, GPU nodes included."
+
+
+@dataclass(frozen=True, slots=True)
+class AgentDaemonSet:
+    """What is kept of a DaemonSet: its names and its Pod template's tolerations."""
+
+    namespace: str
+    name: str
+    tolerations: tuple[Mapping[str, Any], ...]
+
+    def tolerates_every_taint(self) -> bool:
+        """A toleration with ``operator: Exists`` and no key: its Pods land on every node,
+        GPU nodes whatever their taints."""
+        return any(t.get("operator") == "Exists" and not t.get("key") for t in self.tolerations)
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """The policy text, its pools, the nodes it was drafted from, the GPU nodes no pool takes
+    (with why), and where ``cluster check`` would still find the policy and the nodes
+    disagree (none on a cluster whose GPU nodes label apart as they are tainted apart)."""
+
+    text: str
+    policy: Policy
+    pools: tuple[str, ...]
+    nodes: int
+    gpu_nodes: int
+    unpooled: tuple[str, ...]
+    drift: tuple[Drift, ...]
+
+
+class NoGpuNodes(Exception):
+    """The cluster has no GPU node to draft pools from."""
+
+
+def draft_policy(
+    nodes: Sequence[NodeInfo],
+    daemonsets: Iterable[AgentDaemonSet],
+    *,
+    source: str,
+    base: str | None = None,
+) -> Draft:
+    """The starting policy for ``nodes`` and ``daemonsets`` read from ``source`` (the API
+    server's address), on ``base`` (the default policy's text). ``NoGpuNodes`` when no node
+    is a GPU node; ``PolicyError`` if the text drafted does not load (a bug)."""
+    text = base if base is not None else default_policy_path().read_text("utf-8")
+    gpu_nodes = [n for n in nodes if is_gpu_node(n)]
+    if not gpu_nodes:
+        raise NoGpuNodes(
+            f"no GPU node among the {count(nodes, 'node')} of {source}: none advertises a "
+            "resource under nvidia.com or carries GPU feature discovery's "
+            "nvidia.com/gpu.present=true, so there is no pool to draft. Check that the NVIDIA "
+            "device plugin runs (kubectl get nodes -L nvidia.com/gpu.present,"
+            "nvidia.com/gpu.product), or start from policies/default.yaml"
+        )
+    plan = plan_pools(nodes)
+    base_policy = parse_policy(text, "default policy")
+    agents = [d for d in daemonsets if d.tolerates_every_taint()]
+    start = text.index(METADATA)
+    text = (
+        text[:start]
+        + _metadata(len(gpu_nodes))
+        + text[text.index("\n", len(METADATA) + start) + 1 :]
+    )
+    start = text.index(DEFAULT_HEADER)
+    end = text.index("#\n", start) + 2
+    text = text[:start] + _header(nodes, gpu_nodes, plan, source) + text[end:]
+    text = _replace(text, MIG_CATALOGUE, _pools_block(plan) + MIG_CATALOGUE)
+    text = _replace(text, MIG_PRODUCTS, _mig_products(gpu_nodes))
+    if not any(t.effect in ("NoSchedule", "NoExecute") for n in gpu_nodes for t in n.taints):
+        text = _replace(text, HOST_PATHS, _untainted() + HOST_PATHS)
+    start = text.index(AGENTS_START)
+    end = text.index(AGENTS_END, start) + len(AGENTS_END)
+    tenants = _agents_block(agents, base_policy) + _tenant_example(plan)
+    text = text[:start] + tenants + text[end:]
+    policy = parse_policy(text, "drafted policy")
+    return Draft(
+        text,
+        policy,
+        tuple(p.name for p in plan.pools),
+        len(nodes),
+        len(gpu_nodes),
+        tuple(f"{node.name}: {why}" for node, why in plan.unpooled),
+        tuple(d for d in find_drift(policy, nodes) if d.level == "drift"),
+    )
+
+
+def _replace(text: str, anchor: str, replacement: str) -> str:
+    if text.count(anchor) != 1:
+        raise ValueError(f"the default policy has no single {anchor.strip()!r} to draft at")
+    return text.replace(anchor, replacement)
+
+
+def _comment(text: str, indent: int) -> str:
+    prefix = " " * indent + "# "
+    return "".join(
+        line + "\n"
+        for paragraph in text.rstrip("\n").split("\n")
+        for line in textwrap.wrap(
+            paragraph,
+            WIDTH,
+            initial_indent=prefix,
+            subsequent_indent=prefix,
+            break_on_hyphens=False,
+        )
+        or [prefix.rstrip()]
+    )
+
+
+def _scalar(value: str) -> str:
+    """A YAML scalar that loads back as the string ``value``: plain where it can be."""
+    try:
+        plain = yaml.safe_load(value) == value and value.strip() == value and ": " not in value
+    except yaml.YAMLError:
+        plain = False
+    return (
+        value if plain and not value.startswith(("#", "{", "[", "*", "&", "!")) else _quoted(value)
+    )
+
+
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _flow(items: Iterable[str]) -> str:
+    return "[" + ", ".join(_scalar(i) for i in items) + "]"
+
+
+def _header(
+    nodes: Sequence[NodeInfo], gpu_nodes: Sequence[NodeInfo], plan: PoolPlan, source: str
+) -> str:
+    pools = count(plan.pools, "pool")
+    said = (
+        f"A starting policy drafted by `gpu-admission policy init --from-cluster` from the "
+        f"{count(nodes, 'node')} of {source} ({len(gpu_nodes)} with GPUs): the default policy "
+        f"below, with {pools} for the GPU nodes, the MIG-capable products found and, commented "
+        "out, the node agents' namespaces to exempt and a tenant to start from. Comments that "
+        "start with Found: say what was seen on the nodes, Guessed: what was inferred: check "
+        "each, then:\n"
+        "  gpu-admission policy validate FILE && gpu-admission cluster check --policy FILE\n"
+    )
+    return _comment(said, 0) + "#\n# Its modes are the default policy's:\n"
+
+
+def _metadata(gpu_nodes: int) -> str:
+    return (
+        "metadata:\n  name: from-cluster\n"
+        f"  description: Drafted from the cluster's {gpu_nodes} GPU nodes; the default policy's "
+        "modes.\n"
+    )
+
+
+def _pools_block(plan: PoolPlan) -> str:
+    lines = ""
+    if plan.companions:
+        lines += _comment(
+            f"Found: {', '.join(plan.companions)} in the nodes' capacity: vendor resources that "
+            "hand out no GPU (a NIC's, a companion of the GPUs): they go beside GPUs in any pool "
+            "and choose none.",
+            2,
+        )
+        lines += f"  companionResources: {_flow(plan.companions)}\n"
+    lines += _comment(
+        "One pool per kind of GPU node found: a GPU Pod goes to the pool that offers what it "
+        "asks for, and gets the pool's tolerations and required node affinity. Where several "
+        "pools offer it (nvidia.com/gpu on nodes of several products), the Pod chooses by its "
+        "nodeSelector (nvidia.com/gpu.product) or the gpu-admission.io/pool annotation; where "
+        "those pools share it differently, a Pod that does not choose is denied as ambiguous "
+        "(or its tenant states a poolPreference). Rename the pools as you like.",
+        2,
+    )
+    if plan.unpooled:
+        lines += _comment(
+            "Found: GPU nodes no pool could take (cluster check names them as in no pool): "
+            + "; ".join(f"{node.name}: {why}" for node, why in plan.unpooled)
+            + ". Label them apart and declare a pool for them.",
+            2,
+        )
+    lines += "  pools:\n"
+    for draft in plan.pools:
+        lines += _pool(draft)
+    return lines
+
+
+def _pool(draft: PoolDraft) -> str:
+    said = [f"Found: {seen_text(draft)}."]
+    said += _sharing_found(draft)
+    said += [f"Guessed: {guess}." for guess in draft.guesses]
+    lines = "".join(_comment(s, 4) for s in said)
+    lines += f"    - name: {draft.name}\n      nodeSelector:\n"
+    lines += "".join(f"        {_scalar(k)}: {_scalar(v)}\n" for k, v in draft.selector.items())
+    if draft.gpus_per_node is not None:
+        lines += f"      gpusPerNode: {draft.gpus_per_node}\n"
+    lines += "      resources:\n"
+    lines += "".join(f"        - {_resource(r)}\n" for r in draft.resources)
+    if draft.taints:
+        lines += "      taints:\n"
+        for taint in draft.taints:
+            value = f"value: {_scalar(taint.value)}, " if taint.value else ""
+            lines += f"        - {{key: {_scalar(taint.key)}, {value}effect: {taint.effect}}}\n"
+    return lines
+
+
+def _resource(resource: DraftResource) -> str:
+    extra = ", failRequestsGreaterThanOne: true" if resource.fail_requests_greater_than_one else ""
+    return f"{{name: {_scalar(resource.name)}, sharing: {resource.sharing}{extra}}}"
+
+
+def _sharing_found(draft: PoolDraft) -> list[str]:
+    """What the nodes' labels say of the pool's sharing and size."""
+    said: list[str] = []
+    labels = draft.nodes[0].labels
+    shown = [
+        f"{key}={labels[key]}"
+        for key in (SHARING_STRATEGY, "nvidia.com/gpu.replicas", MIG_STRATEGY)
+        if key in labels
+    ]
+    modes = {r.sharing for r in draft.resources}
+    if shown:
+        said.append(
+            f"Found: {', '.join(shown)} (GPU feature discovery): declared "
+            f"{', '.join(f'{r.name} {r.sharing}' for r in draft.resources)}."
+        )
+    product = gpu_product(draft.nodes[0])
+    if product is not None and product.mig_profile is not None:
+        said.append(
+            f"Found: the single MIG strategy (product label ...-MIG-{product.mig_profile}): "
+            "each nvidia.com/gpu is one MIG instance."
+        )
+    if modes - {"Exclusive", "MIG"}:
+        said.append(
+            "Guessed: failRequestsGreaterThanOne on the shared resources, as the guide sets "
+            "the device plugin's option of that name; no node shows it. Delete it if your "
+            "sharing configuration lets a container take several replicas."
+        )
+    if draft.gpus_per_node is not None:
+        counts = sorted({int(n.labels[GPU_COUNT]) for n in draft.nodes})
+        seen = f"{counts[0]} to {counts[-1]}" if len(counts) > 1 else str(counts[0])
+        said.append(f"Found: {GPU_COUNT}={seen} on its nodes: gpusPerNode {draft.gpus_per_node}.")
+    return said
+
+
+def _mig_products(gpu_nodes: Sequence[NodeInfo]) -> str:
+    """``migCatalogue.products`` (and ``customProducts``) for the MIG-capable GPUs found;
+    every catalogued product where none is."""
+    entries: dict[str, list[str]] = {}  # catalogue entry -> nodes
+    labelled: dict[str, str] = {}  # catalogue entry -> the product as labelled
+    custom: dict[str, set[str]] = {}  # an uncatalogued product, as labelled -> its profiles
+    unknown: dict[str, list[str]] = {}  # uncatalogued and not partitioned -> nodes
+    for node in gpu_nodes:
+        product = gpu_product(node)
+        if product is None or not mig_capable(node):
+            continue
+        entry = catalogued_as(product, gpu_memory_mib(node), CATALOGUE)
+        if entry is not None:
+            entries.setdefault(entry, []).append(node.name)
+            labelled.setdefault(entry, product.name)
+        elif mig_profiles(node):
+            custom.setdefault(product.name, set()).update(mig_profiles(node))
+            entries.setdefault(product.name, []).append(node.name)
+        else:
+            unknown.setdefault(product.name, []).append(node.name)
+    if not entries:
+        return _comment("Found: no MIG-capable GPU: every catalogued product's profiles.", 4) + (
+            MIG_PRODUCTS
+        )
+    found = "; ".join(
+        f"{labelled.get(e, e)} ({'not catalogued' if e in custom else e}) on "
+        f"{count(listed, 'node')}"
+        for e, listed in sorted(entries.items())
+    )
+    lines = _comment(
+        f"Found: the MIG-capable GPUs {found}. Only their products' MIG profiles are accepted; "
+        '["*"] accepts every catalogued product\'s.',
+        4,
+    )
+    lines += f"    products: {_flow(sorted(entries))}\n"
+    for name, listed in sorted(unknown.items()):
+        lines += _comment(
+            f"Found: {name}, MIG-capable and not in the catalogue, on {names(listed)}, not "
+            "partitioned: add it to customProducts with the profiles nvidia-smi mig -lgip lists "
+            "on one of them (cluster check names it until then).",
+            4,
+        )
+    if custom:
+        lines += "    customProducts:\n"
+        for name, profiles in sorted(custom.items()):
+            lines += _comment(
+                f"Guessed: {name} is not in the catalogue; its profiles are those its nodes "
+                "are partitioned into. Add every profile nvidia-smi mig -lgip lists.",
+                6,
+            )
+            lines += f"      - {{name: {_scalar(name)}, profiles: {_flow(sorted(profiles))}}}\n"
+    return lines
+
+
+def _untainted() -> str:
+    return _comment(
+        "Found: no GPU node carries a NoSchedule or NoExecute taint, so any Pod can land on "
+        "one: the security rules judge every Pod as able to reach a GPU node. Taint them "
+        "(kubectl taint nodes NODE nvidia.com/gpu=present:NoSchedule), add the taint to the "
+        "pools and delete this setting.",
+        2,
+    ) + ("  gpuNodesTainted: false\n")
+
+
+def _agents_block(agents: Sequence[AgentDaemonSet], base: Policy) -> str:
+    """The namespaces of the DaemonSets that tolerate every taint: those the policy exempts
+    already named, the others proposed as an exemption, commented out."""
+    by_namespace: dict[str, list[str]] = {}
+    for agent in sorted(agents, key=lambda a: (a.namespace, a.name)):
+        by_namespace.setdefault(agent.namespace, []).append(agent.name)
+    exempt = {
+        ns
+        for ns in by_namespace
+        if any(
+            e.namespaces.matches(ns) and e.rules is None and e.service_accounts is None
+            for e in base.exemptions
+        )
+    }
+    proposed = [ns for ns in by_namespace if ns not in exempt]
+
+    def listed(namespaces: Iterable[str]) -> str:
+        return "; ".join(f"{ns} ({', '.join(by_namespace[ns])})" for ns in namespaces)
+
+    if not by_namespace:
+        return _comment(
+            "Found: no DaemonSet that tolerates every taint (operator: Exists without a key): "
+            "no node agent to exempt.",
+            4,
+        )
+    said = (
+        "Found: DaemonSets that tolerate every taint (operator: Exists without a key), whose "
+        "Pods run on GPU nodes too."
+    )
+    if exempt:
+        said += f" Exempt above already: {listed(sorted(exempt))}."
+    if not proposed:
+        return _comment(said, 4)
+    said += (
+        f" Not exempt, and warned (not denied) under this policy: {listed(proposed)}. An "
+        "exemption trusts everyone who may create Pods in its namespaces: uncomment it "
+        "knowingly."
+    )
+    lines = _comment(said, 4)
+    lines += "    # - namespaces:\n"
+    lines += "".join(f"    #     - {ns}\n" for ns in proposed)
+    lines += f"    #   exemptions:\n    #     - reason: {AGENT_REASON}\n"
+    return lines
+
+
+def _tenant_example(plan: PoolPlan) -> str:
+    """A tenant to start from, commented out: a team kept to the first pool's product."""
+    first = next((p for p in plan.pools if p.product is not None), plan.pools[0])
+    resource = first.resources[0].name
+    lines = _comment(
+        "Tenants are yours to write: who may use which GPUs, whom they ask. For example, a team "
+        f"kept to the GPUs of pool {first.name}:",
+        4,
+    )
+    lines += "    # - namespaces: [team-a-*]\n"
+    lines += '    #   contact: "#team-a-gpus"\n'
+    lines += "    #   entitlements:\n"
+    product = gpu_product(first.nodes[0])
+    if product is not None:
+        lines += f"    #     products: [{_scalar(product.name)}]\n"
+    lines += f"    #     maxGPUs: {{{_scalar(resource)}: 8}}\n"
+    lines += f"    #   reservedPools: [{first.name}]\n"
+    return lines
