@@ -433,9 +433,9 @@ def test_an_exhausted_gpu_quota_names_the_quota_and_whom_to_ask(
     )
 
 
-def test_an_unallocatable_claim_names_the_class_no_driver_publishes(
-    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def claimed_gpu_cluster(kube_api: FakeKubeAPI) -> None:
+    """The six nodes, a DeviceClass whose driver publishes no device, and a Pending Pod whose
+    claim (made from its template) is not allocated."""
     device_class = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
@@ -465,6 +465,12 @@ def test_an_unallocatable_claim_names_the_class_no_driver_publishes(
     ]
     message = "0/6 nodes are available: 6 cannot allocate all claims."
     scripted(kube_api, device_class, claim, trainer, failed_scheduling("trainer", message))
+
+
+def test_an_unallocatable_claim_names_the_class_no_driver_publishes(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    claimed_gpu_cluster(kube_api)
     status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
     assert status == 1
     assert kinds(record) == ["unallocatable-claim"]
@@ -476,6 +482,27 @@ def test_an_unallocatable_claim_names_the_class_no_driver_publishes(
         'no ResourceSlice publishes devices of driver gpu.nvidia.com (DeviceClass "gpu.nvidia.com")'
     ]
     assert cause["fix"].startswith("install the DRA driver whose kubelet plugin publishes")
+
+
+def test_a_refused_dra_read_names_the_permission_and_an_unserved_one_is_a_note(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    claimed_gpu_cluster(kube_api)
+    kube_api.forbid("/apis/resource.k8s.io/v1/deviceclasses")
+    status, out, err = explain(kube_api, tmp_path, capsys, "pod", "trainer", "-n", NAMESPACE)
+    assert (status, out) == (2, "")
+    [line] = err.splitlines()
+    assert line.startswith("gpu-admission: error: cannot list deviceclasses (HTTP 403): ")
+    assert line.endswith(': grant "list" on deviceclasses.resource.k8s.io')
+    kube_api.clear_failures()
+    kube_api.set_served("resource.k8s.io", "v1", False)  # a cluster before Kubernetes 1.34
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert (
+        "this cluster does not serve resource.k8s.io/v1 (Kubernetes 1.34+): claims not read"
+        in (record["notes"])
+    )
+    # The scheduler's own words stand for the claim.
+    assert (status, kinds(record)) == (1, ["scheduler-reason"])
 
 
 def test_a_schedulable_pod_gets_nothing_blocks_it(
@@ -504,6 +531,7 @@ def test_a_refused_read_is_one_line_naming_what_was_refused(
     [line] = err.splitlines()
     assert line.startswith("gpu-admission: error: cannot list nodes (HTTP 403): ")
     assert "nodes is forbidden" in line
+    assert line.endswith(': grant "list" on nodes')
 
 
 def test_a_pod_that_does_not_exist_is_one_line(

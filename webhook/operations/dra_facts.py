@@ -13,8 +13,9 @@ from types import MappingProxyType
 from typing import Any
 
 from webhook.cluster.connection import Cluster
-from webhook.cluster.listing import Lister, RequestRefused
+from webhook.cluster.listing import Lister
 from webhook.core.dra_inventory import device_class_record
+from webhook.operations.refusals import ReadRefused
 
 DRA_NOT_SERVED = (
     "this cluster does not serve resource.k8s.io/v1 (Kubernetes 1.34+): claims not read"
@@ -51,7 +52,7 @@ def read_dra(
 ) -> DraFacts | None:
     """The claims of ``namespaces`` (None: of all), the DeviceClasses and the drivers that
     publish devices; None where the cluster does not serve DRA. A refused list raises
-    :class:`~webhook.cluster.listing.RequestRefused`."""
+    :class:`~webhook.operations.refusals.ReadRefused`."""
     from kubernetes import client as k8s
 
     resource = k8s.ResourceV1Api(cluster.api_client)
@@ -68,7 +69,7 @@ def read_dra(
     published: set[str] = set()
     try:
         for scope, list_claims in lists:
-            for claim in _items(lister, list_claims, f"resourceclaims {scope}"):
+            for claim in _items(lister, list_claims, "resourceclaims", scope):
                 metadata = _mapping(claim.get("metadata"))
                 key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
                 claims[key] = ClaimState(
@@ -88,7 +89,9 @@ def read_dra(
     return DraFacts(MappingProxyType(claims), MappingProxyType(classes), frozenset(published))
 
 
-def _items(lister: Lister, list_page: Callable[..., Any], what: str) -> Iterator[dict[str, Any]]:
+def _items(
+    lister: Lister, list_page: Callable[..., Any], resource: str, scope: str = ""
+) -> Iterator[dict[str, Any]]:
     from kubernetes.client.exceptions import ApiException
 
     try:
@@ -97,7 +100,8 @@ def _items(lister: Lister, list_page: Callable[..., Any], what: str) -> Iterator
     except ApiException as exc:
         if exc.status == 404:
             raise _NotServed from None
-        raise RequestRefused(f"cannot list {what}", exc) from None
+        what = f"cannot list {resource}" + (f" {scope}" if scope else "")
+        raise ReadRefused(what, f'"list" on {resource}.resource.k8s.io', exc) from None
 
 
 def claimed_classes(spec: Mapping[str, Any]) -> tuple[str, ...]:
