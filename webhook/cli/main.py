@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from webhook.cli import audit, certs, cluster, policy, quota, review, serve, webhooks
+from webhook.cli import audit, certs, cluster, inspect, policy, quota, review, serve, webhooks
 from webhook.cli.common import add_command, error
 from webhook.policy.load import PolicyError
 
@@ -23,6 +23,7 @@ examples:
   gpu-admission review -f pod.yaml                       # would the webhook admit it?
   gpu-admission audit -f manifests/ -o sarif > audit.sarif
   gpu-admission audit --cluster -A                       # what a policy would block, live
+  gpu-admission inspect -o markdown > ticket.md          # the daily GPU inspection
   gpu-admission policy validate my-policy.yaml --manifests manifests/webhooks
   gpu-admission policy test policies/tests
   gpu-admission certs generate --out certs --host 127.0.0.1
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_subcommands(commands)
     policy.add_subcommands(commands)
     cluster.add_subcommands(commands)
+    inspect.add_subcommands(commands)
     quota.add_subcommands(commands)
     webhooks.add_subcommands(commands)
     version_command = add_command(
