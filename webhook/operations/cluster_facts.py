@@ -1,0 +1,420 @@
+"""What ``explain`` (and ``inspect``) read of a live cluster to say why GPU Pods pend: read once
+for any number of Pods, kept in frozen records, only the fields the answers use.
+
+Read, each list paged (``webhook.cluster.listing``), narrowed by field selectors where the API
+server offers them, each page reduced as it arrives:
+
+- every Node, kept as the node inventory keeps one (``webhook.core.inventory.NodeInfo``: the
+  pools' label keys, GPU feature discovery's labels, taints, vendor resources) plus the label
+  keys the explained Pods select nodes by, and whether it is cordoned; only GPU nodes are kept;
+- the Pods bound to a node and not finished (``spec.nodeName!=``, ``status.phase!=Succeeded``,
+  ``status.phase!=Failed``): of each, only what it requests of vendor resources, added to its
+  node's ``allocated``;
+- the scheduler's ``FailedScheduling`` events of the explained Pods (``reason=FailedScheduling``,
+  ``involvedObject.name`` for a single Pod): message, count, when last seen, who reported it;
+- the ResourceQuotas of the Pods' namespaces: their GPU entries (vendor resources, DRA's
+  ``<class>.deviceclass.resource.k8s.io/devices``), used and hard;
+- where a Pod claims devices (DRA, ``resource.k8s.io/v1``): its namespace's claims, the
+  DeviceClasses and the drivers that publish devices (``webhook.operations.dra_facts``).
+
+A 403 on any of these is a :class:`~webhook.cluster.listing.RequestRefused` (one line that
+says what was refused); a cluster that does not serve ``resource.k8s.io/v1`` is a note.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from types import MappingProxyType
+from typing import Any
+
+from webhook.cluster.connection import Cluster, ClusterError
+from webhook.cluster.listing import Lister, RequestRefused
+from webhook.core.inventory import NodeFields, NodeInfo, SharedParts, is_gpu_node, node_info
+from webhook.core.scheduling import selected_label_keys
+from webhook.operations.dra_facts import DRA_NOT_SERVED, DraFacts, read_dra
+from webhook.policy.model import Policy
+from webhook.policy.quantity import Quantity, parse_quantity
+
+# Quota entries of DRA devices: ``<class>.deviceclass.resource.k8s.io/devices``.
+DEVICE_CLASS_QUOTA = ".deviceclass.resource.k8s.io/devices"
+FAILED_SCHEDULING = "FailedScheduling"
+EMPTY_QUANTITIES: Mapping[str, Quantity] = MappingProxyType({})
+PodKey = tuple[str, str]  # (namespace, name)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class GpuNode:
+    """A GPU node (``webhook.core.inventory.is_gpu_node``): what the inventory keeps of it,
+    whether it is cordoned, and what the Pods bound to it request of each vendor resource.
+    Each is one node: compared (and hashed) by identity."""
+
+    info: NodeInfo
+    unschedulable: bool
+    allocated: Mapping[str, Quantity]
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def free(self, resource: str) -> Quantity:
+        """Allocatable less allocated (never below zero); 0 where not advertised."""
+        allocatable = parse_quantity(self.info.allocatable.get(resource, "0")) or 0
+        return max(allocatable - self.allocated.get(resource, 0), 0)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingEvent:
+    """A scheduler's ``FailedScheduling`` event about one Pod."""
+
+    message: str
+    count: int
+    last_seen: str  # RFC 3339, "" when the event carries no time
+    reporter: str  # the scheduler that wrote it (default-scheduler, or a custom one)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaUse:
+    """One GPU entry of a ResourceQuota: ``resource`` as the quota names it
+    (``requests.nvidia.com/gpu``), used and hard."""
+
+    quota: str
+    resource: str
+    used: Quantity
+    hard: Quantity
+
+    @property
+    def exhausted(self) -> bool:
+        return self.used >= self.hard
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterFacts:
+    """What was read (see the module's docstring). ``namespaces``: those whose events, quotas
+    and claims were read (None: every namespace). ``dra``: the claims, DeviceClasses and
+    ResourceSlices (None where no explained Pod claims devices, or the cluster does not serve
+    DRA). ``notes``: what could not be read, one line each."""
+
+    node_count: int
+    nodes: tuple[GpuNode, ...]
+    events: Mapping[PodKey, tuple[SchedulingEvent, ...]]
+    quotas: Mapping[str, tuple[QuotaUse, ...]]
+    namespaces: frozenset[str] | None
+    dra: DraFacts | None = None
+    notes: tuple[str, ...] = ()
+
+    def read_namespace(self, namespace: str) -> bool:
+        """Whether the namespace's events, quotas and claims were read."""
+        return self.namespaces is None or namespace in self.namespaces
+
+    def advertised(self) -> frozenset[str]:
+        """The vendor resources some GPU node's capacity lists above zero."""
+        return frozenset(name for node in self.nodes for name in node.info.vendor_resources())
+
+
+NO_FACTS = ClusterFacts(0, (), {}, {}, frozenset())
+
+
+def read_pod(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    """One Pod as the API server sends it; ``ClusterError`` when it does not exist or cannot
+    be read."""
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    lister = Lister(cluster, namespace)
+    read = partial(k8s.CoreV1Api(cluster.api_client).read_namespaced_pod, name, namespace)
+    try:
+        return lister.call(read)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise ClusterError(f'pod "{name}" not found in namespace "{namespace}"') from None
+        raise RequestRefused(f'cannot read pod "{name}" in namespace "{namespace}"', exc) from None
+
+
+def pending_pods(cluster: Cluster, namespace: str | None) -> Iterator[dict[str, Any]]:
+    """The Pending Pods of a namespace (None: of every namespace), a page at a time."""
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    core = k8s.CoreV1Api(cluster.api_client)
+    selector = "status.phase=Pending"
+    pods = (
+        partial(core.list_namespaced_pod, namespace, field_selector=selector)
+        if namespace
+        else partial(core.list_pod_for_all_namespaces, field_selector=selector)
+    )
+    try:
+        for page in Lister(cluster, namespace).pages(pods):
+            yield from (pod for pod in page.get("items") or () if isinstance(pod, dict))
+    except ApiException as exc:
+        raise RequestRefused(f"cannot list pending pods {_scope(namespace)}", exc) from None
+
+
+def read_cluster_facts(
+    cluster: Cluster,
+    policy: Policy,
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    all_namespaces: bool = False,
+) -> ClusterFacts:
+    """The facts that explain ``pods`` (Pods as the API server sent them): the whole node
+    side, and the events, quotas and claims of the Pods' namespaces (with ``all_namespaces``,
+    of every namespace: one list each instead of one per namespace)."""
+    lister = Lister(cluster, None)
+    keys = {_key(pod) for pod in pods}
+    namespaces = None if all_namespaces else frozenset(ns for ns, _ in keys)
+    selected = frozenset(
+        key for pod in pods for key in selected_label_keys(_mapping(pod.get("spec")))
+    )
+    node_count, nodes = _read_nodes(cluster, lister, policy, selected)
+    events = _read_events(cluster, lister, pods, namespaces)
+    quotas = _read_quotas(cluster, lister, policy, namespaces)
+    facts = ClusterFacts(node_count, nodes, events, quotas, namespaces)
+    if any(_mapping(pod.get("spec")).get("resourceClaims") for pod in pods):
+        dra = read_dra(cluster, lister, namespaces)
+        if dra is None:
+            return dataclasses.replace(facts, notes=(*facts.notes, DRA_NOT_SERVED))
+        facts = dataclasses.replace(facts, dra=dra)
+    return facts
+
+
+def _read_nodes(
+    cluster: Cluster, lister: Lister, policy: Policy, selected: frozenset[str]
+) -> tuple[int, tuple[GpuNode, ...]]:
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    core = k8s.CoreV1Api(cluster.api_client)
+    kept = NodeFields(policy.gpu_label_keys | selected, policy.vendor_domains)
+    shared = SharedParts()
+    found: dict[str, tuple[NodeInfo, bool]] = {}
+    count = 0
+    try:
+        for page in lister.pages(core.list_node):
+            for obj in page.get("items") or ():
+                if not isinstance(obj, dict):
+                    continue
+                count += 1
+                info = node_info(obj, kept, shared)
+                if is_gpu_node(info):
+                    cordoned = _mapping(obj.get("spec")).get("unschedulable") is True
+                    found[info.name] = (info, cordoned)
+    except ApiException as exc:
+        raise RequestRefused("cannot list nodes", exc) from None
+    allocated = _allocated(cluster, lister, policy, frozenset(found)) if found else {}
+    return count, tuple(
+        GpuNode(info, cordoned, MappingProxyType(allocated.get(name, {})))
+        for name, (info, cordoned) in sorted(found.items())
+    )
+
+
+def _allocated(
+    cluster: Cluster, lister: Lister, policy: Policy, gpu_nodes: frozenset[str]
+) -> dict[str, dict[str, Quantity]]:
+    """Per GPU node, what the Pods bound to it and not finished request of vendor resources."""
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    bound = partial(
+        k8s.CoreV1Api(cluster.api_client).list_pod_for_all_namespaces,
+        field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
+    )
+    allocated: dict[str, dict[str, Quantity]] = {}
+    try:
+        for page in lister.pages(bound):
+            for pod in page.get("items") or ():
+                spec = _mapping(pod.get("spec")) if isinstance(pod, dict) else {}
+                node = spec.get("nodeName")
+                if node not in gpu_nodes:
+                    continue
+                on_node = allocated.setdefault(str(node), {})
+                for name, quantity in pod_requests(spec, policy.is_vendor_resource).items():
+                    on_node[name] = on_node.get(name, 0) + quantity
+    except ApiException as exc:
+        raise RequestRefused("cannot list the pods bound to nodes", exc) from None
+    return allocated
+
+
+def pod_requests(spec: Mapping[str, Any], wanted: Callable[[str], bool]) -> dict[str, Quantity]:
+    """What a Pod spec requests of the ``wanted`` resources, as the scheduler counts it: its
+    containers' and sidecars' sum, or an init container's (with the sidecars started before
+    it) when larger; a container's limit stands for its request where it sets no request."""
+    apps: dict[str, Quantity] = {}
+    sidecars: dict[str, Quantity] = {}
+    init_peak: dict[str, Quantity] = {}
+    for list_name in ("initContainers", "containers"):
+        for container in _list(spec.get(list_name)):
+            if not isinstance(container, Mapping):
+                continue
+            resources = _mapping(container.get("resources"))
+            asked = {**_mapping(resources.get("limits")), **_mapping(resources.get("requests"))}
+            for name, value in asked.items():
+                quantity = parse_quantity(value)
+                if not wanted(str(name)) or quantity is None or quantity <= 0:
+                    continue
+                if list_name == "containers":
+                    apps[name] = apps.get(name, 0) + quantity
+                elif container.get("restartPolicy") == "Always":
+                    sidecars[name] = sidecars.get(name, 0) + quantity
+                else:
+                    running = quantity + sidecars.get(name, 0)
+                    init_peak[name] = max(init_peak.get(name, 0), running)
+    return {
+        name: max(init_peak.get(name, 0), apps.get(name, 0) + sidecars.get(name, 0))
+        for name in dict.fromkeys([*apps, *sidecars, *init_peak])
+    }
+
+
+def _read_events(
+    cluster: Cluster,
+    lister: Lister,
+    pods: Sequence[Mapping[str, Any]],
+    namespaces: frozenset[str] | None,
+) -> Mapping[PodKey, tuple[SchedulingEvent, ...]]:
+    """The FailedScheduling events of ``pods``, latest first; an event of an earlier Pod of
+    the same name (another uid) is left out."""
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    if not pods:
+        return {}
+    core = k8s.CoreV1Api(cluster.api_client)
+    uids = {_key(pod): str(_mapping(pod.get("metadata")).get("uid") or "") for pod in pods}
+    selector = f"reason={FAILED_SCHEDULING},involvedObject.kind=Pod"
+    lists: list[tuple[str | None, Callable[..., Any]]] = []
+    if len(pods) == 1:
+        namespace, name = _key(pods[0])
+        one = f"{selector},involvedObject.name={name}"
+        lists.append(
+            (namespace, partial(core.list_namespaced_event, namespace, field_selector=one))
+        )
+    elif namespaces is None:
+        lists.append((None, partial(core.list_event_for_all_namespaces, field_selector=selector)))
+    else:
+        lists += [
+            (ns, partial(core.list_namespaced_event, ns, field_selector=selector))
+            for ns in sorted(namespaces)
+        ]
+    found: dict[PodKey, list[tuple[str, SchedulingEvent]]] = {}
+    for scope, list_events in lists:
+        try:
+            for page in lister.pages(list_events):
+                for event in page.get("items") or ():
+                    _keep_event(event, uids, found)
+        except ApiException as exc:
+            raise RequestRefused(f"cannot list events {_scope(scope)}", exc) from None
+    return {
+        key: tuple(e for _, e in sorted(kept, key=lambda item: item[0], reverse=True))
+        for key, kept in found.items()
+    }
+
+
+def _keep_event(
+    event: Any, uids: Mapping[PodKey, str], found: dict[PodKey, list[tuple[str, SchedulingEvent]]]
+) -> None:
+    if not isinstance(event, dict) or event.get("reason") != FAILED_SCHEDULING:
+        return
+    involved = _mapping(event.get("involvedObject"))
+    key = (str(involved.get("namespace") or ""), str(involved.get("name") or ""))
+    uid = uids.get(key)
+    if uid is None or (uid and involved.get("uid") and involved.get("uid") != uid):
+        return
+    series = _mapping(event.get("series"))
+    last_seen = str(
+        series.get("lastObservedTime")
+        or event.get("lastTimestamp")
+        or event.get("eventTime")
+        or event.get("firstTimestamp")
+        or ""
+    )
+    count = series.get("count") or event.get("count") or 1
+    reporter = (
+        event.get("reportingComponent")
+        or _mapping(event.get("source")).get("component")
+        or event.get("reportingController")
+        or ""
+    )
+    found.setdefault(key, []).append(
+        (
+            last_seen,
+            SchedulingEvent(
+                " ".join(str(event.get("message") or "").split()),
+                count if isinstance(count, int) else 1,
+                last_seen,
+                str(reporter),
+            ),
+        )
+    )
+
+
+def _read_quotas(
+    cluster: Cluster, lister: Lister, policy: Policy, namespaces: frozenset[str] | None
+) -> Mapping[str, tuple[QuotaUse, ...]]:
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    core = k8s.CoreV1Api(cluster.api_client)
+    lists: list[tuple[str | None, Callable[..., Any]]] = (
+        [(None, core.list_resource_quota_for_all_namespaces)]
+        if namespaces is None
+        else [(ns, partial(core.list_namespaced_resource_quota, ns)) for ns in sorted(namespaces)]
+    )
+    found: dict[str, list[QuotaUse]] = {}
+    for namespace, list_quotas in lists:
+        try:
+            for page in lister.pages(list_quotas):
+                for quota in page.get("items") or ():
+                    if isinstance(quota, dict):
+                        _keep_quota(quota, policy, found)
+        except ApiException as exc:
+            raise RequestRefused(f"cannot list resourcequotas {_scope(namespace)}", exc) from None
+    return {namespace: tuple(uses) for namespace, uses in found.items()}
+
+
+def _keep_quota(quota: Mapping[str, Any], policy: Policy, found: dict[str, list[QuotaUse]]) -> None:
+    metadata = _mapping(quota.get("metadata"))
+    status = _mapping(quota.get("status"))
+    hard = _mapping(status.get("hard")) or _mapping(_mapping(quota.get("spec")).get("hard"))
+    used = _mapping(status.get("used"))
+    for resource, value in hard.items():
+        if not is_gpu_quota(str(resource), policy):
+            continue
+        limit = parse_quantity(value)
+        if limit is None:
+            continue
+        found.setdefault(str(metadata.get("namespace") or ""), []).append(
+            QuotaUse(
+                str(metadata.get("name") or ""),
+                str(resource),
+                parse_quantity(used.get(resource, "0")) or 0,
+                limit,
+            )
+        )
+
+
+def is_gpu_quota(resource: str, policy: Policy) -> bool:
+    """Whether a quota entry limits GPUs: a vendor resource (``requests.nvidia.com/gpu``, or
+    the bare name) or DRA devices of a class."""
+    if resource.endswith(DEVICE_CLASS_QUOTA):
+        return True
+    name = resource.removeprefix("requests.").removeprefix("limits.")
+    return "/" in name and policy.is_vendor_resource(name)
+
+
+def _key(pod: Mapping[str, Any]) -> PodKey:
+    metadata = _mapping(pod.get("metadata"))
+    return str(metadata.get("namespace") or "default"), str(metadata.get("name") or "")
+
+
+def _scope(namespace: str | None) -> str:
+    return f'in namespace "{namespace}"' if namespace else "in all namespaces"
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
