@@ -8,7 +8,8 @@ node without a device plugin Pod, Pods holding GPUs, two Pending GPU Pods (one t
 found no room for, one asking for a resource no node advertises), and a GPU quota at its limit.
 Every section prints in the table and in Markdown; the JSON validates against its schema; a
 second report ``--since`` the first names the node that lost GPUs, the node gone and the new
-product; the inspector ClusterRole grants every request inspect made.
+product; the inspector ClusterRole grants every request inspect and explain make; a refused
+list is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -394,18 +395,69 @@ def allowed(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -
     )
 
 
-def test_the_inspector_role_grants_every_request_inspect_makes(
+def claiming_pod() -> dict[str, Any]:
+    """A Pending Pod whose GPU comes from a DRA claim not yet allocated: explain and inspect
+    read the claims, DeviceClasses and ResourceSlices for it."""
+    pod = gpu_pod("claims-1", "team-b", {})
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "one-gpu"}]
+    return pod
+
+
+def one_gpu_claim() -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "one-gpu", "namespace": "team-b"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+            }
+        },
+    }
+
+
+def test_the_inspector_role_grants_every_request_inspect_and_explain_make(
     kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     scripted(kube_api)
+    kube_api.add(claiming_pod())
+    kube_api.add(one_gpu_claim())
     status, _, err = inspect(kube_api, tmp_path, capsys)
     assert (status, err) == (1, "")
+    kubeconfig = str(tmp_path / "kubeconfig")  # written by inspect()
+    policy = str(tmp_path / "policy.yaml")
+    for namespace, name in (("team-a", "train-big"), ("team-b", "claims-1")):
+        status = main(
+            [
+                "explain",
+                "pod",
+                name,
+                "-n",
+                namespace,
+                "--policy",
+                policy,
+                "--kubeconfig",
+                kubeconfig,
+            ]
+        )
+        assert status == 1, capsys.readouterr()
     asked = {permission(request) for request in kube_api.requests}
     rules = inspector_rules()
     assert {p for p in asked if not allowed(rules, *p)} == set()
-    # What this scripted cluster makes it read: nodes, Pending and bound Pods, events,
-    # quotas, the named DaemonSets and their Pods.
-    assert {("", "nodes", "list"), ("", "events", "list"), ("apps", "daemonsets", "get")} <= asked
+    # What this scripted cluster makes them read: nodes, one Pod by name, Pending and bound
+    # Pods, events, quotas, the named DaemonSets and their Pods, claims, classes and slices.
+    assert {
+        ("", "nodes", "list"),
+        ("", "pods", "get"),
+        ("", "pods", "list"),
+        ("", "events", "list"),
+        ("", "resourcequotas", "list"),
+        ("apps", "daemonsets", "get"),
+        ("resource.k8s.io", "resourceclaims", "list"),
+        ("resource.k8s.io", "deviceclasses", "list"),
+        ("resource.k8s.io", "resourceslices", "list"),
+    } <= asked
 
 
 def test_the_inspector_role_is_read_only_and_the_charts_is_the_same() -> None:
@@ -425,3 +477,14 @@ def test_the_inspector_role_is_read_only_and_the_charts_is_the_same() -> None:
     ]
     kustomization = yaml.safe_load((REPO / "manifests/base/kustomization.yaml").read_text())
     assert "inspector-clusterrole.yaml" in kustomization["resources"]
+
+
+def test_a_refused_list_is_one_line_and_exit_2(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripted(kube_api)
+    kube_api.forbid("/api/v1/events")
+    status, out, err = inspect(kube_api, tmp_path, capsys)
+    assert (status, out) == (2, "")
+    assert err.startswith("gpu-admission: error: cannot list events in all namespaces (HTTP 403)")
+    assert len(err.splitlines()) == 1
