@@ -487,4 +487,7 @@ def test_a_refused_list_is_one_line_and_exit_2(
     status, out, err = inspect(kube_api, tmp_path, capsys)
     assert (status, out) == (2, "")
     assert err.startswith("gpu-admission: error: cannot list events in all namespaces (HTTP 403)")
+    assert err.rstrip().endswith(
+        "bind the gpu-admission-inspector ClusterRole (manifests/base/inspector-clusterrole.yaml)"
+    )
     assert len(err.splitlines()) == 1

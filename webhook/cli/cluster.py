@@ -13,7 +13,13 @@ from webhook.audit.cluster_check import check_policy_drift
 from webhook.audit.drift import DRIFT_KINDS
 from webhook.audit.drift_finding import Drift
 from webhook.audit.quota_drift import QUOTA_DRIFT_KINDS
-from webhook.cli.common import add_command, add_command_group, add_policy_argument, policy_from
+from webhook.cli.common import (
+    add_cluster_arguments,
+    add_command,
+    add_command_group,
+    add_policy_argument,
+    policy_from,
+)
 from webhook.cluster.connection import connect
 from webhook.cluster.listing import AUDITOR_ROLE
 from webhook.core.wording import number
@@ -51,12 +57,7 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         epilog=_EPILOG,
     )
     add_policy_argument(check)
-    check.add_argument(
-        "--kubeconfig",
-        metavar="PATH",
-        help="default: $KUBECONFIG, then in-cluster, then ~/.kube/config",
-    )
-    check.add_argument("--context")
+    add_cluster_arguments(check)
     check.add_argument("-o", "--output", choices=("text", "json"), default="text")
     check.set_defaults(func=run_check)
 

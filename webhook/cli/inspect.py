@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from webhook.cli.common import add_command, add_policy_argument, policy_from
+from webhook.cli.common import add_cluster_arguments, add_command, add_policy_argument, policy_from
 from webhook.cli.inspect_output import render_markdown, render_table
-from webhook.cluster.connection import connect
+from webhook.cluster.connection import ClusterError, connect
+from webhook.cluster.listing import AUDITOR_ROLE, RequestRefused
 from webhook.operations.inspect import inspect_cluster
 from webhook.operations.inspect_changes import check_previous
 from webhook.operations.inspect_report import report_document
@@ -49,12 +50,7 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         epilog=_EPILOG,
     )
     add_policy_argument(inspect)
-    inspect.add_argument(
-        "--kubeconfig",
-        metavar="PATH",
-        help="default: $KUBECONFIG, then in-cluster, then ~/.kube/config",
-    )
-    inspect.add_argument("--context")
+    add_cluster_arguments(inspect)
     inspect.add_argument(
         "--since",
         metavar="FILE",
@@ -82,7 +78,11 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--since {path}: cannot read a JSON report ({exc})") from None
         previous = check_previous(document, f"--since {path}")
     with connect(args.kubeconfig, args.context) as cluster:
-        report = inspect_cluster(cluster, policy, datetime.now(UTC), previous)
+        try:
+            report = inspect_cluster(cluster, policy, datetime.now(UTC), previous)
+        except RequestRefused as exc:
+            # The readers name the auditor role, which lacks events: this role has them all.
+            raise ClusterError(str(exc).replace(AUDITOR_ROLE, INSPECTOR_ROLE)) from None
     if args.output == "json":
         print(json.dumps(report_document(report), indent=2))
     elif args.output == "markdown":
