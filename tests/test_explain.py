@@ -14,7 +14,11 @@ from typing import Any
 import pytest
 
 from tests.kubeapi import FakeKubeAPI
+from webhook import parse_policy
 from webhook.cli.main import main
+from webhook.cluster.connection import connect
+from webhook.operations.cluster_facts import pending_pods, read_cluster_facts
+from webhook.operations.explain import explain_pod
 from webhook.operations.scheduler_message import parse_scheduler_message
 
 POLICY = """\
@@ -152,6 +156,7 @@ def failed_scheduling(pod_name: str, message: str = SCHEDULER_MESSAGE) -> dict[s
 
 def scripted(kube_api: FakeKubeAPI, *objects: dict[str, Any]) -> None:
     """The six nodes, one finished and one running Pod of 4 GPUs on gpu-1, and ``objects``."""
+    kube_api.register("", "v1", "events", "Event")  # served by every API server
     kube_api.add_all(cluster_nodes())
     kube_api.add(running("busy-1", "gpu-1", 4))
     finished = running("done-1", "gpu-2", 8)
@@ -287,3 +292,467 @@ def test_the_schedulers_reasons_are_read_in_every_wording(
 ) -> None:
     parsed = parse_scheduler_message(message)
     assert [(r.count, r.kind, r.text) for r in parsed.reasons] == expected
+
+
+def test_an_untolerated_gpu_taint_names_the_taint_and_the_toleration_to_write(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    message = (
+        "0/6 nodes are available: 3 node(s) didn't match Pod's node affinity/selector, "
+        "3 node(s) had untolerated taint {nvidia.com/gpu: present}."
+    )
+    scripted(kube_api, pod("trainer", tolerations=[]), failed_scheduling("trainer", message))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["untolerated-taint"]
+    [cause] = record["causes"]
+    assert cause["summary"] == (
+        "taint nvidia.com/gpu=present:NoSchedule on 2 GPU nodes offering nvidia.com/gpu is not "
+        "tolerated (gpu-1, gpu-2)"
+    )
+    assert cause["fix"] == (
+        "add to spec.tolerations (in the workload's pod template): "
+        "{key: nvidia.com/gpu, operator: Equal, value: present, effect: NoSchedule}"
+    )
+    assert cause["details"] == [
+        'the scheduler: "3 node(s) had untolerated taint {nvidia.com/gpu: present}"'
+    ]
+
+
+def test_a_node_selector_no_gpu_node_matches_names_the_label_and_the_values_they_have(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    message = "0/6 nodes are available: 6 node(s) didn't match Pod's node affinity/selector."
+    trainer = pod(
+        "trainer",
+        nodeSelector={"example.com/pool": "training", "nvidia.com/gpu.product": "NVIDIA-B200"},
+    )
+    scripted(kube_api, trainer, failed_scheduling("trainer", message))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["node-affinity"]
+    [cause] = record["causes"]
+    assert cause["summary"] == (
+        "its node selector or required node affinity matches none of the 2 GPU nodes offering "
+        "nvidia.com/gpu (gpu-1, gpu-2)"
+    )
+    assert cause["details"] == [
+        "the scheduler: \"6 node(s) didn't match Pod's node affinity/selector\"",
+        "spec.nodeSelector[nvidia.com/gpu.product]: NVIDIA-B200: the GPU nodes have "
+        "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3",
+    ]
+    assert cause["fix"] == (
+        "write nodeSelector nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3 (in the workload's "
+        "pod template)"
+    )
+
+
+def test_a_required_node_affinity_no_gpu_node_meets_is_named_by_its_term(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "example.com/zone", "operator": "In", "values": ["eu-1"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    scripted(kube_api, pod("trainer", affinity=affinity))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["node-affinity"]
+    [cause] = record["causes"]
+    assert cause["details"] == [
+        "nodeSelectorTerms[0]: example.com/zone In ['eu-1']: no GPU node offering it has the "
+        "label example.com/zone"
+    ]
+    assert (
+        cause["fix"]
+        == "remove the requirement on example.com/zone (in the workload's pod template)"
+    )
+    # No FailedScheduling event (expired, or the scheduler not yet at it): the nodes tell.
+    assert "the scheduler has written no FailedScheduling event about it" in record["notes"]
+
+
+def test_a_resource_name_no_node_advertises_gets_a_did_you_mean(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    message = "0/6 nodes are available: 6 Insufficient nvidia.com/mig-1g.10gb."
+    mig = pod("notebook", 1, resource="nvidia.com/mig-1g.10gb", nodeSelector={})
+    scripted(kube_api, mig, failed_scheduling("notebook", message))
+    status, out, err = explain(kube_api, tmp_path, capsys, "pod", "notebook", "-n", NAMESPACE)
+    assert (status, err) == (1, "")
+    assert (
+        "causes, in the order to address them:\n  1. no node advertises nvidia.com/mig-1g.10gb"
+        in out
+    )
+    assert (
+        "     - spec.containers[0].resources.limits[nvidia.com/mig-1g.10gb]: "
+        "nvidia.com/mig-1g.10gb is advertised by no node; did you mean nvidia.com/mig-1g.12gb?"
+    ) in out
+    assert (
+        "     fix: write nvidia.com/mig-1g.12gb instead of nvidia.com/mig-1g.10gb in "
+        "resources.limits"
+    ) in out
+    # The scheduler's "Insufficient" is that same cause: not told twice.
+    assert out.count("nvidia.com/mig-1g.10gb is advertised by no node") == 1
+    assert "notes:" not in out.split("causes,")[1].split("fix:")[0]
+
+
+def test_an_exhausted_gpu_quota_names_the_quota_and_whom_to_ask(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "gpus", "namespace": NAMESPACE},
+        "spec": {"hard": {"requests.nvidia.com/gpu": "8", "pods": "50"}},
+        "status": {
+            "hard": {"requests.nvidia.com/gpu": "8", "pods": "50"},
+            "used": {"requests.nvidia.com/gpu": "8", "pods": "3"},
+        },
+    }
+    scripted(kube_api, quota, pod("trainer", 2))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["quota-exhausted"]
+    [cause] = record["causes"]
+    assert cause["summary"] == (
+        "ResourceQuota gpus in ml: requests.nvidia.com/gpu is used up (8 of 8): no more GPU "
+        "Pods can be created in the namespace"
+    )
+    assert cause["fix"] == (
+        "free GPUs in ml (delete GPU Pods that are done or idle), or raise "
+        "spec.hard[requests.nvidia.com/gpu] of ResourceQuota gpus (ask #ml-platform)"
+    )
+
+
+def test_an_unallocatable_claim_names_the_class_no_driver_publishes(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    device_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+    }
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "trainer-gpu-x7k2p", "namespace": NAMESPACE},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+            }
+        },
+        "status": {},
+    }
+    trainer = pod(
+        "trainer",
+        None,
+        nodeSelector={},
+        resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+    )
+    trainer["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    trainer["status"]["resourceClaimStatuses"] = [
+        {"name": "gpu", "resourceClaimName": "trainer-gpu-x7k2p"}
+    ]
+    message = "0/6 nodes are available: 6 cannot allocate all claims."
+    scripted(kube_api, device_class, claim, trainer, failed_scheduling("trainer", message))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["unallocatable-claim"]
+    [cause] = record["causes"]
+    assert cause["summary"] == (
+        'claim gpu: ResourceClaim "trainer-gpu-x7k2p" is not allocated (asks for gpu.nvidia.com)'
+    )
+    assert cause["details"] == [
+        'no ResourceSlice publishes devices of driver gpu.nvidia.com (DeviceClass "gpu.nvidia.com")'
+    ]
+    assert cause["fix"].startswith("install the DRA driver whose kubelet plugin publishes")
+
+
+def test_a_schedulable_pod_gets_nothing_blocks_it(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripted(kube_api, pod("trainer", 4))
+    status, out, err = explain(kube_api, tmp_path, capsys, "pod/trainer", "-n", NAMESPACE)
+    assert (status, err) == (0, "")
+    assert "\nnothing blocks it\n" in out
+    assert "    pool training: 2 nodes; nvidia.com/gpu 16 allocatable, 4 allocated" in out
+    # One Pod: its own events only, and its namespace's quotas.
+    [events] = kube_api.requests_to("GET", "/api/v1/namespaces/ml/events")
+    assert events.query["fieldSelector"] == [
+        "reason=FailedScheduling,involvedObject.kind=Pod,involvedObject.name=trainer"
+    ]
+    assert kube_api.requests_to("GET", "/api/v1/namespaces/ml/resourcequotas")
+
+
+def test_a_refused_read_is_one_line_naming_what_was_refused(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripted(kube_api, pod("trainer", 4))
+    kube_api.forbid("/api/v1/nodes")
+    status, out, err = explain(kube_api, tmp_path, capsys, "pod", "trainer", "-n", NAMESPACE)
+    assert (status, out) == (2, "")
+    [line] = err.splitlines()
+    assert line.startswith("gpu-admission: error: cannot list nodes (HTTP 403): ")
+    assert "nodes is forbidden" in line
+
+
+def test_a_pod_that_does_not_exist_is_one_line(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripted(kube_api)
+    status, out, err = explain(kube_api, tmp_path, capsys, "pod", "ghost", "-n", NAMESPACE)
+    assert (status, out) == (2, "")
+    assert err == 'gpu-admission: error: pod "ghost" not found in namespace "ml"\n'
+
+
+# --- Pending: what holds a Pod before the nodes, and cordoned nodes ------------------------
+
+
+def test_scheduling_gates_come_first_and_cordoned_gpu_nodes_are_named(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gated = pod("trainer", 4, schedulingGates=[{"name": "kueue.x-k8s.io/admission"}])
+    scripted(kube_api, gated)
+    for name in ("gpu-1", "gpu-2"):
+        stored = kube_api.get(f"/api/v1/nodes/{name}")
+        assert stored is not None
+        stored["spec"]["unschedulable"] = True
+        kube_api.replace(stored)
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["scheduling-gated", "cordoned-nodes"]
+    assert record["headline"] == (
+        "scheduling gates hold it before any node is considered: kueue.x-k8s.io/admission "
+        "(and 1 more cause)"
+    )
+    assert record["causes"][1]["summary"] == (
+        "2 GPU nodes offering nvidia.com/gpu are cordoned (gpu-1, gpu-2)"
+    )
+    assert record["causes"][1]["fix"].startswith("uncordon them when maintenance is over")
+
+
+def test_a_pod_for_a_custom_scheduler_that_said_nothing_names_the_scheduler(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripted(kube_api, pod("trainer", 4, schedulerName="volcano"))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["custom-scheduler"]
+    assert record["causes"][0]["summary"] == (
+        'spec.schedulerName is "volcano" and that scheduler has reported nothing about it'
+    )
+
+
+# --- A running Pod that cannot see its GPU ------------------------------------------------
+
+
+def _no_gpu(spec: dict[str, Any]) -> None:
+    del spec["containers"][0]["resources"]
+
+
+def _no_runtime_class(spec: dict[str, Any]) -> None:
+    del spec["runtimeClassName"]
+
+
+def _privileged(spec: dict[str, Any]) -> None:
+    spec["containers"][0]["securityContext"] = {"privileged": True}
+
+
+def _visible_devices(spec: dict[str, Any]) -> None:
+    spec["containers"][0]["env"] = [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+        {"name": "CUDA_VISIBLE_DEVICES", "value": ""},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "kind", "summary", "fix"),
+    [
+        (
+            _no_gpu,
+            "no-gpu-requested",
+            "no container asks for a GPU (no GPU resource in resources.limits, no resource "
+            "claim): the device plugin gives it none",
+            "set resources.limits[nvidia.com/gpu]: 1 on the container that uses the GPU",
+        ),
+        (
+            _no_runtime_class,
+            "runtime-class",
+            'spec.runtimeClassName is not set; GPU Pods here run with RuntimeClass "nvidia" '
+            "(pools[0].runtimeClassName (training))",
+            "set spec.runtimeClassName: nvidia in the workload's pod template",
+        ),
+        (
+            _privileged,
+            "privileged-container",
+            "privileged container main: it sees the host's device nodes outside the device "
+            "plugin's allocation, and the runtime's injection of the GPU and its driver "
+            "libraries does not follow the GPUs it was given",
+            "remove securityContext.privileged from main",
+        ),
+        (
+            _visible_devices,
+            "visible-devices-override",
+            "the container sets the variables that say which GPUs it sees: they replace the "
+            "ones the device plugin gave",
+            "remove env NVIDIA_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES from main",
+        ),
+    ],
+)
+def test_a_running_pod_that_cannot_see_its_gpu_is_told_why(
+    kube_api: FakeKubeAPI,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    change: Any,
+    kind: str,
+    summary: str,
+    fix: str,
+) -> None:
+    trainer = pod("trainer", 4, node_name="gpu-1", phase="Running", runtimeClassName="nvidia")
+    change(trainer["spec"])
+    scripted(kube_api, trainer)
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert record["state"] == "scheduled"
+    assert kinds(record) == [kind]
+    [cause] = record["causes"]
+    assert cause["summary"] == summary
+    assert cause["fix"].startswith(fix)
+    assert any("nvidia-smi -L" in note for note in record["notes"])
+
+
+def test_the_overriding_values_are_named_with_what_they_do(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trainer = pod("trainer", 4, node_name="gpu-1", phase="Running", runtimeClassName="nvidia")
+    _visible_devices(trainer["spec"])
+    scripted(kube_api, trainer)
+    _, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert record["causes"][0]["details"] == [
+        'main: NVIDIA_VISIBLE_DEVICES="all": it names devices of its own choosing',
+        'main: CUDA_VISIBLE_DEVICES="": CUDA sees no GPU',
+    ]
+
+
+def test_a_running_pod_with_its_gpu_in_order_gets_nothing_blocks_it(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trainer = pod("trainer", 4, node_name="gpu-1", phase="Running", runtimeClassName="nvidia")
+    scripted(kube_api, trainer)
+    status, out, _ = explain(kube_api, tmp_path, capsys, "pod", "trainer", "-n", NAMESPACE)
+    assert status == 0
+    assert out.startswith("Pod ml/trainer: Running on node gpu-1\n")
+    assert "\nnothing blocks it\n" in out
+
+
+# --- Offline: a Pod from a file ----------------------------------------------------------
+
+
+def test_offline_a_pod_file_gets_the_policys_verdict_and_what_its_spec_shows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(POLICY)
+    trainer = pod("trainer", 4, runtimeClassName="nvidia")
+    trainer["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    del trainer["status"]
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(json.dumps(trainer))
+    status = main(["explain", "-f", str(manifest), "--policy", str(policy_file), "-o", "json"])
+    record = json.loads(capsys.readouterr().out)
+    assert status == 1
+    assert record["state"] == "offline"
+    assert kinds(record) == ["policy-denies", "privileged-container"]
+    assert record["verdict"]["allowed"] is False
+    assert any(line.startswith("privileged: ") for line in record["verdict"]["denied"])
+    assert record["causes"][0]["summary"].startswith("the policy denies it (privileged")
+    assert record["notes"][-1].startswith("offline: the policy's verdict and what the Pod spec")
+    assert "gpu-admission explain pod NAME -n NAMESPACE" in record["notes"][-1]
+
+
+def test_offline_a_clean_pod_gets_nothing_blocks_it_and_the_live_form(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(POLICY)
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(json.dumps(pod("trainer", 4, runtimeClassName="nvidia")))
+    status = main(["explain", "-f", str(manifest), "--policy", str(policy_file)])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert out.startswith("Pod ml/trainer: from a file (offline)\n")
+    assert "\nnothing blocks it\n" in out
+    assert "need the live form: gpu-admission explain pod NAME -n NAMESPACE" in out
+
+
+def test_a_name_and_a_file_together_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(["explain", "pod", "trainer", "-f", str(tmp_path / "pod.yaml")])
+    assert status == 2
+    assert capsys.readouterr().err == (
+        "gpu-admission: error: explain: give either pod NAME (live) or -f FILE (offline), "
+        "not both\n"
+    )
+
+
+# --- Many Pods from one reading, as `inspect` reads them -----------------------------------
+
+
+def test_one_reading_explains_every_pending_pod_through_paged_narrowed_lists(
+    kube_api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    vision = pod("detector", 2, namespace="vision")
+    scripted(
+        kube_api,
+        running("busy-2", "gpu-2", 6),
+        pod("trainer", 6),
+        vision,
+        failed_scheduling("trainer"),
+        # An event of an earlier Pod of the same name (another uid) is not this Pod's.
+        failed_scheduling("detector")
+        | {
+            "metadata": {"name": "detector.1", "namespace": "vision"},
+            "involvedObject": {
+                "kind": "Pod",
+                "namespace": "vision",
+                "name": "detector",
+                "uid": "old",
+            },
+        },
+    )
+    policy = parse_policy(POLICY)
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    with connect(str(kubeconfig)) as cluster:
+        pods = list(pending_pods(cluster, None))
+        facts = read_cluster_facts(cluster, policy, pods, all_namespaces=True)
+    assert [p["metadata"]["name"] for p in pods] == ["trainer", "detector"]
+    assert (facts.node_count, [n.name for n in facts.nodes]) == (6, ["gpu-1", "gpu-2", "mig-1"])
+    first = {
+        e.pod: e.causes[0].kind if e.causes else ""
+        for e in (explain_pod(p, facts, policy) for p in pods)
+    }
+    assert first == {"ml/trainer": "insufficient-gpus", "vision/detector": ""}
+    assert set(facts.events) == {("ml", "trainer")}
+    # Every list paged, and narrowed by field selectors where the API server offers them.
+    lists = [
+        (r.path, r.query.get("fieldSelector", [""])[0], r.query.get("limit", [""])[0])
+        for r in kube_api.requests_to("GET")
+    ]
+    assert lists == [
+        ("/api/v1/pods", "status.phase=Pending", "500"),
+        ("/api/v1/nodes", "", "500"),
+        ("/api/v1/pods", "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed", "500"),
+        ("/api/v1/events", "reason=FailedScheduling,involvedObject.kind=Pod", "500"),
+        ("/api/v1/resourcequotas", "", "500"),
+    ]

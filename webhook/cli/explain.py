@@ -152,6 +152,7 @@ def render(explanation: Explanation) -> str:
     if verdict.warned:
         said += f", {number(len(verdict.warned), 'warning')}"
     lines.append(f"  policy: {said}")
+    lines += [f"    denied: {line}" for line in verdict.denied]
     lines += [f"    warning: {line}" for line in verdict.warned]
     if explanation.pools:
         lines.append("  GPU nodes it can reach:")

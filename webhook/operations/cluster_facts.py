@@ -41,7 +41,6 @@ from webhook.policy.quantity import Quantity, parse_quantity
 # Quota entries of DRA devices: ``<class>.deviceclass.resource.k8s.io/devices``.
 DEVICE_CLASS_QUOTA = ".deviceclass.resource.k8s.io/devices"
 FAILED_SCHEDULING = "FailedScheduling"
-EMPTY_QUANTITIES: Mapping[str, Quantity] = MappingProxyType({})
 PodKey = tuple[str, str]  # (namespace, name)
 
 
@@ -105,16 +104,9 @@ class ClusterFacts:
     dra: DraFacts | None = None
     notes: tuple[str, ...] = ()
 
-    def read_namespace(self, namespace: str) -> bool:
-        """Whether the namespace's events, quotas and claims were read."""
-        return self.namespaces is None or namespace in self.namespaces
-
     def advertised(self) -> frozenset[str]:
         """The vendor resources some GPU node's capacity lists above zero."""
         return frozenset(name for node in self.nodes for name in node.info.vendor_resources())
-
-
-NO_FACTS = ClusterFacts(0, (), {}, {}, frozenset())
 
 
 def read_pod(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:

@@ -18,21 +18,11 @@ from webhook.policy.quantity import Quantity
 def claim_causes(pod: Mapping[str, Any], view: PodView, facts: ClusterFacts) -> list[Cause]:
     """Claims that keep the Pod from being scheduled: not created, missing, not allocated, of
     a class no driver publishes devices for."""
-    entries = [e for e in view.spec.get("resourceClaims") or () if isinstance(e, Mapping)]
     dra = facts.dra
-    if not entries or dra is None:
+    if dra is None:
         return []
-    status = _mapping(pod.get("status"))
-    generated = {
-        str(s.get("name")): s.get("resourceClaimName")
-        for s in status.get("resourceClaimStatuses") or ()
-        if isinstance(s, Mapping)
-    }
     causes = []
-    for entry in entries:
-        name = str(entry.get("name"))
-        claim_name = entry.get("resourceClaimName") or generated.get(name)
-        template = entry.get("resourceClaimTemplateName")
+    for name, claim_name, template in pod_claims(pod):
         if not claim_name:
             causes.append(
                 Cause(
@@ -87,10 +77,18 @@ def claim_causes(pod: Mapping[str, Any], view: PodView, facts: ClusterFacts) -> 
 
 
 def quota_causes(
-    view: PodView, facts: ClusterFacts, policy: Policy, requests: Mapping[str, Quantity]
+    pod: Mapping[str, Any],
+    view: PodView,
+    facts: ClusterFacts,
+    policy: Policy,
+    requests: Mapping[str, Quantity],
 ) -> list[Cause]:
-    claims = facts.dra.claims.values() if facts.dra is not None else ()
-    claimed_classes = {c for claim in claims for c in claim.device_classes}
+    claimed_classes = {
+        device_class
+        for _, claim_name, _ in pod_claims(pod)
+        if facts.dra is not None and (claim := facts.dra.claims.get((view.namespace, claim_name)))
+        for device_class in claim.device_classes
+    }
     causes = []
     for use in facts.quotas.get(view.namespace, ()):
         resource = use.resource
@@ -100,10 +98,7 @@ def quota_causes(
             concerned = resource.removeprefix("requests.").removeprefix("limits.") in requests
         if not concerned or not use.exhausted:
             continue
-        tenant = next(
-            (t for t in policy.tenants if t.contact and t.matches(view.namespace, None)), None
-        )
-        whom = tenant.ask if tenant is not None else "ask the platform team"
+        whom = whom_to_ask(policy, view.namespace)
         causes.append(
             Cause(
                 "quota-exhausted",
@@ -115,6 +110,33 @@ def quota_causes(
             )
         )
     return causes
+
+
+def pod_claims(pod: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """The Pod's claims: (its name in the Pod, the ResourceClaim's name or "" where the claim
+    controller has not made it yet, the template's name or "")."""
+    spec = _mapping(pod.get("spec"))
+    generated = {
+        str(s.get("name")): str(s.get("resourceClaimName") or "")
+        for s in _mapping(pod.get("status")).get("resourceClaimStatuses") or ()
+        if isinstance(s, Mapping)
+    }
+    return [
+        (
+            str(entry.get("name")),
+            str(entry.get("resourceClaimName") or generated.get(str(entry.get("name"))) or ""),
+            str(entry.get("resourceClaimTemplateName") or ""),
+        )
+        for entry in spec.get("resourceClaims") or ()
+        if isinstance(entry, Mapping)
+    ]
+
+
+def whom_to_ask(policy: Policy, namespace: str) -> str:
+    """Whom a fix tells the namespace's users to ask: its tenant's ``contact``, else the
+    platform team."""
+    tenant = next((t for t in policy.tenants if t.contact and t.matches(namespace, None)), None)
+    return tenant.ask if tenant is not None else "ask the platform team"
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.core.inventory import pools_of
 from webhook.core.pods import PodView, effective_requests
 from webhook.core.pools import select_pool
 from webhook.core.scheduling import (
@@ -29,11 +30,11 @@ from webhook.operations.cluster_facts import (
     ClusterFacts,
     GpuNode,
 )
-from webhook.operations.namespace_causes import claim_causes, quota_causes
+from webhook.operations.namespace_causes import claim_causes, quota_causes, whom_to_ask
 from webhook.operations.scheduler_message import SchedulerMessage, SchedulerReason
 from webhook.policy.dra import DEVICE_CLASS_RESOURCE_PREFIX
-from webhook.policy.model import Policy
-from webhook.policy.quantity import Quantity
+from webhook.policy.model import Policy, Pool
+from webhook.policy.quantity import Quantity, parse_quantity
 
 DEFAULT_SCHEDULER = "default-scheduler"
 # Lines of nodes a cause lists before it says how many more.
@@ -105,7 +106,7 @@ def pending_causes(
         elif offering:
             blocked = _blockers(spec, offering, requests)
             if all(blocked.values()):
-                found = _node_causes(view, requests, offering, blocked, reasons)
+                found = _node_causes(view, policy, requests, offering, blocked, reasons)
                 causes += found
                 found_kinds.update(_REASON_OF[c.kind] for c in found)
             else:
@@ -122,7 +123,7 @@ def pending_causes(
     causes += claims
     if claims:
         found_kinds.add("claims")
-    causes += quota_causes(view, facts, policy, requests)
+    causes += quota_causes(pod, view, facts, policy, requests)
     for reason in reasons:
         gpu_reason = reason.kind != "insufficient" or policy.is_vendor_resource(reason.resource)
         if reason.kind in found_kinds and gpu_reason:
@@ -171,9 +172,7 @@ def _reachable(view: PodView, facts: ClusterFacts, policy: Policy) -> list[GpuNo
     ]
 
 
-def _pools_of(node: GpuNode, policy: Policy) -> tuple[Any, ...]:
-    from webhook.core.inventory import pools_of
-
+def _pools_of(node: GpuNode, policy: Policy) -> tuple[Pool, ...]:
     return pools_of(node.info, policy)
 
 
@@ -188,7 +187,10 @@ def _capacities(
     for pool_name, nodes in sorted(by_pool.items()):
         allocatable: dict[str, Quantity] = {}
         allocated: dict[str, Quantity] = {}
-        for resource in requests:
+        advertised = {name for n in nodes for name in n.info.vendor_resources()}
+        # What the Pod asks for that the nodes advertise, else what they advertise.
+        resources = [r for r in requests if r in advertised] or sorted(advertised)
+        for resource in resources:
             allocatable[resource] = sum(
                 (_quantity(n.info.allocatable.get(resource)) for n in nodes), start=0
             )
@@ -198,8 +200,6 @@ def _capacities(
 
 
 def _quantity(value: str | None) -> Quantity:
-    from webhook.policy.quantity import parse_quantity
-
     return (parse_quantity(value) if value is not None else None) or 0
 
 
@@ -268,6 +268,7 @@ def _blockers(
 
 def _node_causes(
     view: PodView,
+    policy: Policy,
     requests: Mapping[str, Quantity],
     offering: Sequence[GpuNode],
     blocked: Mapping[GpuNode, list[str]],
@@ -283,7 +284,10 @@ def _node_causes(
 
     short = [n for n in offering if "insufficient" in blocked[n]]
     if short:
-        causes.append(_insufficient(requests, offering, short, scheduler_said("insufficient")))
+        whom = whom_to_ask(policy, view.namespace)
+        causes.append(
+            _insufficient(requests, offering, short, scheduler_said("insufficient"), whom)
+        )
     cordoned = [n.name for n in offering if "cordoned" in blocked[n]]
     if cordoned:
         causes.append(
@@ -329,6 +333,7 @@ def _insufficient(
     offering: Sequence[GpuNode],
     short: Sequence[GpuNode],
     said: tuple[str, ...],
+    whom: str,
 ) -> Cause:
     lacking = [
         name for name, quantity in requests.items() if any(n.free(name) < quantity for n in short)
@@ -353,7 +358,7 @@ def _insufficient(
     else:
         fix = (
             f"wait for GPU Pods on these nodes to finish, ask for {plain_number(most_free)} or "
-            f"fewer (the most free on one node), or add GPU nodes (ask the platform team)"
+            f"fewer (the most free on one node), or add GPU nodes ({whom})"
         )
     return Cause(
         "insufficient-gpus",
@@ -372,45 +377,51 @@ def _affinity(
     they have."""
     details: list[str] = []
     fixes: list[str] = []
-    selector = view.node_selector()
-    for key, value in selector.items():
-        have = sorted({n.info.labels.get(str(key), "") for n in excluded})
-        if all(h != str(value) for h in have):
-            shown = ", ".join(h for h in have if h) or "none"
-            details.append(
-                f"{view.field_path('nodeSelector')}[{key}]: {value}: the GPU nodes have "
-                f"{key}={shown}"
-                + (" (some lack the label)" if "" in have and shown != "none" else "")
-            )
-            present = [h for h in have if h]
+    for key, value in view.node_selector().items():
+        have = _values(excluded, str(key))
+        if str(value) not in have:
+            where = f"{view.field_path('nodeSelector')}[{key}]: {value}"
+            details.append(f"{where}: {_having(str(key), have)}")
             fixes.append(
-                f"nodeSelector {key}: {present[0]}" if present else f"drop nodeSelector {key}"
+                f"write nodeSelector {key}: {have[0]}" if have else f"remove nodeSelector {key}"
             )
     for index, term in enumerate(required_terms(view.spec) or ()):
         for expr in term.get("matchExpressions") or ():
             if not isinstance(expr, Mapping):
                 continue
             key = str(expr.get("key"))
-            if not any(expression_matches(expr, n.info.labels.get(key)) for n in excluded):
-                have = sorted({n.info.labels.get(key, "") for n in excluded} - {""})
-                details.append(
-                    f"nodeSelectorTerms[{index}]: {key} {expr.get('operator')} "
-                    f"{expr.get('values') or ''}: the GPU nodes have "
-                    f"{key}={', '.join(have) or 'none'}".replace(" : ", ": ")
-                )
-                fixes.append(
-                    f"a requirement on {key} the GPU nodes meet" + (f" ({have[0]})" if have else "")
-                )
+            if any(expression_matches(expr, n.info.labels.get(key)) for n in excluded):
+                continue
+            have = _values(excluded, key)
+            values = expr.get("values")
+            written = f"{key} {expr.get('operator')}" + (f" {values}" if values else "")
+            details.append(f"nodeSelectorTerms[{index}]: {written}: {_having(key, have)}")
+            fixes.append(
+                f"write a requirement on {key} the GPU nodes meet ({key}={have[0]})"
+                if have
+                else f"remove the requirement on {key}"
+            )
     nodes = [n.name for n in excluded]
     return Cause(
         "node-affinity",
         f"its node selector or required node affinity matches none of the "
         f"{number(len(nodes), 'GPU node')} offering {asked} ({names(nodes)})",
-        "write " + "; ".join(fixes) + " in the workload's pod template"
+        "; ".join(fixes) + " (in the workload's pod template)"
         if fixes
         else "make its nodeSelector and required node affinity match the GPU nodes' labels",
         (*said, *details),
     )
+
+
+def _values(nodes: Sequence[GpuNode], key: str) -> list[str]:
+    """The values the nodes have of a label, sorted ("" left out)."""
+    return sorted({n.info.labels.get(key, "") for n in nodes} - {""})
+
+
+def _having(key: str, values: list[str]) -> str:
+    if not values:
+        return f"no GPU node offering it has the label {key}"
+    return f"the GPU nodes have {key}={', '.join(values)}"
 
 
 def _scheduler_reason(reason: SchedulerReason, policy: Policy) -> Cause | None:

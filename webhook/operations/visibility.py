@@ -74,8 +74,8 @@ def visibility_causes(
                 "the ones the device plugin gave",
                 "remove "
                 + "; ".join(
-                    f"env {entry.get('name')} from {container.name}"
-                    for container, entry in overrides
+                    f"env {' and '.join(variables)} from {container}"
+                    for container, variables in _by_container(overrides).items()
                 )
                 + " (the device plugin sets NVIDIA_VISIBLE_DEVICES to the GPUs it allocated)",
                 details,
@@ -83,6 +83,15 @@ def visibility_causes(
         )
     notes.append(NOT_IN_THE_API)
     return causes, notes
+
+
+def _by_container(
+    overrides: list[tuple[ContainerView, Mapping[str, Any]]],
+) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for container, entry in overrides:
+        found.setdefault(container.name, []).append(str(entry.get("name")))
+    return found
 
 
 def _asks_gpu(container: ContainerView) -> bool:
