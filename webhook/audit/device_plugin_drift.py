@@ -48,15 +48,15 @@ def find_device_plugin_drift(
         if daemonset is None:
             continue
         spec = pod_spec(daemonset)
-        desired = _status_count(daemonset, "desiredNumberScheduled")
-        admitted = [node for node in nodes if _runs_on(spec, node)]
+        desired = status_count(daemonset, "desiredNumberScheduled")
+        admitted = [node for node in nodes if runs_on(spec, node)]
         covered = [node.name for node in admitted if is_gpu_node(node)]
         if desired == len(covered):
             continue
         extra = tuple(node.name for node in admitted if not is_gpu_node(node))
         should = (
             f"DaemonSet {named} would run {number(desired, 'Pod')} "
-            f"(status.desiredNumberScheduled; {_status_count(daemonset, 'numberReady')} ready) "
+            f"(status.desiredNumberScheduled; {status_count(daemonset, 'numberReady')} ready) "
             f"where {count(covered, 'GPU node')} "
             f"{'admits' if len(covered) == 1 else 'admit'} it (its node selector, node "
             "affinity and tolerations)"
@@ -96,13 +96,13 @@ def pod_spec(daemonset: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _runs_on(spec: Mapping[str, Any], node: NodeInfo) -> bool:
+def runs_on(spec: Mapping[str, Any], node: NodeInfo) -> bool:
     """Whether the DaemonSet controller places a Pod of this template on the node."""
     taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints]
     return daemon_pod_fits(spec, node.labels, node.name, taints)
 
 
-def _status_count(daemonset: Mapping[str, Any], field: str) -> int:
+def status_count(daemonset: Mapping[str, Any], field: str) -> int:
     """A count in a DaemonSet's status (the API server leaves out zeros)."""
     status = daemonset.get("status")
     value = status.get(field) if isinstance(status, Mapping) else None

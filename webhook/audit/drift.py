@@ -76,17 +76,8 @@ def check_cluster(cluster: Cluster, policy: Policy) -> tuple[list[Drift], int]:
     from kubernetes.client.exceptions import ApiException
 
     lister = Lister(cluster, None)
-    apps = k8s.AppsV1Api(cluster.api_client)
     core = k8s.CoreV1Api(cluster.api_client)
-    daemonsets: dict[DaemonSetName, Mapping[str, Any] | None] = {}
-    for named in policy.device_plugin_daemonsets:
-        read = partial(apps.read_namespaced_daemon_set, named.name, named.namespace)
-        try:
-            daemonsets[named] = lister.call(read)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise RequestRefused(f"cannot read DaemonSet {named}", exc) from None
-            daemonsets[named] = None
+    daemonsets = read_device_plugin_daemonsets(lister, policy)
     # The labels the DaemonSets select nodes by are kept with the pools' (the GPU Operator's
     # nvidia.com/gpu.deploy.device-plugin is neither).
     selected = {key for ds in daemonsets.values() for key in selected_label_keys(pod_spec(ds))}
@@ -103,27 +94,59 @@ def check_cluster(cluster: Cluster, policy: Policy) -> tuple[list[Drift], int]:
         raise RequestRefused("cannot list nodes", exc) from None
 
     def placed(named: DaemonSetName) -> frozenset[str]:
-        """The nodes the DaemonSet's Pods are on or bound for: listed (by its selector, kept
-        if it controls them) only for one that wants fewer Pods than it should have."""
-        daemonset = daemonsets.get(named) or {}
-        metadata = daemonset.get("metadata")
-        uid = metadata.get("uid") if isinstance(metadata, Mapping) else None
-        spec = daemonset.get("spec")
-        selector = selector_text(spec.get("selector") if isinstance(spec, Mapping) else None)
-        pods = partial(core.list_namespaced_pod, named.namespace, label_selector=selector)
-        try:
-            return frozenset(
-                node
-                for page in lister.pages(pods)
-                for pod in page.get("items") or ()
-                if isinstance(pod, dict) and uid is not None and controller_uid(pod) == uid
-                for node in (assigned_node(_mapping(pod.get("spec"))),)
-                if node
-            )
-        except ApiException as exc:
-            raise RequestRefused(f"cannot list the Pods of DaemonSet {named}", exc) from None
+        """The nodes the DaemonSet's Pods are on or bound for: listed only for one that
+        wants fewer Pods than it should have."""
+        return daemonset_pod_nodes(lister, named, daemonsets.get(named) or {})
 
     return find_drift(policy, nodes, daemonsets, placed), len(nodes)
+
+
+def read_device_plugin_daemonsets(
+    lister: Lister, policy: Policy
+) -> dict[DaemonSetName, Mapping[str, Any] | None]:
+    """The DaemonSets ``devicePluginDaemonSets`` names, as read (None: not found), each by a
+    get. A read refused raises ``RequestRefused``."""
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    apps = k8s.AppsV1Api(lister.cluster.api_client)
+    daemonsets: dict[DaemonSetName, Mapping[str, Any] | None] = {}
+    for named in policy.device_plugin_daemonsets:
+        read = partial(apps.read_namespaced_daemon_set, named.name, named.namespace)
+        try:
+            daemonsets[named] = lister.call(read)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise RequestRefused(f"cannot read DaemonSet {named}", exc) from None
+            daemonsets[named] = None
+    return daemonsets
+
+
+def daemonset_pod_nodes(
+    lister: Lister, named: DaemonSetName, daemonset: Mapping[str, Any]
+) -> frozenset[str]:
+    """The nodes a DaemonSet's Pods are on or bound for: its namespace's Pods listed by its
+    selector, kept if it controls them. A list refused raises ``RequestRefused``."""
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    core = k8s.CoreV1Api(lister.cluster.api_client)
+    metadata = daemonset.get("metadata")
+    uid = metadata.get("uid") if isinstance(metadata, Mapping) else None
+    spec = daemonset.get("spec")
+    selector = selector_text(spec.get("selector") if isinstance(spec, Mapping) else None)
+    pods = partial(core.list_namespaced_pod, named.namespace, label_selector=selector)
+    try:
+        return frozenset(
+            node
+            for page in lister.pages(pods)
+            for pod in page.get("items") or ()
+            if isinstance(pod, dict) and uid is not None and controller_uid(pod) == uid
+            for node in (assigned_node(_mapping(pod.get("spec"))),)
+            if node
+        )
+    except ApiException as exc:
+        raise RequestRefused(f"cannot list the Pods of DaemonSet {named}", exc) from None
 
 
 def find_drift(

@@ -7,12 +7,19 @@ import argparse
 import json
 from typing import Any
 
-from webhook.audit.admin_access import ADMIN_ACCESS_KINDS, check_admin_access
-from webhook.audit.class_drift import CLASS_DRIFT_KINDS, check_classes
-from webhook.audit.drift import DRIFT_KINDS, check_cluster
+from webhook.audit.admin_access import ADMIN_ACCESS_KINDS
+from webhook.audit.class_drift import CLASS_DRIFT_KINDS
+from webhook.audit.cluster_check import check_policy_drift
+from webhook.audit.drift import DRIFT_KINDS
 from webhook.audit.drift_finding import Drift
-from webhook.audit.quota_drift import QUOTA_DRIFT_KINDS, check_quotas
-from webhook.cli.common import add_command, add_command_group, add_policy_argument, policy_from
+from webhook.audit.quota_drift import QUOTA_DRIFT_KINDS
+from webhook.cli.common import (
+    add_cluster_arguments,
+    add_command,
+    add_command_group,
+    add_policy_argument,
+    policy_from,
+)
 from webhook.cluster.connection import connect
 from webhook.cluster.listing import AUDITOR_ROLE
 from webhook.core.wording import number
@@ -50,12 +57,7 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         epilog=_EPILOG,
     )
     add_policy_argument(check)
-    check.add_argument(
-        "--kubeconfig",
-        metavar="PATH",
-        help="default: $KUBECONFIG, then in-cluster, then ~/.kube/config",
-    )
-    check.add_argument("--context")
+    add_cluster_arguments(check)
     check.add_argument("-o", "--output", choices=("text", "json"), default="text")
     check.set_defaults(func=run_check)
 
@@ -63,11 +65,8 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
 def run_check(args: argparse.Namespace) -> int:
     policy = policy_from(args)
     with connect(args.kubeconfig, args.context) as cluster:
-        drift, nodes = check_cluster(cluster, policy)
-        quotas = check_quotas(cluster, policy, None)
-        drift += check_classes(cluster, policy)
-        drift += check_admin_access(cluster, policy)
-    drift += quotas.drift
+        checked = check_policy_drift(cluster, policy)
+    drift, nodes, quotas = checked.drift, checked.nodes, checked.quotas
     disagreements = [d for d in drift if d.level == "drift"]
     daemonsets = [str(named) for named in policy.device_plugin_daemonsets]
     if args.output == "json":

@@ -107,3 +107,14 @@ def expired_message(exception: PolicyException) -> str:
         f"so what it lifted ({', '.join(sorted(exception.rules))}) denies again; renew it "
         f"with its owner {exception.owner}, or delete it"
     )
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--kubeconfig`` and ``--context``: which cluster a command reads
+    (``webhook.cluster.connection.connect``)."""
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="default: $KUBECONFIG, then in-cluster, then ~/.kube/config",
+    )
+    parser.add_argument("--context", help="the kubeconfig context (default: its current one)")

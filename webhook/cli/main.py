@@ -14,7 +14,18 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from webhook.cli import audit, certs, cluster, explain, policy, quota, review, serve, webhooks
+from webhook.cli import (
+    audit,
+    certs,
+    cluster,
+    explain,
+    inspect,
+    policy,
+    quota,
+    review,
+    serve,
+    webhooks,
+)
 from webhook.cli.common import add_command, error
 from webhook.policy.load import PolicyError
 
@@ -24,6 +35,7 @@ examples:
   gpu-admission audit -f manifests/ -o sarif > audit.sarif
   gpu-admission audit --cluster -A                       # what a policy would block, live
   gpu-admission explain pod trainer-0 -n ml              # why is this GPU Pod Pending?
+  gpu-admission inspect -o markdown > ticket.md          # the daily GPU inspection
   gpu-admission policy validate my-policy.yaml --manifests manifests/webhooks
   gpu-admission policy test policies/tests
   gpu-admission certs generate --out certs --host 127.0.0.1
@@ -73,6 +85,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     policy.add_subcommands(commands)
     cluster.add_subcommands(commands)
     explain.add_subcommands(commands)
+    inspect.add_subcommands(commands)
     quota.add_subcommands(commands)
     webhooks.add_subcommands(commands)
     version_command = add_command(

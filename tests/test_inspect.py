@@ -1,0 +1,493 @@
+"""``gpu-admission inspect``: the daily GPU inspection of a scripted cluster in the fake API
+server, through the command line's ``main``.
+
+The cluster is ``cluster check``'s twelve nodes (CPU nodes; an H100 training pool, one of whose
+nodes now carries an H200: a mixed pool; time-sliced L4s; GKE-style reserved nodes; A100s in MIG
+instances, mixed and single strategy) with the GPU Operator's and GKE's device plugins, one GPU
+node without a device plugin Pod, Pods holding GPUs, two Pending GPU Pods (one the scheduler
+found no room for, one asking for a resource no node advertises), and a GPU quota at its limit.
+Every section prints in the table and in Markdown; the JSON validates against its schema; a
+second report ``--since`` the first names the node that lost GPUs, the node gone and the new
+product; the inspector ClusterRole grants every request inspect and explain make; a refused
+list is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.kubeapi import FakeKubeAPI, RecordedRequest
+from tests.support.paths import REPO
+from tests.test_cluster_check import POLICY, clean_cluster, gke_plugin, node, operator_plugin
+from webhook.cli.main import main
+from webhook.operations.inspect_report import report_schema
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+TRAINING_TOLERATION = {"key": "example.com/pool", "operator": "Exists", "effect": "NoSchedule"}
+SCHEDULER_MESSAGE = (
+    "0/12 nodes are available: 3 Insufficient nvidia.com/gpu, 9 node(s) didn't match Pod's "
+    "node affinity/selector. preemption: 0/12 nodes are available: 12 No preemption victims "
+    "found for incoming pod."
+)
+# The GPU nodes the GPU Operator's device plugin admits, less mig-2 (its Pod is gone).
+OPERATOR_PLUGIN_NODES = ("train-1", "train-2", "train-3", "infer-1", "infer-2", "mig-1")
+
+
+def created(ago: timedelta) -> str:
+    return (datetime.now(UTC) - ago).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def gpu_pod(
+    name: str,
+    namespace: str,
+    limits: dict[str, str],
+    *,
+    node_name: str | None = None,
+    phase: str = "Pending",
+    age: timedelta = timedelta(minutes=5),
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": "main", "image": "registry.example/train:1", "resources": {"limits": limits}}
+        ],
+        "tolerations": [GPU_TOLERATION, TRAINING_TOLERATION],
+        "nodeSelector": {"example.com/pool": "training"},
+    }
+    if node_name is not None:
+        spec["nodeName"] = node_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "creationTimestamp": created(age),
+        },
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def failed_scheduling(pod: dict[str, Any], message: str) -> dict[str, Any]:
+    metadata = pod["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{metadata['name']}.17f0", "namespace": metadata["namespace"]},
+        "involvedObject": {
+            "kind": "Pod",
+            "namespace": metadata["namespace"],
+            "name": metadata["name"],
+            "uid": metadata["uid"],
+        },
+        "reason": "FailedScheduling",
+        "message": message,
+        "type": "Warning",
+        "count": 12,
+        "lastTimestamp": created(timedelta(minutes=1)),
+        "source": {"component": "default-scheduler"},
+    }
+
+
+def plugin_pod(daemonset: dict[str, Any], node_name: str) -> dict[str, Any]:
+    """A Pod of the DaemonSet on the node, controlled by it."""
+    metadata = daemonset["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{metadata['name']}-{node_name}",
+            "namespace": metadata["namespace"],
+            "labels": dict(daemonset["spec"]["selector"]["matchLabels"]),
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "name": metadata["name"],
+                    "uid": metadata["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin"}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def quota(namespace: str, hard: int, used: int) -> dict[str, Any]:
+    entries = {"requests.nvidia.com/gpu": str(hard)}
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "gpus", "namespace": namespace},
+        "spec": {"hard": entries},
+        "status": {"hard": entries, "used": {"requests.nvidia.com/gpu": str(used)}},
+    }
+
+
+def scripted_nodes() -> list[dict[str, Any]]:
+    """``cluster check``'s twelve nodes, train-3 re-boarded with H200s (a mixed pool), mig-1
+    laid out by the MIG manager's ``all-balanced``."""
+    nodes = {n["metadata"]["name"]: n for n in clean_cluster()}
+    nodes["train-3"]["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-H200"
+    nodes["train-3"]["metadata"]["labels"]["nvidia.com/gpu.memory"] = "143771"
+    nodes["mig-1"]["metadata"]["labels"]["nvidia.com/mig.config"] = "all-balanced"
+    return list(nodes.values())
+
+
+def scripted(kube_api: FakeKubeAPI, nodes: list[dict[str, Any]] | None = None) -> None:
+    kube_api.add_all(nodes if nodes is not None else scripted_nodes())
+    # The GPU Operator's device plugin: desired on its 7 GPU nodes, 6 Pods (mig-2 has none).
+    operator = kube_api.add(operator_plugin(desired=7))
+    operator["status"]["numberReady"] = 6
+    kube_api.replace(operator)
+    kube_api.add_all(plugin_pod(operator, name) for name in OPERATOR_PLUGIN_NODES)
+    gke = kube_api.add(gke_plugin(desired=2))
+    kube_api.add_all(plugin_pod(gke, name) for name in ("reserved-1", "reserved-2"))
+    # GPUs in use: 8 on train-1, 4 on train-2 (and 4 of a Pod starting there, below), 4 on
+    # train-3 (where a finished Pod holds none), 3 MIG instances on mig-1.
+    kube_api.add(
+        gpu_pod("busy-1", "team-a", {"nvidia.com/gpu": "8"}, node_name="train-1", phase="Running")
+    )
+    kube_api.add(
+        gpu_pod("busy-2", "team-b", {"nvidia.com/gpu": "4"}, node_name="train-2", phase="Running")
+    )
+    kube_api.add(
+        gpu_pod(
+            "slices", "team-b", {"nvidia.com/mig-1g.10gb": "3"}, node_name="mig-1", phase="Running"
+        )
+    )
+    kube_api.add(
+        gpu_pod("half", "team-b", {"nvidia.com/gpu": "4"}, node_name="train-3", phase="Running")
+    )
+    kube_api.add(
+        gpu_pod("done", "team-b", {"nvidia.com/gpu": "8"}, node_name="train-3", phase="Succeeded")
+    )
+    # Pending: 8 GPUs the training pool cannot give now, 3 hours old; a resource no node
+    # advertises, 10 minutes old.
+    waiting = gpu_pod(
+        "train-big", "team-a", {"nvidia.com/gpu": "8"}, age=timedelta(hours=3, seconds=20)
+    )
+    kube_api.add(waiting)
+    kube_api.add(failed_scheduling(waiting, SCHEDULER_MESSAGE))
+    typo = gpu_pod("typo", "team-b", {"nvidia.com/gpus": "1"}, age=timedelta(minutes=10, seconds=5))
+    kube_api.add(typo)
+    kube_api.add(
+        failed_scheduling(typo, "0/12 nodes are available: 12 Insufficient nvidia.com/gpus.")
+    )
+    # A Pod being set up on its node is not waiting for one.
+    kube_api.add(gpu_pod("starting", "team-b", {"nvidia.com/gpu": "4"}, node_name="train-2"))
+    # team-a's quota is used up (train-big, were it placed, would be refused anyway).
+    kube_api.add(quota("team-a", hard=8, used=8))
+    kube_api.add(quota("team-b", hard=16, used=7))
+
+
+def inspect(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    status = main(["inspect", "--policy", str(policy), "--kubeconfig", str(kubeconfig), *args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_the_table_prints_every_section(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripted(kube_api)
+    status, out, err = inspect(kube_api, tmp_path, capsys)
+    assert (status, err) == (1, "")
+    lines = out.splitlines()
+    assert lines[0].endswith("12 nodes read, 9 GPU nodes")
+    for title in (
+        "GPU NODES (9)",
+        "PENDING GPU PODS (2)",
+        "DEVICE PLUGINS (9 GPU NODES TO COVER)",
+        "GPU QUOTAS (2)",
+        "MIXED HARDWARE POOLS (2)",
+    ):
+        assert title in lines, title
+    assert any(line.startswith("POLICY DRIFT (") for line in lines)
+
+    # Per node: allocatable and allocated by resource, product, MIG layout, replicas.
+    def row(*cells: str) -> list[str]:
+        return next(line.split() for line in lines if line.split()[: len(cells)] == list(cells))
+
+    assert row("train-1") == [
+        "train-1", "training", "NVIDIA-H100-80GB-HBM3", "-", "-", "-", "nvidia.com/gpu", "8", "8"
+    ]  # fmt: skip
+    assert row("train-2")[-3:] == ["nvidia.com/gpu", "8", "8"]  # the Pod still starting counts
+    assert row("train-3")[-3:] == ["nvidia.com/gpu", "8", "4"]  # the finished one does not
+    assert row("infer-1")[1:] == [
+        "inference", "NVIDIA-L4-SHARED", "-", "-", "4", "nvidia.com/gpu.shared", "8", "0"
+    ]  # fmt: skip
+    assert row("mig-1")[3:] == [
+        "all-balanced", "1g.10gb,2g.20gb", "-", "nvidia.com/mig-1g.10gb", "8", "3"
+    ]  # fmt: skip
+    assert row("mig-2")[2:5] == ["NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "-", "1g.5gb"]
+    assert "nvidia.com/gpu: 96 allocatable, 20 allocated" in out  # 3×8 + 2×8 (GKE) + 56 (MIG)
+    # Pending, oldest first, each with its age and explain's first cause.
+    pending = [line.split()[:3] for line in lines if line.startswith("team-")][:2]
+    assert pending == [["team-a", "train-big", "3h"], ["team-b", "typo", "10m"]]
+    assert row("team-a", "train-big")[4] == "insufficient-gpus:"
+    assert row("team-b", "typo")[4] == "unadvertised-resource:"
+    # Device plugins: desired and ready, and the GPU node without a Pod.
+    assert row("gpu-operator/nvidia-device-plugin-daemonset") == [
+        "gpu-operator/nvidia-device-plugin-daemonset", "7", "6", "(not", "all", "ready)", "6"
+    ]  # fmt: skip
+    assert row("kube-system/nvidia-gpu-device-plugin")[1:] == ["2", "2", "2"]
+    assert "1 GPU node without a device plugin Pod, whose GPUs no Pod can be given: mig-2" in out
+    # Quotas: team-a's used up.
+    assert row("team-a", "gpus")[2:] == ["requests.nvidia.com/gpu", "8", "8", "USED", "UP"]
+    assert row("team-b", "gpus")[-1] == "ok"
+    # The mixed pools: training's H200 among H100s, partitioned's two A100 boards.
+    assert (
+        "pool training mixes 2 products (NVIDIA-H100-80GB-HBM3: train-1, train-2; "
+        "NVIDIA-H200: train-3)" in out
+    )
+    assert "pool partitioned mixes 2 products (NVIDIA-A100-80GB-PCIe: mig-1; " in out
+    assert lines[-1].startswith(
+        "to act on: 2 Pending GPU Pods, 1 GPU node without a device plugin Pod, "
+        "1 GPU quota used up, "
+    )
+
+
+def test_markdown_has_a_heading_and_a_table_per_section(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripted(kube_api)
+    status, out, err = inspect(kube_api, tmp_path, capsys, "-o", "markdown")
+    assert (status, err) == (1, "")
+    headings = [line for line in out.splitlines() if line.startswith("#")]
+    assert headings[0].startswith("# GPU inspection at ")
+    assert [h.split(" (")[0] for h in headings[1:]] == [
+        "## GPU nodes",
+        "## Pending GPU Pods",
+        "## Device plugins",
+        "## GPU quotas",
+        "## Policy drift",
+        "## Mixed hardware pools",
+    ]
+    assert "| NODE | POOLS | PRODUCT | MIG CONFIG | MIG PROFILES | REPLICAS |" in out
+    assert "| team-a | train-big | 3h | nvidia.com/gpu=8 | insufficient-gpus: " in out
+    assert "| team-a | gpus | requests.nvidia.com/gpu | 8 | 8 | USED UP |" in out
+    assert "- 1 GPU node without a device plugin Pod, whose GPUs no Pod can be given: mig-2" in out
+
+
+def test_json_validates_and_since_reports_lost_gpus_gone_nodes_and_new_products(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripted(kube_api)
+    status, out, err = inspect(kube_api, tmp_path, capsys, "-o", "json")
+    assert (status, err) == (1, "")
+    first = json.loads(out)
+    jsonschema.Draft202012Validator(report_schema()).validate(first)
+    assert first["findings"]["pendingGpuPods"] == 2
+    assert first["findings"]["uncoveredGpuNodes"] == 1
+    assert first["findings"]["exhaustedQuotas"] == 1
+    assert first["devicePlugins"]["uncoveredNodes"] == ["mig-2"]
+    assert first["changes"] is None
+    previous = tmp_path / "yesterday.json"
+    previous.write_text(out)
+
+    # A day later: train-2 lost two GPUs, infer-2 is gone, a B200 node joined.
+    train_2 = kube_api.get("/api/v1/nodes/train-2")
+    assert train_2 is not None
+    train_2["status"]["allocatable"]["nvidia.com/gpu"] = "6"
+    kube_api.replace(train_2)
+    kube_api.remove("/api/v1/nodes/infer-2")
+    kube_api.add(
+        node(
+            "train-4",
+            labels={"example.com/pool": "training", "nvidia.com/gpu.product": "NVIDIA-B200"},
+            gpus={"nvidia.com/gpu": "8"},
+        )
+    )
+    status, out, err = inspect(kube_api, tmp_path, capsys, "-o", "json", "--since", str(previous))
+    assert err == ""
+    second = json.loads(out)
+    jsonschema.Draft202012Validator(report_schema()).validate(second)
+    assert second["changes"] == {
+        "since": first["generatedAt"],
+        "nodesGone": ["infer-2"],
+        "nodesAdded": ["train-4"],
+        "gpusLost": [{"node": "train-2", "resource": "nvidia.com/gpu", "before": 8, "after": 6}],
+        "newProducts": ["NVIDIA-B200"],
+    }
+    status, out, err = inspect(kube_api, tmp_path, capsys, "--since", str(previous))
+    assert f"CHANGES SINCE {first['generatedAt']}" in out.splitlines()
+    assert "train-2  nvidia.com/gpu  8       6" in out
+    assert "GPU nodes gone (1): infer-2" in out
+    assert "new products (1): NVIDIA-B200" in out
+
+
+def test_since_refuses_a_file_that_is_no_report(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = tmp_path / "check.json"
+    other.write_text(json.dumps({"nodes": 12, "drift": []}))
+    status, out, err = inspect(kube_api, tmp_path, capsys, "--since", str(other))
+    assert (status, out) == (2, "")
+    assert err.startswith(f"gpu-admission: error: --since {other} is not a report of ")
+    assert kube_api.requests == []  # refused before anything is read
+
+
+def test_a_healthy_cluster_is_clean(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 0: the device plugins cover every GPU node, no GPU Pod waits, no GPU quota is used
+    up, and the policy agrees with the cluster (cluster check's clean cluster)."""
+    kube_api.add_all(clean_cluster())
+    operator = kube_api.add(operator_plugin(desired=7))
+    kube_api.add_all(plugin_pod(operator, name) for name in (*OPERATOR_PLUGIN_NODES, "mig-2"))
+    gke = kube_api.add(gke_plugin(desired=2))
+    kube_api.add_all(plugin_pod(gke, name) for name in ("reserved-1", "reserved-2"))
+    kube_api.add(quota("team-b", hard=16, used=7))
+    status, out, err = inspect(kube_api, tmp_path, capsys)
+    assert (status, err) == (0, ""), out
+    assert out.splitlines()[-1] == (
+        "nothing to act on: 0 Pending GPU Pods, 0 GPU nodes without a device plugin Pod, "
+        "0 GPU quotas used up, 0 drift findings"
+    )
+    assert "every GPU node has a device plugin Pod" in out
+    assert "no GPU Pod waits for a node" in out
+
+
+# --- RBAC ---------------------------------------------------------------------------------
+
+
+def inspector_rules() -> list[dict[str, Any]]:
+    role = yaml.safe_load((REPO / "manifests/base/inspector-clusterrole.yaml").read_text("utf-8"))
+    return list(role["rules"])
+
+
+def permission(request: RecordedRequest) -> tuple[str, str, str]:
+    """(API group, resource, verb) a request needs, as the API server's authorizer asks."""
+    parts = request.path.strip("/").split("/")
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        rest = rest[2:]
+    verb = "get" if len(rest) > 1 else "list"
+    assert request.method == "GET", request
+    return group, rest[0], verb
+
+
+def allowed(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    return any(
+        group in rule["apiGroups"]
+        and any(fnmatch.fnmatchcase(resource, r) for r in rule["resources"])
+        and verb in rule["verbs"]
+        for rule in rules
+    )
+
+
+def claiming_pod() -> dict[str, Any]:
+    """A Pending Pod whose GPU comes from a DRA claim not yet allocated: explain and inspect
+    read the claims, DeviceClasses and ResourceSlices for it."""
+    pod = gpu_pod("claims-1", "team-b", {})
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "one-gpu"}]
+    return pod
+
+
+def one_gpu_claim() -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "one-gpu", "namespace": "team-b"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+            }
+        },
+    }
+
+
+def test_the_inspector_role_grants_every_request_inspect_and_explain_make(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripted(kube_api)
+    kube_api.add(claiming_pod())
+    kube_api.add(one_gpu_claim())
+    status, _, err = inspect(kube_api, tmp_path, capsys)
+    assert (status, err) == (1, "")
+    kubeconfig = str(tmp_path / "kubeconfig")  # written by inspect()
+    policy = str(tmp_path / "policy.yaml")
+    for namespace, name in (("team-a", "train-big"), ("team-b", "claims-1")):
+        status = main(
+            [
+                "explain",
+                "pod",
+                name,
+                "-n",
+                namespace,
+                "--policy",
+                policy,
+                "--kubeconfig",
+                kubeconfig,
+            ]
+        )
+        assert status == 1, capsys.readouterr()
+    asked = {permission(request) for request in kube_api.requests}
+    rules = inspector_rules()
+    assert {p for p in asked if not allowed(rules, *p)} == set()
+    # What this scripted cluster makes them read: nodes, one Pod by name, Pending and bound
+    # Pods, events, quotas, the named DaemonSets and their Pods, claims, classes and slices.
+    assert {
+        ("", "nodes", "list"),
+        ("", "pods", "get"),
+        ("", "pods", "list"),
+        ("", "events", "list"),
+        ("", "resourcequotas", "list"),
+        ("apps", "daemonsets", "get"),
+        ("resource.k8s.io", "resourceclaims", "list"),
+        ("resource.k8s.io", "deviceclasses", "list"),
+        ("resource.k8s.io", "resourceslices", "list"),
+    } <= asked
+
+
+def test_the_inspector_role_is_read_only_and_the_charts_is_the_same() -> None:
+    from tests.test_chart import one, render
+
+    rules = inspector_rules()
+    assert {verb for rule in rules for verb in rule["verbs"]} <= {"get", "list"}
+    assert not allowed(rules, "", "secrets", "get")
+    chart = one(render(), "ClusterRole", "gpu-admission-inspector")
+    assert chart["rules"] == rules
+    # Bound to no one, like the auditor role.
+    assert not [
+        o
+        for o in render()
+        if o["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and o["roleRef"]["name"] == "gpu-admission-inspector"
+    ]
+    kustomization = yaml.safe_load((REPO / "manifests/base/kustomization.yaml").read_text())
+    assert "inspector-clusterrole.yaml" in kustomization["resources"]
+
+
+def test_a_refused_list_is_one_line_and_exit_2(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripted(kube_api)
+    kube_api.forbid("/api/v1/events")
+    status, out, err = inspect(kube_api, tmp_path, capsys)
+    assert (status, out) == (2, "")
+    assert err.startswith("gpu-admission: error: cannot list events in all namespaces (HTTP 403)")
+    assert err.rstrip().endswith(
+        "bind the gpu-admission-inspector ClusterRole (manifests/base/inspector-clusterrole.yaml)"
+    )
+    assert len(err.splitlines()) == 1

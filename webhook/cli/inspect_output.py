@@ -1,0 +1,305 @@
+"""How ``gpu-admission inspect`` prints its report: aligned tables for a terminal, or Markdown
+for a ticket. Both are the same sections (:func:`sections`), each a title, a table and the
+sentences that go with it; only the typesetting differs. JSON is the report's document
+(``webhook.operations.inspect_report.report_document``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from webhook.core.wording import count, names, number, plain_number
+from webhook.operations.inspect_report import InspectReport, timestamp
+from webhook.policy.quantity import Quantity
+
+NONE = "-"
+
+
+@dataclass(slots=True)
+class Section:
+    """One part of the report: a table (``header`` and ``rows``; none when empty) and
+    sentences after it."""
+
+    title: str
+    header: tuple[str, ...] = ()
+    rows: list[tuple[str, ...]] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+
+def sections(report: InspectReport) -> list[Section]:
+    """The report's sections, in the guide's checklist order."""
+    found = [
+        _nodes(report),
+        _pending(report),
+        _device_plugins(report),
+        _quotas(report),
+        _drift(report),
+        _mixed(report),
+    ]
+    if report.changes is not None:
+        found.append(_changes(report))
+    return found
+
+
+def headline(report: InspectReport) -> str:
+    return (
+        f"GPU inspection at {timestamp(report.generated)} against {report.policy}: "
+        f"{number(report.nodes_read, 'node')} read, "
+        f"{count(report.gpu_nodes, 'GPU node')}"
+    )
+
+
+def summary(report: InspectReport) -> str:
+    """One line: the findings, or that there are none."""
+    findings = report.findings()
+    parts = [
+        number(findings["pendingGpuPods"], "Pending GPU Pod"),
+        number(findings["uncoveredGpuNodes"], "GPU node") + " without a device plugin Pod",
+        number(findings["exhaustedQuotas"], "GPU quota") + " used up",
+        number(findings["drift"], "drift finding"),
+    ]
+    verdict = "nothing to act on" if report.clean() else "to act on"
+    return f"{verdict}: {', '.join(parts)}"
+
+
+def render_table(report: InspectReport) -> str:
+    out = [headline(report), ""]
+    for section in sections(report):
+        out.append(section.title.upper())
+        if section.rows:
+            out += _aligned(section.header, section.rows)
+        out += section.lines
+        out.append("")
+    out += [f"note: {note}" for note in report.notes]
+    out.append(summary(report))
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(report: InspectReport) -> str:
+    out = [f"# {headline(report)}", "", f"**{summary(report)}**", ""]
+    for section in sections(report):
+        out += [f"## {section.title}", ""]
+        if section.rows:
+            out += _markdown_table(section.header, section.rows)
+            out.append("")
+        if section.lines:
+            out += [f"- {line}" for line in section.lines]
+            out.append("")
+    if report.notes:
+        out += ["## Notes", "", *[f"- {note}" for note in report.notes], ""]
+    return "\n".join(out)
+
+
+def _nodes(report: InspectReport) -> Section:
+    section = Section(
+        f"GPU nodes ({len(report.gpu_nodes)})",
+        (
+            "NODE",
+            "POOLS",
+            "PRODUCT",
+            "MIG CONFIG",
+            "MIG PROFILES",
+            "REPLICAS",
+            "RESOURCE",
+            "ALLOCATABLE",
+            "ALLOCATED",
+        ),
+    )
+    totals: dict[str, list[Quantity]] = {}
+    for node in report.gpu_nodes:
+        described = (
+            node.name,
+            ",".join(node.pools) or NONE,
+            node.product or NONE,
+            node.mig_config or NONE,
+            ",".join(node.mig_profiles) or NONE,
+            str(node.replicas) if node.replicas is not None else NONE,
+        )
+        for index, resource in enumerate(node.resources or ()):
+            total = totals.setdefault(resource.name, [0, 0])
+            total[0] += resource.allocatable
+            total[1] += resource.allocated
+            first = described if index == 0 else ("",) * len(described)
+            section.rows.append(
+                (
+                    *first,
+                    resource.name,
+                    _plain(resource.allocatable)
+                    + (
+                        ""
+                        if resource.allocatable == resource.capacity
+                        else f" of {_plain(resource.capacity)}"
+                    ),
+                    _plain(resource.allocated),
+                )
+            )
+        if not node.resources:
+            section.rows.append((*described, NONE, "0", "0"))
+    section.lines += [
+        f"{name}: {_plain(allocatable)} allocatable, {_plain(allocated)} allocated"
+        for name, (allocatable, allocated) in sorted(totals.items())
+    ]
+    if not report.gpu_nodes:
+        section.lines.append(
+            "no GPU node (no vendor resource advertised, no nvidia.com/gpu.present)"
+        )
+    return section
+
+
+def _pending(report: InspectReport) -> Section:
+    section = Section(
+        f"Pending GPU Pods ({len(report.pending)})",
+        ("NAMESPACE", "POD", "AGE", "REQUESTS", "FIRST CAUSE"),
+    )
+    for pod in report.pending:
+        requests = ",".join(f"{n}={_plain(q)}" for n, q in pod.requests.items()) or "claims"
+        cause = (
+            f"{pod.cause.kind}: {pod.cause.summary}"
+            if pod.cause is not None
+            else "nothing blocks it (not yet tried by the scheduler)"
+        )
+        section.rows.append((pod.namespace, pod.name, age(pod.age_seconds), requests, cause))
+    if report.pending:
+        section.lines.append("each in full: gpu-admission explain pod NAME -n NAMESPACE")
+    else:
+        section.lines.append("no GPU Pod waits for a node")
+    return section
+
+
+def _device_plugins(report: InspectReport) -> Section:
+    plugins = report.device_plugins
+    section = Section(
+        f"Device plugins ({number(plugins.gpu_nodes, 'GPU node')} to cover)",
+        ("DAEMONSET", "DESIRED", "READY", "ON GPU NODES"),
+    )
+    if not plugins.compared:
+        section.lines.append(
+            "the policy names no devicePluginDaemonSets: device plugins not compared (name "
+            "yours, e.g. gpu-operator/nvidia-device-plugin-daemonset)"
+        )
+        return section
+    for ds in plugins.daemonsets:
+        if not ds.found:
+            section.rows.append((f"{ds.namespace}/{ds.name}", "not found", NONE, NONE))
+            continue
+        ready = str(ds.ready) + (" (not all ready)" if ds.ready < ds.desired else "")
+        section.rows.append(
+            (f"{ds.namespace}/{ds.name}", str(ds.desired), ready, str(ds.on_gpu_nodes))
+        )
+    if plugins.uncovered:
+        section.lines.append(
+            f"{count(plugins.uncovered, 'GPU node')} without a device plugin Pod, whose GPUs "
+            f"no Pod can be given: {names(plugins.uncovered)}; see why with kubectl describe "
+            "daemonset, and the drift below"
+        )
+    else:
+        section.lines.append("every GPU node has a device plugin Pod")
+    return section
+
+
+def _quotas(report: InspectReport) -> Section:
+    section = Section(
+        f"GPU quotas ({len(report.quotas)})",
+        ("NAMESPACE", "QUOTA", "RESOURCE", "USED", "HARD", "STATE"),
+    )
+    for quota in report.quotas:
+        section.rows.append(
+            (
+                quota.namespace,
+                quota.name,
+                quota.resource,
+                _plain(quota.used),
+                _plain(quota.hard),
+                "USED UP" if quota.exhausted else "ok",
+            )
+        )
+    used_up = [f"{q.namespace}/{q.name} ({q.resource})" for q in report.quotas if q.exhausted]
+    if used_up:
+        section.lines.append(
+            f"{count(used_up, 'GPU quota')} used up, the API server refuses the next GPU Pod "
+            f"there: {names(used_up)}; raise hard or free GPUs"
+        )
+    elif not report.quotas:
+        section.lines.append("no ResourceQuota limits GPUs")
+    return section
+
+
+def _drift(report: InspectReport) -> Section:
+    section = Section(f"Policy drift ({sum(1 for d in report.drift if d.level == 'drift')})")
+    section.lines += [
+        f"{found.kind}{' (info)' if found.level == 'info' else ''}: {found.message}"
+        for found in report.drift
+    ]
+    if not report.drift:
+        section.lines.append("the policy and the cluster agree (gpu-admission cluster check)")
+    return section
+
+
+def _mixed(report: InspectReport) -> Section:
+    section = Section(f"Mixed hardware pools ({len(report.mixed_pools)})")
+    for mixed in report.mixed_pools:
+        where = f"pool {mixed.pool}" if mixed.pool is not None else "GPU nodes in no pool"
+        products = "; ".join(
+            f"{product}: {names(nodes)}" for product, nodes in mixed.products.items()
+        )
+        section.lines.append(
+            f"{where} mixes {number(len(mixed.products), 'product')} ({products}); a Pod "
+            "that lands there gets either: pin it with nvidia.com/gpu.product, or split the pool"
+        )
+    if not report.mixed_pools:
+        section.lines.append("each pool's nodes carry one product")
+    return section
+
+
+def _changes(report: InspectReport) -> Section:
+    changes = report.changes
+    assert changes is not None  # sections() asks for it only then
+    section = Section(f"Changes since {changes.since}", ("NODE", "RESOURCE", "BEFORE", "NOW"))
+    section.rows += [
+        (lost.node, lost.resource, _plain(lost.before), _plain(lost.after))
+        for lost in changes.gpus_lost
+    ]
+    if changes.gpus_lost:
+        section.lines.append(
+            f"{count({lost.node for lost in changes.gpus_lost}, 'node')} lost GPUs (allocatable "
+            "went down): check nvidia-smi and the kernel log for Xid errors there"
+        )
+    for what, listed in (
+        ("GPU nodes gone", changes.nodes_gone),
+        ("GPU nodes added", changes.nodes_added),
+        ("new products", changes.new_products),
+    ):
+        if listed:
+            section.lines.append(f"{what} ({len(listed)}): {names(listed)}")
+    if not section.rows and not section.lines:
+        section.lines.append("no GPU node lost, gained or changed GPUs")
+    return section
+
+
+def age(seconds: int) -> str:
+    """An age as kubectl prints one: ``45s``, ``12m``, ``3h5m``, ``2d4h``."""
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if days:
+        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
+    if hours:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    return f"{minutes}m" if minutes else f"{seconds}s"
+
+
+def _plain(quantity: Quantity) -> str:
+    return str(plain_number(quantity))
+
+
+def _aligned(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+
+
+def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+    return [line(header), line(["---"] * len(header)), *(line(row) for row in rows)]

@@ -1,0 +1,103 @@
+"""``gpu-admission inspect``: the guide's daily GPU inspection, read from a live cluster in one
+pass (``webhook.operations.inspect_report`` says what the report holds).
+
+What is read, each list paged and narrowed by field selectors where the API server offers
+them (at 5,000 nodes and 150,000 Pods, what is kept is the GPU nodes and the Pending GPU Pods):
+
+- the Pending Pods (``status.phase=Pending``), of which those no node has been given that ask
+  for a GPU (a vendor resource, or a DRA claim) are kept;
+- ``ClusterFacts`` (``webhook.operations.cluster_facts``, shared with ``explain``): the GPU
+  nodes and what the Pods bound to them request, the FailedScheduling events of the Pending
+  GPU Pods, the ResourceQuotas, and the claims where a Pending Pod claims devices;
+- the DaemonSets ``devicePluginDaemonSets`` names and the nodes their Pods are on;
+- everything ``cluster check`` compares (``webhook.audit.cluster_check``), which lists the
+  Nodes again for itself: a second pass over the nodes, the price of one drift check for both
+  commands.
+
+Each Pending GPU Pod's first cause is the first of ``explain``'s (``explain_pod``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from webhook.audit.cluster_check import check_policy_drift
+from webhook.audit.drift import daemonset_pod_nodes, read_device_plugin_daemonsets
+from webhook.cluster.connection import Cluster
+from webhook.cluster.listing import Lister
+from webhook.operations.causes import Cause
+from webhook.operations.cluster_facts import (
+    ClusterFacts,
+    pending_pods,
+    pod_requests,
+    read_cluster_facts,
+)
+from webhook.operations.explain import explain_pod
+from webhook.operations.inspect_changes import compare
+from webhook.operations.inspect_report import InspectReport
+from webhook.operations.inspect_sections import (
+    device_plugins,
+    gpu_quotas,
+    inspected_nodes,
+    mixed_pools,
+    pending_pod,
+)
+from webhook.policy.model import Policy
+
+
+def inspect_cluster(
+    cluster: Cluster,
+    policy: Policy,
+    now: datetime,
+    previous: Mapping[str, Any] | None = None,
+) -> InspectReport:
+    """The inspection of the cluster at ``now``; with ``previous`` (a report document checked
+    by ``inspect_changes.check_previous``), what changed since. A refused list or read, or
+    an unreachable server, raises ``ClusterError``."""
+    waiting = [pod for pod in pending_pods(cluster, None) if waits_for_gpu(pod, policy)]
+    facts = read_cluster_facts(cluster, policy, waiting, all_namespaces=True)
+    lister = Lister(cluster, None)
+    daemonsets = read_device_plugin_daemonsets(lister, policy)
+    placed = {
+        named: daemonset_pod_nodes(lister, named, daemonset)
+        for named, daemonset in daemonsets.items()
+        if daemonset is not None
+    }
+    checked = check_policy_drift(cluster, policy)
+    pending = sorted(
+        (pending_pod(pod, first_cause(pod, facts, policy), now, policy) for pod in waiting),
+        key=lambda pod: (-pod.age_seconds, pod.namespace, pod.name),
+    )
+    report = InspectReport(
+        generated=now,
+        policy=policy.source,
+        nodes_read=facts.node_count,
+        gpu_nodes=inspected_nodes(facts.nodes, policy),
+        pending=tuple(pending),
+        device_plugins=device_plugins(facts.nodes, daemonsets, placed),
+        quotas=gpu_quotas(facts.quotas),
+        drift=tuple(checked.drift),
+        mixed_pools=mixed_pools(facts.nodes, policy),
+        notes=facts.notes,
+    )
+    if previous is not None:
+        report = dataclasses.replace(report, changes=compare(previous, report))
+    return report
+
+
+def waits_for_gpu(pod: Mapping[str, Any], policy: Policy) -> bool:
+    """A Pending Pod no node has been given that asks for a GPU: a vendor resource, or a DRA
+    claim (whose class ``explain`` reads)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping) or spec.get("nodeName"):
+        return False
+    return bool(spec.get("resourceClaims")) or bool(pod_requests(spec, policy.is_vendor_resource))
+
+
+def first_cause(pod: Mapping[str, Any], facts: ClusterFacts, policy: Policy) -> Cause | None:
+    """What ``explain`` finds first of why the Pod pends (None: nothing blocks it)."""
+    explanation = explain_pod(pod, facts, policy)
+    return explanation.causes[0] if explanation.causes else None

@@ -1,0 +1,293 @@
+"""The daily GPU inspection (``gpu-admission inspect``) as a record: what the report says of
+each section, and its JSON document (``data/inspect.schema.json`` describes it).
+
+Sections, in the guide's order of its daily checklist: the GPU nodes (allocatable and allocated
+GPUs by resource, product, MIG layout), the Pending GPU Pods (age and the first cause
+``explain`` finds), the device plugin DaemonSets against the GPU nodes they should cover, the
+GPU quotas, the policy's drift (``cluster check``'s findings), mixed hardware pools, and, with a
+previous report, what changed since (``webhook.operations.inspect_changes``).
+
+Findings, what makes the command exit 1: a Pending GPU Pod, a GPU node no device plugin Pod
+covers, a GPU quota used up, a drift (not a note). The rest is information.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+
+from webhook.audit.drift_finding import Drift
+from webhook.core.wording import plain_number
+from webhook.operations.causes import Cause
+from webhook.policy.quantity import Quantity
+
+API_VERSION = "gpu-admission.io/v1alpha1"
+KIND = "GPUInspection"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeResource:
+    """One vendor resource of a node: what its capacity and allocatable say, and what the
+    Pods bound to it that have not ended request."""
+
+    name: str
+    capacity: Quantity
+    allocatable: Quantity
+    allocated: Quantity
+
+
+@dataclass(frozen=True, slots=True)
+class InspectedNode:
+    """One GPU node: its pools, product (``nvidia.com/gpu.product``, None without it), MIG
+    layout (``nvidia.com/mig.config`` and the profiles it advertises), time-slicing replicas
+    (``nvidia.com/gpu.replicas``) and its GPU resources."""
+
+    name: str
+    pools: tuple[str, ...]
+    product: str | None
+    mig_config: str | None
+    mig_profiles: tuple[str, ...]
+    replicas: int | None
+    resources: tuple[NodeResource, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    """A GPU Pod no node has been given: how long it has waited and the first cause
+    ``explain`` finds (None: nothing blocks it, the scheduler has not yet placed it)."""
+
+    namespace: str
+    name: str
+    age_seconds: int
+    requests: Mapping[str, Quantity]  # its GPU resources, by name
+    cause: Cause | None
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePlugin:
+    """A device plugin DaemonSet the policy names: its status counts and the GPU nodes its
+    Pods are on. ``found`` false: the cluster has no such DaemonSet. (Whether its desired
+    count matches the GPU nodes its selector and tolerations admit is ``cluster check``'s
+    ``device-plugin-desired-mismatch``, in the drift section.)"""
+
+    namespace: str
+    name: str
+    found: bool
+    desired: int
+    ready: int
+    on_gpu_nodes: int
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePlugins:
+    """The device plugin section: ``compared`` false when the policy names no DaemonSet
+    (``devicePluginDaemonSets``); ``gpu_nodes`` how many GPU nodes they should cover between
+    them; ``uncovered`` those no named DaemonSet has a Pod on: no Pod can be given their
+    GPUs."""
+
+    compared: bool
+    daemonsets: tuple[DevicePlugin, ...]
+    gpu_nodes: int
+    uncovered: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuQuota:
+    """One GPU entry of a ResourceQuota (``requests.<resource>`` or a device class's
+    devices, as the quota names it): used and hard as its status says; ``exhausted`` when a
+    Pod asking for one more is refused (hard above 0, used at or past it: a quota held at 0
+    is the tenant's entitlement, not a shortage)."""
+
+    namespace: str
+    name: str
+    resource: str
+    used: Quantity
+    hard: Quantity
+
+    @property
+    def exhausted(self) -> bool:
+        return self.hard > 0 and self.used >= self.hard
+
+
+@dataclass(frozen=True, slots=True)
+class MixedPool:
+    """A pool whose nodes carry different GPU products: ``pool`` None for the GPU nodes in
+    no pool; ``products`` each product and its nodes."""
+
+    pool: str | None
+    products: Mapping[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class GpusLost:
+    """A node that advertises fewer of a resource (allocatable) than the previous report."""
+
+    node: str
+    resource: str
+    before: Quantity
+    after: Quantity
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What changed since a previous report (``--since``), made at ``since``."""
+
+    since: str
+    nodes_gone: tuple[str, ...]
+    nodes_added: tuple[str, ...]
+    gpus_lost: tuple[GpusLost, ...]
+    new_products: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class InspectReport:
+    """The whole inspection, made at ``generated`` against the policy ``policy``."""
+
+    generated: datetime
+    policy: str
+    nodes_read: int
+    gpu_nodes: tuple[InspectedNode, ...]
+    pending: tuple[PendingPod, ...]
+    device_plugins: DevicePlugins
+    quotas: tuple[GpuQuota, ...]
+    drift: tuple[Drift, ...]
+    mixed_pools: tuple[MixedPool, ...]
+    changes: Changes | None = None
+    notes: tuple[str, ...] = field(default=())  # what could not be read, and was left out
+
+    def findings(self) -> dict[str, int]:
+        """What makes ``inspect`` exit 1, counted by section."""
+        return {
+            "pendingGpuPods": len(self.pending),
+            "uncoveredGpuNodes": len(self.device_plugins.uncovered),
+            "exhaustedQuotas": sum(1 for quota in self.quotas if quota.exhausted),
+            "drift": sum(1 for found in self.drift if found.level == "drift"),
+        }
+
+    def clean(self) -> bool:
+        return not any(self.findings().values())
+
+
+def timestamp(moment: datetime) -> str:
+    """A moment as the API server writes one: RFC 3339 in UTC, to the second."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def report_document(report: InspectReport) -> dict[str, Any]:
+    """The report as JSON (``data/inspect.schema.json``), what ``--since`` reads back."""
+    plugins = report.device_plugins
+    changes = report.changes
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "generatedAt": timestamp(report.generated),
+        "policy": report.policy,
+        "nodesRead": report.nodes_read,
+        "findings": report.findings(),
+        "nodes": [
+            {
+                "name": node.name,
+                "pools": list(node.pools),
+                "product": node.product,
+                "migConfig": node.mig_config,
+                "migProfiles": list(node.mig_profiles),
+                "replicas": node.replicas,
+                "resources": [
+                    {
+                        "name": resource.name,
+                        "capacity": plain_number(resource.capacity),
+                        "allocatable": plain_number(resource.allocatable),
+                        "allocated": plain_number(resource.allocated),
+                    }
+                    for resource in node.resources
+                ],
+            }
+            for node in report.gpu_nodes
+        ],
+        "pendingPods": [
+            {
+                "namespace": pod.namespace,
+                "name": pod.name,
+                "ageSeconds": pod.age_seconds,
+                "requests": {name: plain_number(n) for name, n in pod.requests.items()},
+                "cause": None
+                if pod.cause is None
+                else {"kind": pod.cause.kind, "summary": pod.cause.summary, "fix": pod.cause.fix},
+            }
+            for pod in report.pending
+        ],
+        "devicePlugins": {
+            "compared": plugins.compared,
+            "daemonSets": [
+                {
+                    "namespace": ds.namespace,
+                    "name": ds.name,
+                    "found": ds.found,
+                    "desired": ds.desired,
+                    "ready": ds.ready,
+                    "onGpuNodes": ds.on_gpu_nodes,
+                }
+                for ds in plugins.daemonsets
+            ],
+            "gpuNodes": plugins.gpu_nodes,
+            "uncoveredNodes": list(plugins.uncovered),
+        },
+        "quotas": [
+            {
+                "namespace": quota.namespace,
+                "name": quota.name,
+                "resource": quota.resource,
+                "used": plain_number(quota.used),
+                "hard": plain_number(quota.hard),
+                "exhausted": quota.exhausted,
+            }
+            for quota in report.quotas
+        ],
+        "drift": [
+            {
+                "kind": found.kind,
+                "level": found.level,
+                "subject": found.subject,
+                "nodes": list(found.nodes),
+                "namespaces": list(found.namespaces),
+                "message": found.message,
+            }
+            for found in report.drift
+        ],
+        "mixedPools": [
+            {
+                "pool": mixed.pool,
+                "products": {product: list(nodes) for product, nodes in mixed.products.items()},
+            }
+            for mixed in report.mixed_pools
+        ],
+        "changes": None
+        if changes is None
+        else {
+            "since": changes.since,
+            "nodesGone": list(changes.nodes_gone),
+            "nodesAdded": list(changes.nodes_added),
+            "gpusLost": [
+                {
+                    "node": lost.node,
+                    "resource": lost.resource,
+                    "before": plain_number(lost.before),
+                    "after": plain_number(lost.after),
+                }
+                for lost in changes.gpus_lost
+            ],
+            "newProducts": list(changes.new_products),
+        },
+        "notes": list(report.notes),
+    }
+
+
+def report_schema() -> dict[str, Any]:
+    """The JSON Schema of :func:`report_document`'s output, as packaged."""
+    text = resources.files("webhook.operations").joinpath("data/inspect.schema.json")
+    schema: dict[str, Any] = json.loads(text.read_text("utf-8"))
+    return schema

@@ -1,0 +1,159 @@
+"""The sections of the daily inspection, each worked out from what was read: no request here
+(``webhook.operations.inspect`` reads the cluster and calls these).
+
+- GPU nodes: those ``ClusterFacts`` keeps (a vendor resource in the capacity, or GPU feature
+  discovery's ``nvidia.com/gpu.present=true``); per resource its capacity, allocatable and
+  what the Pods bound to it that have not ended request;
+- mixed pools: a pool (or the GPU nodes in none) whose nodes carry different products, by
+  the product GPU feature discovery labels (its MIG and ``-SHARED`` suffixes left out: a
+  MIG-partitioned A100 is still an A100);
+- device plugins: the DaemonSets the policy names, and the GPU nodes none of them has a Pod
+  on (uncovered: the kubelet advertises no GPU there, or stale ones);
+- GPU quotas: the GPU entries of the quotas ``ClusterFacts`` read, used against hard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from webhook.audit.device_plugin_drift import status_count
+from webhook.core.inventory import GPU_REPLICAS, gpu_product, mig_profiles, pools_of
+from webhook.operations.causes import Cause
+from webhook.operations.cluster_facts import GpuNode, QuotaUse, pod_requests
+from webhook.operations.inspect_report import (
+    DevicePlugin,
+    DevicePlugins,
+    GpuQuota,
+    InspectedNode,
+    MixedPool,
+    NodeResource,
+    PendingPod,
+)
+from webhook.policy.mig import GPU_PRODUCT
+from webhook.policy.model import DaemonSetName, Policy
+from webhook.policy.quantity import Quantity, parse_quantity
+
+MIG_CONFIG = "nvidia.com/mig.config"  # the MIG manager's layout, by the name of its config
+
+
+def inspected_nodes(nodes: Iterable[GpuNode], policy: Policy) -> tuple[InspectedNode, ...]:
+    """The GPU nodes, by name, with what their resources hold."""
+    rows = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        info = node.info
+        replicas = info.labels.get(GPU_REPLICAS, "")
+        rows.append(
+            InspectedNode(
+                name=node.name,
+                pools=tuple(pool.name for pool in pools_of(info, policy)),
+                product=info.labels.get(GPU_PRODUCT),
+                mig_config=info.labels.get(MIG_CONFIG),
+                mig_profiles=tuple(sorted(mig_profiles(info))),
+                replicas=int(replicas) if replicas.isdigit() else None,
+                resources=tuple(
+                    NodeResource(
+                        name,
+                        _quantity(info.capacity.get(name)),
+                        _quantity(info.allocatable.get(name)),
+                        node.allocated.get(name, 0),
+                    )
+                    for name in sorted({*info.capacity, *info.allocatable, *node.allocated})
+                ),
+            )
+        )
+    return tuple(rows)
+
+
+def mixed_pools(nodes: Iterable[GpuNode], policy: Policy) -> tuple[MixedPool, ...]:
+    """The pools (in the policy's order, then the GPU nodes in none) whose nodes carry more
+    than one product; nodes without a product label are not counted."""
+    by_pool: dict[str | None, dict[str, list[str]]] = {}
+    for node in sorted(nodes, key=lambda n: n.name):
+        product = gpu_product(node.info)
+        if product is None:
+            continue
+        pools: list[str | None] = [pool.name for pool in pools_of(node.info, policy)] or [None]
+        for pool in pools:
+            by_pool.setdefault(pool, {}).setdefault(product.name, []).append(node.name)
+    order = {pool.name: index for index, pool in enumerate(policy.pools)}
+    return tuple(
+        MixedPool(pool, {name: tuple(nodes) for name, nodes in sorted(products.items())})
+        for pool, products in sorted(
+            by_pool.items(), key=lambda item: order.get(item[0] or "", len(order))
+        )
+        if len(products) > 1
+    )
+
+
+def device_plugins(
+    nodes: Iterable[GpuNode],
+    daemonsets: Mapping[DaemonSetName, Mapping[str, Any] | None],
+    placed: Mapping[DaemonSetName, frozenset[str]],
+) -> DevicePlugins:
+    """Each named DaemonSet (``daemonsets`` as read, None: not found) and the nodes its Pods
+    are on (``placed``), against the GPU nodes."""
+    gpu = sorted(node.name for node in nodes)
+    rows = []
+    covered: set[str] = set()
+    for named, daemonset in daemonsets.items():
+        on = placed.get(named, frozenset())
+        covered |= on
+        rows.append(
+            DevicePlugin(
+                named.namespace,
+                named.name,
+                daemonset is not None,
+                status_count(daemonset, "desiredNumberScheduled") if daemonset else 0,
+                status_count(daemonset, "numberReady") if daemonset else 0,
+                sum(1 for name in gpu if name in on),
+            )
+        )
+    compared = bool(daemonsets)
+    uncovered = tuple(name for name in gpu if name not in covered) if compared else ()
+    return DevicePlugins(compared, tuple(rows), len(gpu), uncovered)
+
+
+def gpu_quotas(quotas: Mapping[str, Iterable[QuotaUse]]) -> tuple[GpuQuota, ...]:
+    """The GPU entries of the quotas read, by namespace, name and resource."""
+    return tuple(
+        sorted(
+            (
+                GpuQuota(namespace, use.quota, use.resource, use.used, use.hard)
+                for namespace, uses in quotas.items()
+                for use in uses
+            ),
+            key=lambda q: (q.namespace, q.name, q.resource),
+        )
+    )
+
+
+def pending_pod(
+    pod: Mapping[str, Any], cause: Cause | None, now: datetime, policy: Policy
+) -> PendingPod:
+    """A Pending GPU Pod's line: its age (from its creation) and the cause given."""
+    metadata = _mapping(pod.get("metadata"))
+    created = metadata.get("creationTimestamp")
+    age = 0
+    if isinstance(created, str):
+        try:
+            age = max(0, int((now - datetime.fromisoformat(created)).total_seconds()))
+        except ValueError:  # the API server writes RFC 3339; anything else has no age
+            age = 0
+    return PendingPod(
+        str(metadata.get("namespace") or ""),
+        str(metadata.get("name") or ""),
+        age,
+        pod_requests(_mapping(pod.get("spec")), policy.is_vendor_resource),
+        cause,
+    )
+
+
+def _quantity(value: Any) -> Quantity:
+    quantity = parse_quantity(value) if value is not None else None
+    return quantity if quantity is not None else 0
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
