@@ -19,6 +19,7 @@ from webhook.cli.main import main
 from webhook.cluster.connection import connect
 from webhook.operations.cluster_facts import pending_pods, read_cluster_facts
 from webhook.operations.explain import explain_pod
+from webhook.operations.refusals import INSPECTOR_ROLE
 from webhook.operations.scheduler_message import parse_scheduler_message
 
 POLICY = """\
@@ -493,7 +494,9 @@ def test_a_refused_dra_read_names_the_permission_and_an_unserved_one_is_a_note(
     assert (status, out) == (2, "")
     [line] = err.splitlines()
     assert line.startswith("gpu-admission: error: cannot list deviceclasses (HTTP 403): ")
-    assert line.endswith(': grant "list" on deviceclasses.resource.k8s.io')
+    assert line.endswith(
+        ': grant "list" on deviceclasses.resource.k8s.io, or bind ' + INSPECTOR_ROLE
+    )
     kube_api.clear_failures()
     kube_api.set_served("resource.k8s.io", "v1", False)  # a cluster before Kubernetes 1.34
     status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
@@ -531,7 +534,7 @@ def test_a_refused_read_is_one_line_naming_what_was_refused(
     [line] = err.splitlines()
     assert line.startswith("gpu-admission: error: cannot list nodes (HTTP 403): ")
     assert "nodes is forbidden" in line
-    assert line.endswith(': grant "list" on nodes')
+    assert line.endswith(': grant "list" on nodes, or bind ' + INSPECTOR_ROLE)
 
 
 def test_a_pod_that_does_not_exist_is_one_line(

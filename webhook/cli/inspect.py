@@ -16,10 +16,7 @@ from webhook.cluster.listing import AUDITOR_ROLE, RequestRefused
 from webhook.operations.inspect import inspect_cluster
 from webhook.operations.inspect_changes import check_previous
 from webhook.operations.inspect_report import report_document
-
-INSPECTOR_ROLE = (
-    "the gpu-admission-inspector ClusterRole (manifests/base/inspector-clusterrole.yaml)"
-)
+from webhook.operations.refusals import INSPECTOR_ROLE
 
 _EPILOG = f"""\
 examples:
