@@ -9,21 +9,24 @@ FROM python:3.11-slim AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-# Only what the image is built from (see .dockerignore): requirements.lock first, so the layer
-# of dependencies is rebuilt only when the lock changes.
-COPY requirements.lock ./
+# Only what the image is built from (see .dockerignore): the locks first, so the layer of
+# dependencies is rebuilt only when a lock changes.
+COPY requirements.lock build-requirements.lock ./
 # The dependencies exactly as `make lock` pinned them: every file checked against the lock's
 # sha256 (two builds of one tag install the same bytes), nothing resolved (--no-deps), and
 # wheels only (each pinned release ships them for both platforms, so no compiler is needed).
 # The venv has no pip: the builder's pip installs into it.
+# The tools that build the project's wheel (setuptools, wheel) likewise, into the builder's own
+# Python: the wheel is built without build isolation, which would fetch the newest ones.
 RUN python -m venv --without-pip /opt/venv \
  && pip --python /opt/venv/bin/python install --require-hashes --no-deps --only-binary :all: \
-        -r requirements.lock
+        -r requirements.lock \
+ && pip install --require-hashes --no-deps --only-binary :all: -r build-requirements.lock
 COPY pyproject.toml ./
 COPY webhook ./webhook
 # The project's wheel, installed without its dependencies (the lock brought them); pip check
 # fails the build if the lock misses one that pyproject.toml or a locked package requires.
-RUN pip wheel --no-deps --wheel-dir /wheels . \
+RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
  && pip --python /opt/venv/bin/python install --no-deps --no-index --find-links /wheels \
         gpu-admission \
  && pip --python /opt/venv/bin/python check

@@ -9,6 +9,7 @@ PORT ?= 8443
 CURL := curl -s --cacert certs/ca.crt -H 'Content-Type: application/json'
 FIXTURES := tests/fixtures
 LOCK := requirements.lock
+BUILD_LOCK := build-requirements.lock
 
 .PHONY: run test lint bench install lock certs clean sync-data
 
@@ -30,31 +31,39 @@ install: $(STAMP)
 
 # requirements.lock: pyproject.toml's runtime dependencies resolved for the image's Python and
 # platforms (python:3.11-slim on linux/amd64 and linux/arm64, as the release builds it), with
-# the sha256 of every file of each pinned release. Pins that still satisfy pyproject.toml are
-# kept; `make lock LOCK_ARGS=--upgrade` moves every pin to the newest allowed release,
-# `LOCK_ARGS='--upgrade-package NAME'` one of them. The two platforms must resolve alike, since
-# the image of both is built from one lock. tests/test_lock.py checks offline that the lock
-# covers pyproject.toml.
+# the sha256 of every file of each pinned release; build-requirements.lock: its
+# [build-system].requires, the tools that build the project's wheel in the image. Pins that
+# still satisfy pyproject.toml are kept; `make lock LOCK_ARGS=--upgrade` moves every pin to the
+# newest allowed release, `LOCK_ARGS='--upgrade-package NAME'` one of them. The two platforms
+# must resolve alike, since the image of both is built from one lock. tests/test_lock.py checks
+# offline that the locks cover pyproject.toml.
 LOCK_PYTHON := 3.11
 LOCK_PLATFORMS := x86_64-manylinux_2_28 aarch64-manylinux_2_28
 UV_VERSION := 0.13.8
 LOCK_ARGS ?=
-lock:
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet 'uv==$(UV_VERSION)'
+# compile-lock SOURCE, LOCK FILE: resolve SOURCE for each platform, keep one lock if they agree.
+define compile-lock
 	for platform in $(LOCK_PLATFORMS); do \
-		if [ -f $(LOCK) ]; then cp $(LOCK) $(LOCK).$$platform; fi; \
-		$(BIN)/uv pip compile pyproject.toml --quiet --generate-hashes \
+		if [ -f $(2) ]; then cp $(2) $(2).$$platform; fi; \
+		$(BIN)/uv pip compile $(1) --quiet --generate-hashes \
 			--python-version $(LOCK_PYTHON) --python-platform $$platform \
-			--custom-compile-command 'make lock' $(LOCK_ARGS) --output-file $(LOCK).$$platform \
+			--custom-compile-command 'make lock' $(LOCK_ARGS) --output-file $(2).$$platform \
 		|| exit 1; \
 	done
 	set -- $(LOCK_PLATFORMS); for platform in "$$@"; do \
-		cmp -s $(LOCK).$$1 $(LOCK).$$platform \
-		|| { echo "$$1 and $$platform resolve differently: one lock cannot serve both"; exit 1; }; \
+		cmp -s $(2).$$1 $(2).$$platform \
+		|| { echo "$(2): $$1 and $$platform resolve differently: one lock cannot serve both"; exit 1; }; \
 	done
-	mv $(LOCK).$(firstword $(LOCK_PLATFORMS)) $(LOCK)
-	rm -f $(addprefix $(LOCK).,$(LOCK_PLATFORMS))
+	mv $(2).$(firstword $(LOCK_PLATFORMS)) $(2)
+	rm -f $(addprefix $(2).,$(LOCK_PLATFORMS))
+endef
+lock:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet 'uv==$(UV_VERSION)'
+	$(call compile-lock,pyproject.toml,$(LOCK))
+	$(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")' > build-system.in
+	$(call compile-lock,build-system.in,$(BUILD_LOCK))
+	rm -f build-system.in
 
 # The caBundle it prints is for manifests; here the CA file is what curl needs.
 certs/tls.crt: | $(RUNTIME)

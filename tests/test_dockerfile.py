@@ -258,20 +258,26 @@ def test_dependencies_come_from_the_lock_with_their_hashes(stages):
     [builder, *_] = stages
     installs = [words for words in pip_commands(builder) if "install" in words]
     assert installs, "the builder installs nothing with pip"
-    [locked] = [words for words in installs if "requirements.lock" in words]
-    assert {"--require-hashes", "--no-deps", "--only-binary"} <= set(locked), locked
-    assert locked[locked.index("-r") + 1] == "requirements.lock"
+    locked = {}
+    for lock in ("requirements.lock", "build-requirements.lock"):
+        [locked[lock]] = [words for words in installs if lock in words]
+        assert {"--require-hashes", "--no-deps", "--only-binary"} <= set(locked[lock]), lock
+        assert locked[lock][locked[lock].index("-r") + 1] == lock
+    # The runtime into the image's venv, the build tools into the builder's own Python.
+    assert "/opt/venv/bin/python" in locked["requirements.lock"]
+    assert "--python" not in locked["build-requirements.lock"]
     # Nothing else is resolved from an index: the project's wheel comes without dependencies,
     # from the wheels just built.
     for words in installs:
-        assert words is locked or {"--no-deps", "--no-index"} <= set(words), words
+        assert words in locked.values() or {"--no-deps", "--no-index"} <= set(words), words
+    # Built with the locked tools: build isolation would fetch the newest setuptools and wheel.
     builds = [words for words in pip_commands(builder) if "wheel" in words]
-    assert builds and all("--no-deps" in words for words in builds), builds
+    assert builds and all({"--no-deps", "--no-build-isolation"} <= set(w) for w in builds), builds
     # pip check proves the lock holds every dependency of what was installed.
     assert any(words[-1] == "check" for words in pip_commands(builder))
     # The lock is copied on its own, first: its layer is rebuilt only when it changes.
     copies = [copy_args(args)[1] for args in builder.all("COPY")]
-    assert copies[0] == ["requirements.lock"], copies
+    assert copies[0] == ["requirements.lock", "build-requirements.lock"], copies
     for stage in stages[1:]:
         assert not any("install" in words for words in pip_commands(stage)), stage.name
 
@@ -289,8 +295,9 @@ def built(tmp_path_factory, stages) -> Built:
     """The builder stage played here: its build context (only what it copies, which proves the
     context is enough and nothing it needs is dockerignored), its environment, and its RUN
     steps as written, with /opt/venv and /wheels moved into a temporary folder and ``python``
-    and ``pip`` those of the Python 3.11 running the tests, as in python:3.11-slim. Installs
-    the locked wheels from the package index, as the image build does."""
+    and ``pip`` those of a fresh virtualenv of the Python 3.11 running the tests, standing for
+    python:3.11-slim's own (the build tools go there, not into the tests' environment).
+    Installs the locked wheels from the package index, as the image build does."""
     builder = stages[0]
     root = tmp_path_factory.mktemp("builder")
     context = root / "src"
@@ -302,11 +309,14 @@ def built(tmp_path_factory, stages) -> Built:
                 shutil.copytree(path, target, ignore=shutil.ignore_patterns("__pycache__"))
             else:
                 shutil.copy2(path, target)
+    system = root / "system-python"
+    subprocess.run([sys.executable, "-m", "venv", str(system)], check=True, timeout=300)
     shims = root / "bin"
     shims.mkdir()
     for name, command in (("python", ""), ("pip", " -m pip")):
         shim = shims / name
-        shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)}{command} "$@"\n')
+        python = shlex.quote(str(system / "bin" / "python"))
+        shim.write_text(f'#!/bin/sh\nexec {python}{command} "$@"\n')
         shim.chmod(0o755)
     environment = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"}
     for args in builder.all("ENV"):

@@ -49,7 +49,7 @@ class Pin:
     required_by: list[str] = field(default_factory=list)
 
 
-def parse_lock(text: str) -> tuple[dict[str, Pin], list[str]]:
+def parse_lock(text: str, name: str = "requirements.lock") -> tuple[dict[str, Pin], list[str]]:
     """The pins of a lock by normalised name, and the lines that are no pin where one belongs
     (an unpinned requirement, an option the image's install would not expect)."""
     pins: dict[str, Pin] = {}
@@ -63,15 +63,13 @@ def parse_lock(text: str) -> tuple[dict[str, Pin], list[str]]:
         if not raw[0].isspace() and not line.startswith("#"):
             match = PIN.match(line)
             if match is None:
-                problems.append(
-                    f"requirements.lock:{number}: {line!r} is not pinned (NAME==VERSION)"
-                )
+                problems.append(f"{name}:{number}: {line!r} is not pinned (NAME==VERSION)")
                 current = None
                 continue
-            name = canonicalize_name(match["name"])
-            if name in pins:
-                problems.append(f"requirements.lock:{number}: {name} is pinned twice")
-            current = pins[name] = Pin(name, match["version"], number)
+            pinned = canonicalize_name(match["name"])
+            if pinned in pins:
+                problems.append(f"{name}:{number}: {pinned} is pinned twice")
+            current = pins[pinned] = Pin(pinned, match["version"], number)
             current.hashed = bool(HASH.search(line))
             in_via = False
         elif current is None:
@@ -94,40 +92,76 @@ def lock_problems(pyproject_text: str, lock_text: str) -> list[str]:
     """What keeps the lock from installing exactly pyproject.toml's runtime dependencies, each
     with its fix; empty when it covers them."""
     project = tomllib.loads(pyproject_text)["project"]
-    ours = f"{project['name']} (pyproject.toml)"
-    pins, problems = parse_lock(lock_text)
+    return _coverage_problems(
+        project.get("dependencies", []),
+        lock_text,
+        LockedSource("requirements.lock", f"{project['name']} (pyproject.toml)", "pyproject.toml"),
+    )
+
+
+def build_lock_problems(pyproject_text: str, lock_text: str) -> list[str]:
+    """The same for build-requirements.lock and ``[build-system].requires``: the tools that
+    build the project's own wheel in the image (``pip wheel --no-build-isolation``), which
+    would otherwise be the newest releases the index has on the day of the build."""
+    return _coverage_problems(
+        tomllib.loads(pyproject_text)["build-system"]["requires"],
+        lock_text,
+        LockedSource(
+            "build-requirements.lock", f"-r {BUILD_REQUIREMENTS}", "pyproject.toml's build-system"
+        ),
+    )
+
+
+# The file `make lock` writes [build-system].requires to, for uv to resolve: the build lock's
+# `# via` lines name it.
+BUILD_REQUIREMENTS = "build-system.in"
+
+
+@dataclass(frozen=True)
+class LockedSource:
+    """A lock file, the requirer its `# via` lines give the declared requirements, and where
+    they are declared (for the messages)."""
+
+    lock: str
+    requirer: str
+    declared_in: str
+
+
+def _coverage_problems(declared: list[str], lock_text: str, source: LockedSource) -> list[str]:
+    lock, ours = source.lock, source.requirer
+    pins, problems = parse_lock(lock_text, lock)
     wanted = {
         canonicalize_name(requirement.name): requirement
-        for requirement in map(Requirement, project.get("dependencies", []))
+        for requirement in map(Requirement, declared)
         if requirement.marker is None or requirement.marker.evaluate(LOCK_ENVIRONMENT)
     }
     direct = {name for name, pin in pins.items() if ours in pin.required_by}
     for name in sorted(wanted.keys() - direct):
         problems.append(
-            f"pyproject.toml requires {wanted[name]} but requirements.lock does not pin it "
+            f"{source.declared_in} requires {wanted[name]} but {lock} does not pin it "
             f"as a requirement of {ours}: run `make lock`"
         )
     for name in sorted(direct - wanted.keys()):
         problems.append(
-            f"requirements.lock pins {name}=={pins[name].version} for {ours}, which no longer "
+            f"{lock} pins {name}=={pins[name].version} for {ours}, which no longer "
             "requires it: run `make lock`"
         )
     for name in sorted(wanted.keys() & direct):
         specifier, pinned = wanted[name].specifier, pins[name].version
         if not specifier.contains(Version(pinned), prereleases=True):
             problems.append(
-                f"requirements.lock pins {name}=={pinned}, outside pyproject.toml's "
+                f"{lock} pins {name}=={pinned}, outside {source.declared_in}'s "
                 f"{wanted[name]}: run `make lock`"
             )
     for pin in sorted(pins.values(), key=lambda pin: pin.line):
         if not pin.hashed:
             problems.append(
-                f"requirements.lock:{pin.line}: {pin.name}=={pin.version} has no "
+                f"{lock}:{pin.line}: {pin.name}=={pin.version} has no "
                 "--hash=sha256: line, which `pip install --require-hashes` refuses: run `make lock`"
             )
         if not pin.required_by:
             problems.append(
-                f"requirements.lock:{pin.line}: {pin.name}=={pin.version} has no `# via` line "
+                f"{lock}:{pin.line}: {pin.name}=={pin.version} has no `# via` line "
                 "saying what requires it: run `make lock`"
             )
     return problems
