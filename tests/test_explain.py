@@ -282,6 +282,25 @@ def test_insufficient_gpus_names_the_nodes_their_allocations_and_the_fix(
             "available: 2 Preemption is not helpful for scheduling.",
             [(2, "claims", "cannot allocate all claims")],
         ),
+        (  # 1.34 on: the DRA plugin's post-filter sentence comes before preemption's
+            "0/5 nodes are available: 1 Insufficient nvidia.com/gpu, 4 node(s) didn't match "
+            "Pod's node affinity/selector. no new claims to deallocate, preemption: 0/5 nodes "
+            "are available: 1 No preemption victims found for incoming pod, 4 Preemption is "
+            "not helpful for scheduling.",
+            [
+                (1, "insufficient", "Insufficient nvidia.com/gpu"),
+                (4, "affinity", "node(s) didn't match Pod's node affinity/selector"),
+            ],
+        ),
+        (  # a post-filter sentence without preemption's
+            "0/3 nodes are available: 3 node(s) were unschedulable. no new claims to deallocate.",
+            [(3, "unschedulable", "node(s) were unschedulable")],
+        ),
+        (  # a pre-filter's rejection is a sentence of its own, before any count
+            "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. "
+            "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.",
+            [(0, "other", "pod has unbound immediate PersistentVolumeClaims")],
+        ),
         (
             "no nodes available to schedule pods",
             [(0, "other", "no nodes available to schedule pods")],

@@ -6,11 +6,17 @@ writes them (``pkg/scheduler/framework/types.go``, ``FitError.Error``)::
     preemption: 0/6 nodes are available: 2 No preemption victims found for incoming pod,
     4 Preemption is not helpful for scheduling.
 
+What follows the counted reasons is left out: each post-filter plugin's sentence (the
+preemption part, which repeats the nodes for another question, and from Kubernetes 1.34 the
+DRA plugin's ``no new claims to deallocate``, before it). A pre-filter's rejection
+(``pod has unbound immediate PersistentVolumeClaims``) is a sentence of its own before the
+counts, kept as a reason.
+
 Tolerant of the wordings of other releases and schedulers: the taint plugin's older
 ``node(s) had taint {k: v}, that the pod didn't tolerate`` and newer ``had untolerated
-taint(s)``, NodeAffinity's older ``didn't match node selector``, the preemption part left out
-(it repeats the nodes, for another question), a message without counts (DRA's ``cannot
-allocate all claims``, ``no nodes available to schedule pods``) kept whole as one reason.
+taint(s)``, NodeAffinity's older ``didn't match node selector``,
+a message without counts (DRA's ``cannot allocate all claims``, ``no nodes available to
+schedule pods``) kept whole as one reason.
 """
 
 from __future__ import annotations
@@ -70,15 +76,34 @@ def parse_scheduler_message(message: str) -> SchedulerMessage:
     if header is None:
         body = text.rstrip(".")
         return SchedulerMessage(None, (_reason(0, body),) if body else ())
-    body = text[header.end() :].rstrip().removesuffix(".")
     reasons = []
-    for part in _split(body):
-        counted = _COUNTED.match(part)
-        if counted is not None:
-            reasons.append(_reason(int(counted["count"]), counted["text"]))
-        elif part:
-            reasons.append(_reason(0, part))
+    for sentence in _sentences(text[header.end() :]):
+        parts = _split(sentence)
+        if not any(_COUNTED.match(part) for part in parts):
+            reasons.append(_reason(0, sentence))  # a pre-filter's rejection
+            continue
+        for part in parts:
+            counted = _COUNTED.match(part)
+            reasons.append(
+                _reason(int(counted["count"]), counted["text"]) if counted else _reason(0, part)
+            )
+        break  # the counts are the filters' sentence: what follows is the post-filters'
     return SchedulerMessage(int(header["total"]), tuple(reasons))
+
+
+def _sentences(body: str) -> list[str]:
+    """The sentences of the message after its header, split at a full stop followed by a
+    space outside braces (a taint is written ``{key: value}``)."""
+    sentences: list[str] = []
+    depth = 0
+    start = 0
+    for index, char in enumerate(body):
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if char == "." and depth == 0 and body[index + 1 : index + 2] in (" ", ""):
+            sentences.append(body[start:index].strip())
+            start = index + 1
+    sentences.append(body[start:].strip())
+    return [sentence for sentence in sentences if sentence]
 
 
 def _reason(count: int, text: str) -> SchedulerReason:
