@@ -29,8 +29,10 @@ from tests.patching import (
 )
 from tests.test_cluster_check import GPU_TAINT, node
 from webhook.cli.main import main
-from webhook.core.inventory import NodeInfo, Taint
+from webhook.cluster.connection import connect
+from webhook.core.inventory import NodeInfo, Taint, node_info
 from webhook.operations.policy_init import draft_policy
+from webhook.operations.policy_init_reading import read_cluster
 
 TRAINING_TAINT = {"key": "example.com/pool", "value": "training", "effect": "NoSchedule"}
 H100 = {
@@ -470,3 +472,35 @@ def test_a_refused_list_exits_2_with_one_line(
     assert line.startswith("gpu-admission: error: cannot list daemonsets (HTTP 403)")
     assert "gpu-admission-auditor" in line
     assert not path.exists()
+
+
+def test_nodes_are_read_as_the_inventory_keeps_them_with_every_label(
+    kube_api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    labels = {
+        "example.com/rack": "r7",  # no pool's key, no GPU label: kept for the draft only
+        "feature.node.kubernetes.io/pci-10de.present": "true",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    }
+    gpus = {"nvidia.com/gpu": "8", "example.com/fpga": "2"}
+    raw = node("gpu-1", labels=labels, taints=(GPU_TAINT,), gpus=gpus)
+    kube_api.add_all([raw])
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    default = webhook.default_policy_path().read_text()
+    assert "  vendorDomains: [nvidia.com]\n" in default
+    fpga = webhook.parse_policy(
+        default.replace(
+            "  vendorDomains: [nvidia.com]\n", "  vendorDomains: [nvidia.com, example.com]\n"
+        )
+    )
+    with connect(str(kubeconfig)) as cluster:
+        [as_default] = read_cluster(cluster).nodes
+        [as_fpga] = read_cluster(cluster, fpga).nodes
+    assert dict(as_default.labels) == {"kubernetes.io/os": "linux", **labels}
+    # Nothing else differs from what the inventory keeps: the PCI label says it has a GPU.
+    inventory = node_info(raw, webhook.parse_policy(default))
+    assert as_default.gpu_labelled and inventory.gpu_labelled
+    assert (as_default.name, as_default.taints) == (inventory.name, inventory.taints)
+    assert dict(as_default.capacity) == dict(inventory.capacity) == {"nvidia.com/gpu": "8"}
+    # The vendor resources are those of the policy drafted on.
+    assert dict(as_fpga.capacity) == dict(as_fpga.allocatable) == gpus

@@ -101,17 +101,17 @@ def draft_policy(
     server's address), on ``base`` (the default policy's text). ``NoGpuNodes`` when no node
     is a GPU node; ``PolicyError`` if the text drafted does not load (a bug)."""
     text = base if base is not None else default_policy_path().read_text("utf-8")
+    base_policy = parse_policy(text, "default policy")
     gpu_nodes = [n for n in nodes if is_gpu_node(n)]
     if not gpu_nodes:
         raise NoGpuNodes(
             f"no GPU node among the {count(nodes, 'node')} of {source}: none advertises a "
-            "resource under nvidia.com or carries GPU feature discovery's "
-            "nvidia.com/gpu.present=true, so there is no pool to draft. Check that the NVIDIA "
-            "device plugin runs (kubectl get nodes -L nvidia.com/gpu.present,"
+            f"resource under {' or '.join(base_policy.vendor_domains)} or carries GPU feature "
+            "discovery's nvidia.com/gpu.present=true, so there is no pool to draft. Check that "
+            "the NVIDIA device plugin runs (kubectl get nodes -L nvidia.com/gpu.present,"
             "nvidia.com/gpu.product), or start from policies/default.yaml"
         )
     plan = plan_pools(nodes)
-    base_policy = parse_policy(text, "default policy")
     agents = [d for d in daemonsets if d.tolerates_every_taint()]
     start = text.index(METADATA)
     text = (

@@ -1,6 +1,7 @@
 """What ``policy init --from-cluster`` reads of a cluster: every Node and every DaemonSet, in
-pages, each kept as little as the draft needs (a Node's labels, taints and vendor resources;
-a DaemonSet's names and tolerations), a page at a time."""
+pages, each kept as little as the draft needs, a page at a time. A Node as the inventory keeps
+it (``webhook.core.inventory.node_info``, under the base policy's vendor domains), with every
+label (pools may select by any); a DaemonSet's names and tolerations."""
 
 from __future__ import annotations
 
@@ -9,11 +10,9 @@ from typing import Any, NamedTuple
 
 from webhook.cluster.connection import Cluster
 from webhook.cluster.listing import Lister, RequestRefused
-from webhook.core.inventory import NodeInfo, SharedParts, Taint
+from webhook.core.inventory import KeptFields, NodeInfo, SharedParts, node_info
 from webhook.operations.policy_init import AgentDaemonSet
-
-# The default policy's vendor domains: the resources a pool may declare.
-VENDOR_DOMAINS = ("nvidia.com",)
+from webhook.policy.load import default_policy_path, load_policy
 
 
 class ClusterSample(NamedTuple):
@@ -21,16 +20,19 @@ class ClusterSample(NamedTuple):
     daemonsets: list[AgentDaemonSet]
 
 
-def read_cluster(cluster: Cluster) -> ClusterSample:
-    """Every Node and DaemonSet of the cluster; a refused list raises ``RequestRefused``."""
+def read_cluster(cluster: Cluster, base: KeptFields | None = None) -> ClusterSample:
+    """Every Node and DaemonSet of the cluster, Nodes kept with the vendor resources of
+    ``base`` (the policy drafted on; the default policy when None); a refused list raises
+    ``RequestRefused``."""
     from kubernetes import client as k8s
     from kubernetes.client.exceptions import ApiException
 
+    kept = base if base is not None else load_policy(default_policy_path())
     lister = Lister(cluster, None)
     shared = SharedParts()
     try:
         nodes = [
-            _node(obj, shared)
+            node_info(obj, kept, shared, every_label=True)
             for page in lister.pages(k8s.CoreV1Api(cluster.api_client).list_node)
             for obj in page.get("items") or ()
             if isinstance(obj, dict)
@@ -50,26 +52,6 @@ def read_cluster(cluster: Cluster) -> ClusterSample:
     return ClusterSample(nodes, daemonsets)
 
 
-def _node(obj: Mapping[str, Any], shared: SharedParts) -> NodeInfo:
-    """A Node with every label (pools may select by any), its taints and its vendor
-    resources."""
-    metadata, spec, status = (_mapping(obj.get(k)) for k in ("metadata", "spec", "status"))
-    labels = {str(k): str(v) for k, v in _mapping(metadata.get("labels")).items()}
-    taints = tuple(
-        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect")))
-        for t in spec.get("taints") or ()
-        if isinstance(t, Mapping)
-    )
-    return NodeInfo(
-        str(metadata.get("name") or ""),
-        shared.mapping(labels),
-        False,
-        shared.taints(taints),
-        shared.mapping(_vendor(status.get("capacity"))),
-        shared.mapping(_vendor(status.get("allocatable"))),
-    )
-
-
 def _daemonset(obj: Mapping[str, Any]) -> AgentDaemonSet:
     metadata = _mapping(obj.get("metadata"))
     template = _mapping(_mapping(obj.get("spec")).get("template"))
@@ -83,14 +65,6 @@ def _daemonset(obj: Mapping[str, Any]) -> AgentDaemonSet:
             if isinstance(t, Mapping)
         ),
     )
-
-
-def _vendor(resources: Any) -> dict[str, str]:
-    return {
-        str(name): str(value)
-        for name, value in _mapping(resources).items()
-        if str(name).partition("/")[0] in VENDOR_DOMAINS
-    }
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
