@@ -31,7 +31,15 @@ from tests.test_cluster_check import GPU_TAINT, node
 from webhook.cli.main import main
 from webhook.cluster.connection import connect
 from webhook.core.inventory import NodeInfo, Taint, node_info
-from webhook.operations.policy_init import draft_policy
+from webhook.operations import policy_init
+from webhook.operations.policy_init import (
+    AGENTS_END,
+    DEFAULT_HEADER,
+    HOST_PATHS,
+    DefaultPolicyChanged,
+    anchor_problems,
+    draft_policy,
+)
 from webhook.operations.policy_init_reading import read_cluster
 
 TRAINING_TAINT = {"key": "example.com/pool", "value": "training", "effect": "NoSchedule"}
@@ -504,3 +512,33 @@ def test_nodes_are_read_as_the_inventory_keeps_them_with_every_label(
     assert dict(as_default.capacity) == dict(inventory.capacity) == {"nvidia.com/gpu": "8"}
     # The vendor resources are those of the policy drafted on.
     assert dict(as_fpga.capacity) == dict(as_fpga.allocatable) == gpus
+
+
+def test_every_place_the_draft_is_written_at_is_in_the_shipped_default() -> None:
+    assert anchor_problems(webhook.default_policy_path().read_text()) == []
+
+
+def test_a_changed_default_policy_fails_naming_each_anchor_and_the_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    text = webhook.default_policy_path().read_text()
+    changed = tmp_path / "default.yaml"
+    # Comments reworded and one repeated: the policy still loads, the draft has no place.
+    changed.write_text(
+        text.replace(DEFAULT_HEADER, "# gpu-admission's default policy:")
+        .replace(AGENTS_END, "    #     - reason: Node agents.\n")
+        .replace(HOST_PATHS, HOST_PATHS + " see below.\n" + HOST_PATHS)
+    )
+    webhook.load_policy(changed)
+    monkeypatch.setattr(policy_init, "default_policy_path", lambda: changed)
+    nodes = [gpu_node("l4-1", {"nvidia.com/gpu.product": "NVIDIA-L4"})]
+    with pytest.raises(DefaultPolicyChanged) as raised:
+        draft_policy(nodes, [], source="test")
+    assert str(raised.value) == (
+        f"{changed}: policy init cannot draft on it: "
+        "'# The default gpu-admission policy:' is there 0 times, not once; "
+        "'  # Host paths:' is there 2 times, not once; "
+        "no '    #     - reason: Node agents that run on every node, GPU nodes included.\\n' "
+        "after '    # Node agents that must mount host paths' "
+        "(the default policy changed without the anchors of webhook/operations/policy_init.py)"
+    )

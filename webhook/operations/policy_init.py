@@ -46,15 +46,25 @@ from webhook.policy.mig import CATALOGUE, catalogued_as
 from webhook.policy.model import Policy
 
 WIDTH = 99
-# Where the default policy's text takes what is drafted (each must be found in it once).
+# Where the default policy's text takes what is drafted: each start once in it, with its end
+# (the first after it) where the text from the start to the end is replaced.
 METADATA = "metadata:\n  name: default\n  description:"
 MIG_PRODUCTS = '    products: ["*"]\n'
 MIG_CATALOGUE = "  migCatalogue:\n"
 HOST_PATHS = "  # Host paths:"
 DEFAULT_HEADER = "# The default gpu-admission policy:"
+HEADER_END = "#\n"
 AGENTS_START = "    # Node agents that must mount host paths"
 AGENTS_END = "    #     - reason: Node agents that run on every node, GPU nodes included.\n"
 AGENT_REASON = "Node agents that run on every node, GPU nodes included."
+ANCHORS: tuple[tuple[str, str | None], ...] = (
+    (METADATA, "\n"),
+    (DEFAULT_HEADER, HEADER_END),
+    (MIG_CATALOGUE, None),
+    (MIG_PRODUCTS, None),
+    (HOST_PATHS, None),
+    (AGENTS_START, AGENTS_END),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +100,18 @@ class NoGpuNodes(Exception):
     """The cluster has no GPU node to draft pools from."""
 
 
+class DefaultPolicyChanged(ValueError):
+    """The default policy's text lacks a place the draft is written at (``ANCHORS``): it was
+    changed without this module (a bug, which ``tests/test_policy_init.py`` catches)."""
+
+    def __init__(self, where: str, problems: Sequence[str]) -> None:
+        super().__init__(
+            f"{where}: policy init cannot draft on it: {'; '.join(problems)} "
+            "(the default policy changed without the anchors of "
+            "webhook/operations/policy_init.py)"
+        )
+
+
 def draft_policy(
     nodes: Sequence[NodeInfo],
     daemonsets: Iterable[AgentDaemonSet],
@@ -99,8 +121,13 @@ def draft_policy(
 ) -> Draft:
     """The starting policy for ``nodes`` and ``daemonsets`` read from ``source`` (the API
     server's address), on ``base`` (the default policy's text). ``NoGpuNodes`` when no node
-    is a GPU node; ``PolicyError`` if the text drafted does not load (a bug)."""
+    is a GPU node; ``DefaultPolicyChanged`` when the base text lacks a place the draft is
+    written at, ``PolicyError`` if the text drafted does not load (both bugs)."""
+    where = "the base policy" if base is not None else str(default_policy_path())
     text = base if base is not None else default_policy_path().read_text("utf-8")
+    problems = anchor_problems(text)
+    if problems:
+        raise DefaultPolicyChanged(where, problems)
     base_policy = parse_policy(text, "default policy")
     gpu_nodes = [n for n in nodes if is_gpu_node(n)]
     if not gpu_nodes:
@@ -113,23 +140,14 @@ def draft_policy(
         )
     plan = plan_pools(nodes)
     agents = [d for d in daemonsets if d.tolerates_every_taint()]
-    start = text.index(METADATA)
-    text = (
-        text[:start]
-        + _metadata(len(gpu_nodes))
-        + text[text.index("\n", len(METADATA) + start) + 1 :]
-    )
-    start = text.index(DEFAULT_HEADER)
-    end = text.index("#\n", start) + 2
-    text = text[:start] + _header(nodes, gpu_nodes, plan, source) + text[end:]
-    text = _replace(text, MIG_CATALOGUE, _pools_block(plan) + MIG_CATALOGUE)
-    text = _replace(text, MIG_PRODUCTS, _mig_products(gpu_nodes))
+    text = _edit(text, where, _metadata(len(gpu_nodes)), METADATA, "\n")
+    text = _edit(text, where, _header(nodes, gpu_nodes, plan, source), DEFAULT_HEADER, HEADER_END)
+    text = _edit(text, where, _pools_block(plan) + MIG_CATALOGUE, MIG_CATALOGUE)
+    text = _edit(text, where, _mig_products(gpu_nodes), MIG_PRODUCTS)
     if not any(t.effect in ("NoSchedule", "NoExecute") for n in gpu_nodes for t in n.taints):
-        text = _replace(text, HOST_PATHS, _untainted() + HOST_PATHS)
-    start = text.index(AGENTS_START)
-    end = text.index(AGENTS_END, start) + len(AGENTS_END)
+        text = _edit(text, where, _untainted() + HOST_PATHS, HOST_PATHS)
     tenants = _agents_block(agents, base_policy) + _tenant_example(plan)
-    text = text[:start] + tenants + text[end:]
+    text = _edit(text, where, tenants, AGENTS_START, AGENTS_END)
     policy = parse_policy(text, "drafted policy")
     return Draft(
         text,
@@ -142,10 +160,33 @@ def draft_policy(
     )
 
 
-def _replace(text: str, anchor: str, replacement: str) -> str:
-    if text.count(anchor) != 1:
-        raise ValueError(f"the default policy has no single {anchor.strip()!r} to draft at")
-    return text.replace(anchor, replacement)
+def anchor_problems(text: str) -> list[str]:
+    """What of ``ANCHORS`` the text lacks, one line each: none in the default policy."""
+    return [p for start, end in ANCHORS if isinstance(p := _locate(text, start, end), str)]
+
+
+def _edit(text: str, where: str, replacement: str, start: str, end: str | None = None) -> str:
+    """``text`` with the part from ``start`` to the first ``end`` after it (``start`` alone
+    without one) replaced; ``DefaultPolicyChanged`` naming ``where`` when it is not there."""
+    located = _locate(text, start, end)
+    if isinstance(located, str):
+        raise DefaultPolicyChanged(where, [located])
+    return text[: located[0]] + replacement + text[located[1] :]
+
+
+def _locate(text: str, start: str, end: str | None) -> tuple[int, int] | str:
+    """Where the part from ``start`` (there once) to the first ``end`` after it is, or what
+    of it is not there."""
+    found = text.count(start)
+    if found != 1:
+        return f"{start!r} is there {found} times, not once"
+    at = text.find(start)
+    if end is None:
+        return at, at + len(start)
+    stop = text.find(end, at + len(start))
+    if stop < 0:
+        return f"no {end!r} after {start!r}"
+    return at, stop + len(end)
 
 
 def _comment(text: str, indent: int) -> str:
