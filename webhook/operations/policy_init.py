@@ -4,19 +4,20 @@ Nodes and DaemonSets in, policy text out: the default policy as shipped (its set
 comments), plus what the cluster shows (``webhook.operations.pool_drafts``): a pool for each
 kind of GPU node, the MIG-capable products (``migCatalogue.products``; a product the catalogue
 does not know, with the profiles its nodes are partitioned into), the vendor resources that are
-no GPU (``companionResources``), and, commented out for the author to decide, the namespaces of
-the DaemonSets that tolerate every taint as exemptions and a tenant with the products found.
-Every comment that starts with ``Found:`` says what was seen, every ``Guessed:`` what was
-inferred. The text is loaded as the webhook loads it before it is given back, and compared
-with the nodes as ``cluster check`` compares them: what would still disagree is returned.
+no GPU (``companionResources``), the DaemonSets that run NVIDIA's device plugin
+(``devicePluginDaemonSets``, ``webhook.operations.daemonset_drafts``), and, commented out for
+the author to decide, the namespaces of the DaemonSets that tolerate every taint as exemptions
+and a tenant with the products found. Every comment that starts with ``Found:`` says what was
+seen, every ``Guessed:`` what was inferred. The text is loaded as the webhook loads it before
+it is given back, and compared with the nodes and the device plugin DaemonSets as ``cluster
+check`` compares them: what would still disagree is returned.
 """
 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import yaml
 
@@ -30,7 +31,12 @@ from webhook.core.inventory import (
     mig_capable,
     mig_profiles,
 )
-from webhook.core.wording import count, names
+from webhook.core.wording import count, names, number
+from webhook.operations.daemonset_drafts import (
+    DEVICE_PLUGIN_IMAGE,
+    GPU_OPERATOR_DEVICE_PLUGIN,
+    SeenDaemonSet,
+)
 from webhook.operations.pool_drafts import (
     GPU_COUNT,
     MIG_STRATEGY,
@@ -68,24 +74,11 @@ ANCHORS: tuple[tuple[str, str | None], ...] = (
 
 
 @dataclass(frozen=True, slots=True)
-class AgentDaemonSet:
-    """What is kept of a DaemonSet: its names and its Pod template's tolerations."""
-
-    namespace: str
-    name: str
-    tolerations: tuple[Mapping[str, Any], ...]
-
-    def tolerates_every_taint(self) -> bool:
-        """A toleration with ``operator: Exists`` and no key: its Pods land on every node,
-        GPU nodes whatever their taints."""
-        return any(t.get("operator") == "Exists" and not t.get("key") for t in self.tolerations)
-
-
-@dataclass(frozen=True, slots=True)
 class Draft:
     """The policy text, its pools, the nodes it was drafted from, the GPU nodes no pool takes
-    (with why), and where ``cluster check`` would still find the policy and the nodes
-    disagree (none on a cluster whose GPU nodes label apart as they are tainted apart)."""
+    (with why), and where ``cluster check`` would still find the policy and the nodes (or a
+    device plugin DaemonSet) disagree (none on a cluster whose GPU nodes label apart as they
+    are tainted apart, and whose device plugins run on every GPU node they admit)."""
 
     text: str
     policy: Policy
@@ -114,7 +107,7 @@ class DefaultPolicyChanged(ValueError):
 
 def draft_policy(
     nodes: Sequence[NodeInfo],
-    daemonsets: Iterable[AgentDaemonSet],
+    daemonsets: Iterable[SeenDaemonSet],
     *,
     source: str,
     base: str | None = None,
@@ -139,16 +132,20 @@ def draft_policy(
             "nvidia.com/gpu.product), or start from policies/default.yaml"
         )
     plan = plan_pools(nodes)
-    agents = [d for d in daemonsets if d.tolerates_every_taint()]
+    seen = list(daemonsets)
+    agents = [d for d in seen if d.tolerates_every_taint()]
+    plugins = sorted((d for d in seen if d.device_plugin), key=lambda d: (d.namespace, d.name))
     text = _edit(text, where, _metadata(len(gpu_nodes)), METADATA, "\n")
     text = _edit(text, where, _header(nodes, gpu_nodes, plan, source), DEFAULT_HEADER, HEADER_END)
-    text = _edit(text, where, _pools_block(plan) + MIG_CATALOGUE, MIG_CATALOGUE)
+    drafted = _pools_block(plan) + _device_plugins(plugins)
+    text = _edit(text, where, drafted + MIG_CATALOGUE, MIG_CATALOGUE)
     text = _edit(text, where, _mig_products(gpu_nodes), MIG_PRODUCTS)
     if not any(t.effect in ("NoSchedule", "NoExecute") for n in gpu_nodes for t in n.taints):
         text = _edit(text, where, _untainted() + HOST_PATHS, HOST_PATHS)
     tenants = _agents_block(agents, base_policy) + _tenant_example(plan)
     text = _edit(text, where, tenants, AGENTS_START, AGENTS_END)
     policy = parse_policy(text, "drafted policy")
+    compared = {plugin.named: plugin.as_read() for plugin in plugins}
     return Draft(
         text,
         policy,
@@ -156,7 +153,7 @@ def draft_policy(
         len(nodes),
         len(gpu_nodes),
         tuple(f"{node.name}: {why}" for node, why in plan.unpooled),
-        tuple(d for d in find_drift(policy, nodes) if d.level == "drift"),
+        tuple(d for d in find_drift(policy, nodes, compared) if d.level == "drift"),
     )
 
 
@@ -231,9 +228,10 @@ def _header(
     said = (
         f"A starting policy drafted by `gpu-admission policy init --from-cluster` from the "
         f"{count(nodes, 'node')} of {source} ({len(gpu_nodes)} with GPUs): the default policy "
-        f"below, with {pools} for the GPU nodes, the MIG-capable products found and, commented "
-        "out, the node agents' namespaces to exempt and a tenant to start from. Comments that "
-        "start with Found: say what was seen on the nodes, Guessed: what was inferred: check "
+        f"below, with {pools} for the GPU nodes, the MIG-capable products and the device plugin "
+        "DaemonSets found and, commented out, the node agents' namespaces to exempt and a "
+        "tenant to start from. Comments that start with Found: say what was seen in the "
+        "cluster, Guessed: what was inferred: check "
         "each, then:\n"
         "  gpu-admission policy validate FILE && gpu-admission cluster check --policy FILE\n"
     )
@@ -338,6 +336,32 @@ def _sharing_found(draft: PoolDraft) -> list[str]:
     return said
 
 
+def _device_plugins(plugins: Sequence[SeenDaemonSet]) -> str:
+    """``devicePluginDaemonSets``: the DaemonSets found running NVIDIA's device plugin, each
+    with why; a commented-out entry to fill in where none is."""
+    if not plugins:
+        return _comment(
+            f"Found: no DaemonSet that runs NVIDIA's device plugin (image {DEVICE_PLUGIN_IMAGE}, "
+            f"or the GPU Operator's {GPU_OPERATOR_DEVICE_PLUGIN}): cluster check compares no "
+            "device plugin with the GPU nodes. Name yours:",
+            2,
+        ) + ("  # devicePluginDaemonSets:\n  #   - {namespace: NAMESPACE, name: NAME}\n")
+    lines = _comment(
+        "The DaemonSets that run the device plugin: cluster check compares the Pods each "
+        "wants with the GPU nodes its node selector, node affinity and tolerations admit.",
+        2,
+    )
+    lines += "  devicePluginDaemonSets:\n"
+    for plugin in plugins:
+        lines += _comment(
+            f"Found: {plugin.named} runs NVIDIA's device plugin ({plugin.device_plugin}): "
+            f"{number(plugin.desired, 'Pod')} desired, {plugin.ready} ready.",
+            4,
+        )
+        lines += f"    - {{namespace: {_scalar(plugin.namespace)}, name: {_scalar(plugin.name)}}}\n"
+    return lines
+
+
 def _mig_products(gpu_nodes: Sequence[NodeInfo]) -> str:
     """``migCatalogue.products`` (and ``customProducts``) for the MIG-capable GPUs found;
     every catalogued product where none is."""
@@ -402,7 +426,7 @@ def _untainted() -> str:
     ) + ("  gpuNodesTainted: false\n")
 
 
-def _agents_block(agents: Sequence[AgentDaemonSet], base: Policy) -> str:
+def _agents_block(agents: Sequence[SeenDaemonSet], base: Policy) -> str:
     """The namespaces of the DaemonSets that tolerate every taint: those the policy exempts
     already named, the others proposed as an exemption, commented out."""
     by_namespace: dict[str, list[str]] = {}

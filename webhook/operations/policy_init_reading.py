@@ -1,23 +1,23 @@
 """What ``policy init --from-cluster`` reads of a cluster: every Node and every DaemonSet, in
 pages, each kept as little as the draft needs, a page at a time. A Node as the inventory keeps
 it (``webhook.core.inventory.node_info``, under the base policy's vendor domains), with every
-label (pools may select by any); a DaemonSet's names and tolerations."""
+label (pools may select by any); a DaemonSet as ``webhook.operations.daemonset_drafts`` keeps
+it (its names, placement, status counts and whether it runs NVIDIA's device plugin)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from webhook.cluster.connection import Cluster
 from webhook.cluster.listing import Lister, RequestRefused
 from webhook.core.inventory import KeptFields, NodeInfo, SharedParts, node_info
-from webhook.operations.policy_init import AgentDaemonSet
+from webhook.operations.daemonset_drafts import SeenDaemonSet, seen_daemonset
 from webhook.policy.load import default_policy_path, load_policy
 
 
 class ClusterSample(NamedTuple):
     nodes: list[NodeInfo]
-    daemonsets: list[AgentDaemonSet]
+    daemonsets: list[SeenDaemonSet]
 
 
 def read_cluster(cluster: Cluster, base: KeptFields | None = None) -> ClusterSample:
@@ -42,7 +42,7 @@ def read_cluster(cluster: Cluster, base: KeptFields | None = None) -> ClusterSam
     apps = k8s.AppsV1Api(cluster.api_client)
     try:
         daemonsets = [
-            _daemonset(obj)
+            seen_daemonset(obj)
             for page in lister.pages(apps.list_daemon_set_for_all_namespaces)
             for obj in page.get("items") or ()
             if isinstance(obj, dict)
@@ -50,22 +50,3 @@ def read_cluster(cluster: Cluster, base: KeptFields | None = None) -> ClusterSam
     except ApiException as exc:
         raise RequestRefused("cannot list daemonsets", exc) from None
     return ClusterSample(nodes, daemonsets)
-
-
-def _daemonset(obj: Mapping[str, Any]) -> AgentDaemonSet:
-    metadata = _mapping(obj.get("metadata"))
-    template = _mapping(_mapping(obj.get("spec")).get("template"))
-    tolerations = _mapping(template.get("spec")).get("tolerations") or ()
-    return AgentDaemonSet(
-        str(metadata.get("namespace") or ""),
-        str(metadata.get("name") or ""),
-        tuple(
-            {k: t[k] for k in ("key", "operator", "effect") if k in t}
-            for t in tolerations
-            if isinstance(t, Mapping)
-        ),
-    )
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
