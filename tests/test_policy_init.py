@@ -10,6 +10,7 @@ without --force."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -27,10 +28,21 @@ from tests.patching import (
     tolerated,
     validate_pod,
 )
-from tests.test_cluster_check import GPU_TAINT, node
+from tests.test_cluster_check import GPU_TAINT, node, plugin_pod
 from webhook.cli.main import main
-from webhook.core.inventory import NodeInfo, Taint
-from webhook.operations.policy_init import draft_policy
+from webhook.cluster.connection import connect
+from webhook.core.inventory import NodeInfo, Taint, node_info
+from webhook.operations import policy_init
+from webhook.operations.daemonset_drafts import device_plugin_evidence, seen_daemonset
+from webhook.operations.policy_init import (
+    AGENTS_END,
+    DEFAULT_HEADER,
+    HOST_PATHS,
+    DefaultPolicyChanged,
+    anchor_problems,
+    draft_policy,
+)
+from webhook.operations.policy_init_reading import read_cluster
 
 TRAINING_TAINT = {"key": "example.com/pool", "value": "training", "effect": "NoSchedule"}
 H100 = {
@@ -75,6 +87,19 @@ A800 = {
 
 
 def cluster_nodes() -> list[dict[str, Any]]:
+    """The scripted nodes: the GPU Operator's device plugin is to run on all GPU nodes but the
+    A10G, which a device plugin installed with Helm serves."""
+    return [{**n, "metadata": deploy_plugin(n["metadata"])} for n in scripted_nodes()]
+
+
+def deploy_plugin(metadata: dict[str, Any]) -> dict[str, Any]:
+    labels = metadata["labels"]
+    if "nvidia.com/gpu.product" not in labels or labels.get(SHARING) == "mps":
+        return metadata
+    return {**metadata, "labels": {**labels, **DEPLOY_PLUGIN}}
+
+
+def scripted_nodes() -> list[dict[str, Any]]:
     training = {**H100, "example.com/pool": "training"}
     general = {**H100, "example.com/pool": "general"}
     return [
@@ -113,37 +138,106 @@ def cluster_nodes() -> list[dict[str, Any]]:
     ]
 
 
-def daemonset(namespace: str, name: str, tolerations: list[dict[str, str]]) -> dict[str, Any]:
+def daemonset(
+    namespace: str,
+    name: str,
+    tolerations: list[dict[str, str]],
+    *,
+    container: dict[str, Any] | None = None,
+    node_selector: dict[str, str] | None = None,
+    desired: int | None = None,
+) -> dict[str, Any]:
+    """A DaemonSet; with ``desired``, its status says that many Pods are wanted and ready."""
     labels = {"app": name}
-    return {
+    spec: dict[str, Any] = {
+        "tolerations": tolerations,
+        "containers": [container or {"name": name, "image": f"example.com/{name}:1"}],
+    }
+    if node_selector is not None:
+        spec["nodeSelector"] = node_selector
+    found: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "tolerations": tolerations,
-                    "containers": [{"name": name, "image": f"example.com/{name}:1"}],
-                },
-            },
+            "template": {"metadata": {"labels": labels}, "spec": spec},
         },
     }
+    if desired is not None:
+        found["status"] = {"desiredNumberScheduled": desired, "numberReady": desired}
+    return found
 
 
 EVERY_TAINT = [{"operator": "Exists"}]
 GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
 
+SHARING = "nvidia.com/gpu.sharing-strategy"
+DEPLOY_PLUGIN = {"nvidia.com/gpu.deploy.device-plugin": "true"}
+PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
+
+
+def plugin_container(name: str, command: str | None = None) -> dict[str, Any]:
+    """A container of NVIDIA's device plugin image, running ``command`` (the image's
+    entrypoint, the device plugin, without one)."""
+    return {"name": name, "image": PLUGIN_IMAGE, **({"command": [command]} if command else {})}
+
+
+def device_plugins(operator_desired: int = 8) -> list[dict[str, Any]]:
+    """The GPU Operator's device plugin on the nodes it labelled (its image from a mirror: it is
+    known by its name), and a Helm install of the device plugin for the MPS nodes, with GPU
+    feature discovery and the MPS control daemon in DaemonSets of their own, from the same
+    image."""
+    mps = {SHARING: "mps"}
+    helm = "nvidia-device-plugin"
+    return [
+        daemonset(
+            "gpu-operator",
+            "nvidia-device-plugin-daemonset",
+            [*GPU_TOLERATION, *EVERY_TAINT],
+            container={"name": "plugin", "image": "registry.example.com/k8s-device-plugin:v0.17.0"},
+            node_selector=DEPLOY_PLUGIN,
+            desired=operator_desired,
+        ),
+        daemonset(
+            helm,
+            "nvdp-nvidia-device-plugin",
+            GPU_TOLERATION,
+            container=plugin_container("nvidia-device-plugin-ctr", "nvidia-device-plugin"),
+            node_selector=mps,
+            desired=1,
+        ),
+        daemonset(
+            helm,
+            "nvdp-nvidia-device-plugin-gpu-feature-discovery",
+            GPU_TOLERATION,
+            container=plugin_container("gpu-feature-discovery-ctr", "gpu-feature-discovery"),
+            node_selector=mps,
+            desired=1,
+        ),
+        daemonset(
+            helm,
+            "nvdp-nvidia-device-plugin-mps-control-daemon",
+            GPU_TOLERATION,
+            container=plugin_container("mps-control-daemon-ctr", "/usr/bin/mps-control-daemon"),
+            node_selector=mps,
+            desired=1,
+        ),
+    ]
+
+
 def node_agents() -> list[dict[str, Any]]:
     return [
         daemonset("kube-system", "kube-proxy", EVERY_TAINT),
-        daemonset(
-            "gpu-operator", "nvidia-device-plugin-daemonset", [*GPU_TOLERATION, *EVERY_TAINT]
-        ),
+        *device_plugins(),
         daemonset("monitoring", "node-exporter", EVERY_TAINT),
-        daemonset("monitoring", "dcgm-exporter", GPU_TOLERATION),  # by key: not every taint
+        daemonset(  # by key: not every taint
+            "monitoring",
+            "dcgm-exporter",
+            GPU_TOLERATION,
+            container={"name": "exporter", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3"},
+        ),
         daemonset("logging", "fluent-bit", [{"operator": "Exists", "effect": "NoSchedule"}]),
         daemonset("web", "cache", []),
     ]
@@ -470,3 +564,166 @@ def test_a_refused_list_exits_2_with_one_line(
     assert line.startswith("gpu-admission: error: cannot list daemonsets (HTTP 403)")
     assert "gpu-admission-auditor" in line
     assert not path.exists()
+
+
+def test_nodes_are_read_as_the_inventory_keeps_them_with_every_label(
+    kube_api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    labels = {
+        "example.com/rack": "r7",  # no pool's key, no GPU label: kept for the draft only
+        "feature.node.kubernetes.io/pci-10de.present": "true",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    }
+    gpus = {"nvidia.com/gpu": "8", "example.com/fpga": "2"}
+    raw = node("gpu-1", labels=labels, taints=(GPU_TAINT,), gpus=gpus)
+    kube_api.add_all([raw])
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    default = webhook.default_policy_path().read_text()
+    assert "  vendorDomains: [nvidia.com]\n" in default
+    fpga = webhook.parse_policy(
+        default.replace(
+            "  vendorDomains: [nvidia.com]\n", "  vendorDomains: [nvidia.com, example.com]\n"
+        )
+    )
+    with connect(str(kubeconfig)) as cluster:
+        [as_default] = read_cluster(cluster).nodes
+        [as_fpga] = read_cluster(cluster, fpga).nodes
+    assert dict(as_default.labels) == {"kubernetes.io/os": "linux", **labels}
+    # Nothing else differs from what the inventory keeps: the PCI label says it has a GPU.
+    inventory = node_info(raw, webhook.parse_policy(default))
+    assert as_default.gpu_labelled and inventory.gpu_labelled
+    assert (as_default.name, as_default.taints) == (inventory.name, inventory.taints)
+    assert dict(as_default.capacity) == dict(inventory.capacity) == {"nvidia.com/gpu": "8"}
+    # The vendor resources are those of the policy drafted on.
+    assert dict(as_fpga.capacity) == dict(as_fpga.allocatable) == gpus
+
+
+def test_every_place_the_draft_is_written_at_is_in_the_shipped_default() -> None:
+    assert anchor_problems(webhook.default_policy_path().read_text()) == []
+
+
+def test_a_changed_default_policy_fails_naming_each_anchor_and_the_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    text = webhook.default_policy_path().read_text()
+    changed = tmp_path / "default.yaml"
+    # Comments reworded and one repeated: the policy still loads, the draft has no place.
+    changed.write_text(
+        text.replace(DEFAULT_HEADER, "# gpu-admission's default policy:")
+        .replace(AGENTS_END, "    #     - reason: Node agents.\n")
+        .replace(HOST_PATHS, HOST_PATHS + " see below.\n" + HOST_PATHS)
+    )
+    webhook.load_policy(changed)
+    monkeypatch.setattr(policy_init, "default_policy_path", lambda: changed)
+    nodes = [gpu_node("l4-1", {"nvidia.com/gpu.product": "NVIDIA-L4"})]
+    with pytest.raises(DefaultPolicyChanged) as raised:
+        draft_policy(nodes, [], source="test")
+    assert str(raised.value) == (
+        f"{changed}: policy init cannot draft on it: "
+        "'# The default gpu-admission policy:' is there 0 times, not once; "
+        "'  # Host paths:' is there 2 times, not once; "
+        "no '    #     - reason: Node agents that run on every node, GPU nodes included.\\n' "
+        "after '    # Node agents that must mount host paths' "
+        "(the default policy changed without the anchors of webhook/operations/policy_init.py)"
+    )
+
+
+def test_the_device_plugin_daemonsets_found_are_named_with_why(
+    scripted: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "policy.yaml"
+    assert init(scripted, "-o", str(path)) == 0
+    text = path.read_text()
+    # GPU feature discovery and the MPS control daemon run from the same image: not named.
+    assert yaml.safe_load(text)["spec"]["devicePluginDaemonSets"] == [
+        {"namespace": "gpu-operator", "name": "nvidia-device-plugin-daemonset"},
+        {"namespace": "nvidia-device-plugin", "name": "nvdp-nvidia-device-plugin"},
+    ]
+    said = comments(text)
+    assert (
+        "Found: gpu-operator/nvidia-device-plugin-daemonset runs NVIDIA's device plugin (its "
+        "name is the one the GPU Operator gives its device plugin): 8 Pods desired, 8 ready."
+        in said
+    )
+    assert (
+        "Found: nvidia-device-plugin/nvdp-nvidia-device-plugin runs NVIDIA's device plugin (its "
+        "container nvidia-device-plugin-ctr runs nvcr.io/nvidia/k8s-device-plugin:v0.17.0): "
+        "1 Pod desired, 1 ready." in said
+    )
+
+
+def test_cluster_check_compares_the_device_plugins_drafted(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The GPU Operator's device plugin wants 7 Pods where 8 GPU nodes admit it: a800-1 has
+    none. The draft says cluster check will report it, and cluster check names the node."""
+    operator, *helm = device_plugins(operator_desired=7)
+    operator["metadata"]["uid"] = "ds-uid"
+    labelled = [n["metadata"] for n in cluster_nodes()]
+    served = [m["name"] for m in labelled if DEPLOY_PLUGIN.items() <= m["labels"].items()]
+    assert len(served) == 8 and "a800-1" in served
+    pods = [plugin_pod(operator, name) for name in served if name != "a800-1"]
+    kube_api.add_all(cluster_nodes())
+    kube_api.add_all([operator, *helm, *pods])
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    policy = tmp_path / "policy.yaml"
+    assert init(kubeconfig, "-o", str(policy)) == 0
+    [warned] = [line for line in capsys.readouterr().err.splitlines() if "will report" in line]
+    assert warned.startswith(
+        "gpu-admission: cluster check will report device-plugin-desired-mismatch: DaemonSet "
+        "gpu-operator/nvidia-device-plugin-daemonset would run 7 Pods "
+        "(status.desiredNumberScheduled; 7 ready) where 8 GPU nodes admit it"
+    )
+    checked = main(
+        ["cluster", "check", "--policy", str(policy), "--kubeconfig", str(kubeconfig), "-o", "json"]
+    )
+    assert checked == 1
+    [drift] = json.loads(capsys.readouterr().out)["drift"]
+    assert (drift["kind"], drift["nodes"]) == ("device-plugin-desired-mismatch", ["a800-1"])
+    assert "1 GPU node it admits has no Pod of it" in drift["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "container", "evidence"),
+    [
+        (
+            "nvidia-device-plugin-daemonset",
+            {"name": "c", "image": "mirror.example.com/plugin:1", "command": ["/bin/sh", "-c"]},
+            "its name is the one the GPU Operator gives its device plugin",
+        ),
+        (
+            "nvdp",
+            {"name": "c", "image": f"{PLUGIN_IMAGE}@sha256:{'0' * 64}"},
+            f"its container c runs {PLUGIN_IMAGE}@sha256:{'0' * 64}",
+        ),
+        (
+            "nvdp",
+            {"name": "c", "image": "nvcr.io/nvidia/k8s-device-plugin"},
+            "its container c runs nvcr.io/nvidia/k8s-device-plugin",
+        ),
+        ("gfd", plugin_container("c", "gpu-feature-discovery"), None),
+        ("nvdp-config", plugin_container("c", "config-manager"), None),
+        ("mirrored", {"name": "c", "image": "mirror.example.com/k8s-device-plugin:v0.17.0"}, None),
+        ("dcgm", {"name": "c", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3"}, None),
+    ],
+)
+def test_a_device_plugin_is_known_by_its_image_or_the_operators_name(
+    name: str, container: dict[str, Any], evidence: str | None
+) -> None:
+    assert device_plugin_evidence(name, {"containers": [container]}) == evidence
+
+
+def test_without_a_device_plugin_found_the_setting_is_left_to_fill_in() -> None:
+    gpu = Taint("nvidia.com/gpu", "present", "NoSchedule")
+    nodes = [gpu_node("l4-1", {"nvidia.com/gpu.product": "NVIDIA-L4"}, (gpu,))]
+    # The device plugin's image in an init container only: no device plugin runs.
+    probe = daemonset("tools", "probe", GPU_TOLERATION, container={"name": "x", "image": "sh:1"})
+    probe["spec"]["template"]["spec"]["initContainers"] = [plugin_container("init")]
+    draft = draft_policy(nodes, [seen_daemonset(probe)], source="test")
+    assert draft.policy.device_plugin_daemonsets == ()
+    assert "  # devicePluginDaemonSets:\n  #   - {namespace: NAMESPACE, name: NAME}\n" in draft.text
+    assert (
+        "Found: no DaemonSet that runs NVIDIA's device plugin (image "
+        "nvcr.io/nvidia/k8s-device-plugin, or the GPU Operator's nvidia-device-plugin-daemonset)"
+        in comments(draft.text)
+    )

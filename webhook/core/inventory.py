@@ -191,17 +191,27 @@ class SharedParts:
 
 
 def node_info(
-    node: Mapping[str, Any], kept: KeptFields, shared: SharedParts | None = None
+    node: Mapping[str, Any],
+    kept: KeptFields,
+    shared: SharedParts | None = None,
+    *,
+    every_label: bool = False,
 ) -> NodeInfo:
     """What is kept of a Node object as the API server sent it (malformed parts are left out);
-    with ``shared``, parts other Nodes have are one copy."""
+    with ``shared``, parts other Nodes have are one copy. ``every_label``: every label kept,
+    not only ``keeps_label``'s: for ``policy init``, which drafts node selectors from any
+    label; never for the inventory (whoever can label a node would make it grow)."""
     metadata = _mapping(node.get("metadata"))
     spec = _mapping(node.get("spec"))
     status = _mapping(node.get("status"))
     all_labels = _mapping(metadata.get("labels"))
-    labels = {
-        str(key): str(value) for key, value in all_labels.items() if keeps_label(str(key), kept)
-    }
+    labels = (
+        {str(key): str(value) for key, value in all_labels.items()}
+        if every_label
+        else {
+            str(key): str(value) for key, value in all_labels.items() if keeps_label(str(key), kept)
+        }
+    )
     gpu_labelled = any(_gpu_label(str(key), kept.vendor_domains) for key in all_labels)
     taints = tuple(
         Taint(str(taint.get("key") or ""), str(taint.get("value") or ""), str(taint.get("effect")))

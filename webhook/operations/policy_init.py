@@ -4,19 +4,20 @@ Nodes and DaemonSets in, policy text out: the default policy as shipped (its set
 comments), plus what the cluster shows (``webhook.operations.pool_drafts``): a pool for each
 kind of GPU node, the MIG-capable products (``migCatalogue.products``; a product the catalogue
 does not know, with the profiles its nodes are partitioned into), the vendor resources that are
-no GPU (``companionResources``), and, commented out for the author to decide, the namespaces of
-the DaemonSets that tolerate every taint as exemptions and a tenant with the products found.
-Every comment that starts with ``Found:`` says what was seen, every ``Guessed:`` what was
-inferred. The text is loaded as the webhook loads it before it is given back, and compared
-with the nodes as ``cluster check`` compares them: what would still disagree is returned.
+no GPU (``companionResources``), the DaemonSets that run NVIDIA's device plugin
+(``devicePluginDaemonSets``, ``webhook.operations.daemonset_drafts``), and, commented out for
+the author to decide, the namespaces of the DaemonSets that tolerate every taint as exemptions
+and a tenant with the products found. Every comment that starts with ``Found:`` says what was
+seen, every ``Guessed:`` what was inferred. The text is loaded as the webhook loads it before
+it is given back, and compared with the nodes and the device plugin DaemonSets as ``cluster
+check`` compares them: what would still disagree is returned.
 """
 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import yaml
 
@@ -30,7 +31,12 @@ from webhook.core.inventory import (
     mig_capable,
     mig_profiles,
 )
-from webhook.core.wording import count, names
+from webhook.core.wording import count, names, number
+from webhook.operations.daemonset_drafts import (
+    DEVICE_PLUGIN_IMAGE,
+    GPU_OPERATOR_DEVICE_PLUGIN,
+    SeenDaemonSet,
+)
 from webhook.operations.pool_drafts import (
     GPU_COUNT,
     MIG_STRATEGY,
@@ -46,36 +52,33 @@ from webhook.policy.mig import CATALOGUE, catalogued_as
 from webhook.policy.model import Policy
 
 WIDTH = 99
-# Where the default policy's text takes what is drafted (each must be found in it once).
+# Where the default policy's text takes what is drafted: each start once in it, with its end
+# (the first after it) where the text from the start to the end is replaced.
 METADATA = "metadata:\n  name: default\n  description:"
 MIG_PRODUCTS = '    products: ["*"]\n'
 MIG_CATALOGUE = "  migCatalogue:\n"
 HOST_PATHS = "  # Host paths:"
 DEFAULT_HEADER = "# The default gpu-admission policy:"
+HEADER_END = "#\n"
 AGENTS_START = "    # Node agents that must mount host paths"
 AGENTS_END = "    #     - reason: Node agents that run on every node, GPU nodes included.\n"
 AGENT_REASON = "Node agents that run on every node, GPU nodes included."
-
-
-@dataclass(frozen=True, slots=True)
-class AgentDaemonSet:
-    """What is kept of a DaemonSet: its names and its Pod template's tolerations."""
-
-    namespace: str
-    name: str
-    tolerations: tuple[Mapping[str, Any], ...]
-
-    def tolerates_every_taint(self) -> bool:
-        """A toleration with ``operator: Exists`` and no key: its Pods land on every node,
-        GPU nodes whatever their taints."""
-        return any(t.get("operator") == "Exists" and not t.get("key") for t in self.tolerations)
+ANCHORS: tuple[tuple[str, str | None], ...] = (
+    (METADATA, "\n"),
+    (DEFAULT_HEADER, HEADER_END),
+    (MIG_CATALOGUE, None),
+    (MIG_PRODUCTS, None),
+    (HOST_PATHS, None),
+    (AGENTS_START, AGENTS_END),
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Draft:
     """The policy text, its pools, the nodes it was drafted from, the GPU nodes no pool takes
-    (with why), and where ``cluster check`` would still find the policy and the nodes
-    disagree (none on a cluster whose GPU nodes label apart as they are tainted apart)."""
+    (with why), and where ``cluster check`` would still find the policy and the nodes (or a
+    device plugin DaemonSet) disagree (none on a cluster whose GPU nodes label apart as they
+    are tainted apart, and whose device plugins run on every GPU node they admit)."""
 
     text: str
     policy: Policy
@@ -90,47 +93,59 @@ class NoGpuNodes(Exception):
     """The cluster has no GPU node to draft pools from."""
 
 
+class DefaultPolicyChanged(ValueError):
+    """The default policy's text lacks a place the draft is written at (``ANCHORS``): it was
+    changed without this module (a bug, which ``tests/test_policy_init.py`` catches)."""
+
+    def __init__(self, where: str, problems: Sequence[str]) -> None:
+        super().__init__(
+            f"{where}: policy init cannot draft on it: {'; '.join(problems)} "
+            "(the default policy changed without the anchors of "
+            "webhook/operations/policy_init.py)"
+        )
+
+
 def draft_policy(
     nodes: Sequence[NodeInfo],
-    daemonsets: Iterable[AgentDaemonSet],
+    daemonsets: Iterable[SeenDaemonSet],
     *,
     source: str,
     base: str | None = None,
 ) -> Draft:
     """The starting policy for ``nodes`` and ``daemonsets`` read from ``source`` (the API
     server's address), on ``base`` (the default policy's text). ``NoGpuNodes`` when no node
-    is a GPU node; ``PolicyError`` if the text drafted does not load (a bug)."""
+    is a GPU node; ``DefaultPolicyChanged`` when the base text lacks a place the draft is
+    written at, ``PolicyError`` if the text drafted does not load (both bugs)."""
+    where = "the base policy" if base is not None else str(default_policy_path())
     text = base if base is not None else default_policy_path().read_text("utf-8")
+    problems = anchor_problems(text)
+    if problems:
+        raise DefaultPolicyChanged(where, problems)
+    base_policy = parse_policy(text, "default policy")
     gpu_nodes = [n for n in nodes if is_gpu_node(n)]
     if not gpu_nodes:
         raise NoGpuNodes(
             f"no GPU node among the {count(nodes, 'node')} of {source}: none advertises a "
-            "resource under nvidia.com or carries GPU feature discovery's "
-            "nvidia.com/gpu.present=true, so there is no pool to draft. Check that the NVIDIA "
-            "device plugin runs (kubectl get nodes -L nvidia.com/gpu.present,"
+            f"resource under {' or '.join(base_policy.vendor_domains)} or carries GPU feature "
+            "discovery's nvidia.com/gpu.present=true, so there is no pool to draft. Check that "
+            "the NVIDIA device plugin runs (kubectl get nodes -L nvidia.com/gpu.present,"
             "nvidia.com/gpu.product), or start from policies/default.yaml"
         )
     plan = plan_pools(nodes)
-    base_policy = parse_policy(text, "default policy")
-    agents = [d for d in daemonsets if d.tolerates_every_taint()]
-    start = text.index(METADATA)
-    text = (
-        text[:start]
-        + _metadata(len(gpu_nodes))
-        + text[text.index("\n", len(METADATA) + start) + 1 :]
-    )
-    start = text.index(DEFAULT_HEADER)
-    end = text.index("#\n", start) + 2
-    text = text[:start] + _header(nodes, gpu_nodes, plan, source) + text[end:]
-    text = _replace(text, MIG_CATALOGUE, _pools_block(plan) + MIG_CATALOGUE)
-    text = _replace(text, MIG_PRODUCTS, _mig_products(gpu_nodes))
+    seen = list(daemonsets)
+    agents = [d for d in seen if d.tolerates_every_taint()]
+    plugins = sorted((d for d in seen if d.device_plugin), key=lambda d: (d.namespace, d.name))
+    text = _edit(text, where, _metadata(len(gpu_nodes)), METADATA, "\n")
+    text = _edit(text, where, _header(nodes, gpu_nodes, plan, source), DEFAULT_HEADER, HEADER_END)
+    drafted = _pools_block(plan) + _device_plugins(plugins)
+    text = _edit(text, where, drafted + MIG_CATALOGUE, MIG_CATALOGUE)
+    text = _edit(text, where, _mig_products(gpu_nodes), MIG_PRODUCTS)
     if not any(t.effect in ("NoSchedule", "NoExecute") for n in gpu_nodes for t in n.taints):
-        text = _replace(text, HOST_PATHS, _untainted() + HOST_PATHS)
-    start = text.index(AGENTS_START)
-    end = text.index(AGENTS_END, start) + len(AGENTS_END)
+        text = _edit(text, where, _untainted() + HOST_PATHS, HOST_PATHS)
     tenants = _agents_block(agents, base_policy) + _tenant_example(plan)
-    text = text[:start] + tenants + text[end:]
+    text = _edit(text, where, tenants, AGENTS_START, AGENTS_END)
     policy = parse_policy(text, "drafted policy")
+    compared = {plugin.named: plugin.as_read() for plugin in plugins}
     return Draft(
         text,
         policy,
@@ -138,14 +153,37 @@ def draft_policy(
         len(nodes),
         len(gpu_nodes),
         tuple(f"{node.name}: {why}" for node, why in plan.unpooled),
-        tuple(d for d in find_drift(policy, nodes) if d.level == "drift"),
+        tuple(d for d in find_drift(policy, nodes, compared) if d.level == "drift"),
     )
 
 
-def _replace(text: str, anchor: str, replacement: str) -> str:
-    if text.count(anchor) != 1:
-        raise ValueError(f"the default policy has no single {anchor.strip()!r} to draft at")
-    return text.replace(anchor, replacement)
+def anchor_problems(text: str) -> list[str]:
+    """What of ``ANCHORS`` the text lacks, one line each: none in the default policy."""
+    return [p for start, end in ANCHORS if isinstance(p := _locate(text, start, end), str)]
+
+
+def _edit(text: str, where: str, replacement: str, start: str, end: str | None = None) -> str:
+    """``text`` with the part from ``start`` to the first ``end`` after it (``start`` alone
+    without one) replaced; ``DefaultPolicyChanged`` naming ``where`` when it is not there."""
+    located = _locate(text, start, end)
+    if isinstance(located, str):
+        raise DefaultPolicyChanged(where, [located])
+    return text[: located[0]] + replacement + text[located[1] :]
+
+
+def _locate(text: str, start: str, end: str | None) -> tuple[int, int] | str:
+    """Where the part from ``start`` (there once) to the first ``end`` after it is, or what
+    of it is not there."""
+    found = text.count(start)
+    if found != 1:
+        return f"{start!r} is there {found} times, not once"
+    at = text.find(start)
+    if end is None:
+        return at, at + len(start)
+    stop = text.find(end, at + len(start))
+    if stop < 0:
+        return f"no {end!r} after {start!r}"
+    return at, stop + len(end)
 
 
 def _comment(text: str, indent: int) -> str:
@@ -190,9 +228,10 @@ def _header(
     said = (
         f"A starting policy drafted by `gpu-admission policy init --from-cluster` from the "
         f"{count(nodes, 'node')} of {source} ({len(gpu_nodes)} with GPUs): the default policy "
-        f"below, with {pools} for the GPU nodes, the MIG-capable products found and, commented "
-        "out, the node agents' namespaces to exempt and a tenant to start from. Comments that "
-        "start with Found: say what was seen on the nodes, Guessed: what was inferred: check "
+        f"below, with {pools} for the GPU nodes, the MIG-capable products and the device plugin "
+        "DaemonSets found and, commented out, the node agents' namespaces to exempt and a "
+        "tenant to start from. Comments that start with Found: say what was seen in the "
+        "cluster, Guessed: what was inferred: check "
         "each, then:\n"
         "  gpu-admission policy validate FILE && gpu-admission cluster check --policy FILE\n"
     )
@@ -297,6 +336,32 @@ def _sharing_found(draft: PoolDraft) -> list[str]:
     return said
 
 
+def _device_plugins(plugins: Sequence[SeenDaemonSet]) -> str:
+    """``devicePluginDaemonSets``: the DaemonSets found running NVIDIA's device plugin, each
+    with why; a commented-out entry to fill in where none is."""
+    if not plugins:
+        return _comment(
+            f"Found: no DaemonSet that runs NVIDIA's device plugin (image {DEVICE_PLUGIN_IMAGE}, "
+            f"or the GPU Operator's {GPU_OPERATOR_DEVICE_PLUGIN}): cluster check compares no "
+            "device plugin with the GPU nodes. Name yours:",
+            2,
+        ) + ("  # devicePluginDaemonSets:\n  #   - {namespace: NAMESPACE, name: NAME}\n")
+    lines = _comment(
+        "The DaemonSets that run the device plugin: cluster check compares the Pods each "
+        "wants with the GPU nodes its node selector, node affinity and tolerations admit.",
+        2,
+    )
+    lines += "  devicePluginDaemonSets:\n"
+    for plugin in plugins:
+        lines += _comment(
+            f"Found: {plugin.named} runs NVIDIA's device plugin ({plugin.device_plugin}): "
+            f"{number(plugin.desired, 'Pod')} desired, {plugin.ready} ready.",
+            4,
+        )
+        lines += f"    - {{namespace: {_scalar(plugin.namespace)}, name: {_scalar(plugin.name)}}}\n"
+    return lines
+
+
 def _mig_products(gpu_nodes: Sequence[NodeInfo]) -> str:
     """``migCatalogue.products`` (and ``customProducts``) for the MIG-capable GPUs found;
     every catalogued product where none is."""
@@ -361,7 +426,7 @@ def _untainted() -> str:
     ) + ("  gpuNodesTainted: false\n")
 
 
-def _agents_block(agents: Sequence[AgentDaemonSet], base: Policy) -> str:
+def _agents_block(agents: Sequence[SeenDaemonSet], base: Policy) -> str:
     """The namespaces of the DaemonSets that tolerate every taint: those the policy exempts
     already named, the others proposed as an exemption, commented out."""
     by_namespace: dict[str, list[str]] = {}
