@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 import sys
@@ -34,18 +35,23 @@ def test_the_installed_command_prints_it_too() -> None:
     assert done.returncode == 0 and done.stdout.strip() == f"gpu-admission {project_version()}"
 
 
-def _help_texts() -> dict[str, str]:
-    """Every command's and sub-command's help, as printed."""
-    texts = {}
+def _parsers() -> dict[str, argparse.ArgumentParser]:
+    """Every command's and sub-command's parser."""
+    parsers = {}
     pending = [("gpu-admission", build_parser())]
     while pending:
         name, parser = pending.pop()
-        texts[name] = parser.format_help()
+        parsers[name] = parser
         for action in parser._actions:
             choices = getattr(action, "choices", None)
             if isinstance(choices, dict):
                 pending += [(f"{name} {sub}", p) for sub, p in choices.items()]
-    return texts
+    return parsers
+
+
+def _help_texts() -> dict[str, str]:
+    """Every command's and sub-command's help, as printed."""
+    return {name: parser.format_help() for name, parser in _parsers().items()}
 
 
 def test_every_path_in_a_help_text_exists_in_the_repository() -> None:
@@ -59,6 +65,40 @@ def test_every_path_in_a_help_text_exists_in_the_repository() -> None:
     assert paths, "the help texts name no repository path: the test would check nothing"
     missing = sorted((c, p) for c, p in paths if not (REPO / p).exists())
     assert missing == []
+
+
+def test_every_command_that_reads_a_cluster_takes_the_same_cluster_options() -> None:
+    """--kubeconfig and --context come from one place (add_cluster_arguments): the same
+    metavar and defaults in every command, a condition (audit's "with --cluster") first."""
+    options = {
+        name: {
+            flag: action
+            for action in parser._actions
+            for flag in action.option_strings
+            if flag in ("--kubeconfig", "--context")
+        }
+        for name, parser in _parsers().items()
+    }
+    readers = {name for name, found in options.items() if found}
+    assert readers >= {
+        "gpu-admission audit",
+        "gpu-admission explain",
+        "gpu-admission inspect",
+        "gpu-admission certs install",
+        "gpu-admission cluster check",
+        "gpu-admission policy init",
+        "gpu-admission webhooks bootstrap",
+        "gpu-admission webhooks activate",
+        "gpu-admission webhooks deactivate",
+    }
+    for name in readers:
+        kubeconfig, context = options[name]["--kubeconfig"], options[name]["--context"]
+        assert kubeconfig.metavar == "PATH", name
+        assert str(kubeconfig.help).endswith(
+            "the kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)"
+        ), name
+        assert str(context.help).endswith("the kubeconfig context (default: its current one)")
+    assert str(options["gpu-admission audit"]["--context"].help).startswith("with --cluster: ")
 
 
 @pytest.mark.parametrize(

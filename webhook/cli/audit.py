@@ -30,6 +30,7 @@ from webhook.audit.reports import (
 )
 from webhook.cli import junit, output, sarif, tables
 from webhook.cli.common import (
+    add_cluster_arguments,
     add_command,
     add_filename_arguments,
     add_policy_argument,
@@ -107,8 +108,7 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         help="use the policy's Enforce/Warn/Audit modes instead of enforcing every rule",
     )
-    parser.add_argument("--kubeconfig", metavar="FILE", help="with --cluster: the kubeconfig")
-    parser.add_argument("--context", help="with --cluster: the kubeconfig context")
+    add_cluster_arguments(parser, condition="with --cluster")
     parser.add_argument(
         "--request-timeout",
         type=_seconds,

@@ -109,12 +109,19 @@ def expired_message(exception: PolicyException) -> str:
     )
 
 
-def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+def add_cluster_arguments(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, condition: str = ""
+) -> None:
     """``--kubeconfig`` and ``--context``: which cluster a command reads
-    (``webhook.cluster.connection.connect``)."""
+    (``webhook.cluster.connection.connect``). ``condition`` says when the command reads one at
+    all (audit's "with --cluster"), first in both helps."""
+    said = f"{condition}: " if condition else ""
     parser.add_argument(
         "--kubeconfig",
         metavar="PATH",
-        help="default: $KUBECONFIG, then in-cluster, then ~/.kube/config",
+        help=f"{said}the kubeconfig file (default: $KUBECONFIG, then in-cluster, then "
+        "~/.kube/config)",
     )
-    parser.add_argument("--context", help="the kubeconfig context (default: its current one)")
+    parser.add_argument(
+        "--context", help=f"{said}the kubeconfig context (default: its current one)"
+    )

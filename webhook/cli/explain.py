@@ -9,7 +9,13 @@ import sys
 from typing import Any
 
 from webhook.audit.documents import Document, DocumentError, parse, read_text
-from webhook.cli.common import add_command, add_policy_argument, error, policy_from
+from webhook.cli.common import (
+    add_cluster_arguments,
+    add_command,
+    add_policy_argument,
+    error,
+    policy_from,
+)
 from webhook.cluster.connection import connect
 from webhook.core.wording import number, plain_number
 from webhook.operations.cluster_facts import read_cluster_facts, read_pod
@@ -59,12 +65,7 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         "name none: default)",
     )
     add_policy_argument(parser)
-    parser.add_argument(
-        "--kubeconfig",
-        metavar="PATH",
-        help="default: $KUBECONFIG, then in-cluster, then ~/.kube/config",
-    )
-    parser.add_argument("--context")
+    add_cluster_arguments(parser, condition="without -f")
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
     parser.set_defaults(func=run)
 
