@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from webhook.audit.cluster import audit_cluster
+from webhook.audit.documents import SubdirectoriesNotRead
 from webhook.audit.files import audit_files
 from webhook.audit.judging import Audit
 from webhook.audit.preflight import Change, Preflight, preflight_cluster, preflight_files
@@ -36,8 +37,8 @@ from webhook.cli.common import (
     add_policy_argument,
     error,
     expired_message,
-    input_files,
     policy_from,
+    subdirectories_not_read,
 )
 from webhook.cluster.connection import ClusterError, connect
 from webhook.cluster.listing import Problem
@@ -166,16 +167,18 @@ def run(args: argparse.Namespace) -> int:
     if usage:
         print(f"gpu-admission audit: error: {usage}", file=sys.stderr)
         return 2
-    files: list[str] = []
-    if not args.cluster:
-        found = input_files(args)
-        if found is None:
-            return 2
-        files = found
     policy = policy_from(args)
+    try:
+        return _audit(policy, args)
+    except SubdirectoriesNotRead as exc:  # raised before any file is read
+        error(subdirectories_not_read(exc))
+        return 2
+
+
+def _audit(policy: Policy, args: argparse.Namespace) -> int:
     _notes([expired_message(e) for _, e in policy.expired_exceptions(time.time())])
     if args.against:
-        return _preflight(policy, files, args)
+        return _preflight(policy, args)
     # A policy report says what the webhook would do: the policy's own modes.
     respect = args.respect_modes or args.output == "policyreport"
     problems: list[Problem]
@@ -213,10 +216,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         audit = audit_files(
             policy,
-            files,
+            args.files,
+            recursive=args.recursive,
             namespace=args.namespace or "default",
             respect_modes=respect,
-            stdin=_stdin(files),
+            stdin=_stdin(args.files),
             raise_errors=args.debug,
             override=args.namespace is not None,
         )
@@ -233,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if audit.denies else 0
 
 
-def _preflight(policy: Policy, files: list[str], args: argparse.Namespace) -> int:
+def _preflight(policy: Policy, args: argparse.Namespace) -> int:
     old_policy = load_policy(args.against)
     result: Preflight
     if args.cluster:
@@ -250,9 +254,10 @@ def _preflight(policy: Policy, files: list[str], args: argparse.Namespace) -> in
         result = preflight_files(
             policy,
             old_policy,
-            files,
+            args.files,
+            recursive=args.recursive,
             namespace=args.namespace or "default",
-            stdin=_stdin(files),
+            stdin=_stdin(args.files),
             raise_errors=args.debug,
             override=args.namespace is not None,
         )

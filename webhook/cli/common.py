@@ -91,8 +91,16 @@ def input_files(args: argparse.Namespace) -> list[str] | None:
     try:
         return manifest_files(args.files, recursive=args.recursive)
     except SubdirectoriesNotRead as exc:
-        error(str(exc))
+        error(subdirectories_not_read(exc))
         return None
+
+
+def subdirectories_not_read(exc: SubdirectoriesNotRead) -> str:
+    """What a run that would leave manifest files in subdirectories unread says: add ``-R``."""
+    return (
+        f"{len(exc.left_out)} manifest file(s) in subdirectories were not read (such as "
+        f"{exc.left_out[0]}): add -R to read them (or name the files)"
+    )
 
 
 def policy_from(args: argparse.Namespace) -> Policy:
