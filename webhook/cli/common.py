@@ -1,5 +1,5 @@
-"""What the commands share: one-line errors on stderr, how a command is registered, and the
-``--policy`` option."""
+"""What the commands share: one-line errors on stderr, how a command is registered, the
+``--policy``, ``-f``/``-R`` and cluster options, and reading the manifests ``-f`` names."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ import argparse
 import sys
 from typing import Any
 
-from webhook.audit.documents import SubdirectoriesNotRead, manifest_files
+from webhook.audit.documents import (
+    Document,
+    DocumentError,
+    SubdirectoriesNotRead,
+    manifest_files,
+    parse,
+    read_text,
+)
 from webhook.policy.exceptions import PolicyException
 from webhook.policy.load import default_policy_path, load_policy
 from webhook.policy.model import Policy
@@ -93,6 +100,27 @@ def input_files(args: argparse.Namespace) -> list[str] | None:
     except SubdirectoriesNotRead as exc:
         error(subdirectories_not_read(exc))
         return None
+
+
+def read_documents(args: argparse.Namespace) -> tuple[list[Document], int] | None:
+    """The documents of the files ``-f`` and ``-R`` name (as review and explain read them),
+    and how many files could not be read, or not past a broken document: each is reported
+    and the documents before it are kept. None (the error said why) when a directory's
+    subdirectories would be left unread."""
+    files = input_files(args)
+    if files is None:
+        return None
+    documents: list[Document] = []
+    unreadable = 0
+    stdin = sys.stdin.read() if "-" in files else None
+    for source in files:
+        try:
+            documents.extend(parse(read_text(source, stdin), source))
+        except DocumentError as exc:
+            error(str(exc))
+            unreadable += 1
+            documents.extend(exc.readable)
+    return documents, unreadable
 
 
 def subdirectories_not_read(exc: SubdirectoriesNotRead) -> str:
