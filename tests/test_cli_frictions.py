@@ -200,6 +200,29 @@ def test_json_ends_with_the_counts_per_rule(command: str, many: Path, capsys) ->
     }
 
 
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_summary_line_says_what_the_json_summary_counts(
+    command: str, many: Path, capsys
+) -> None:
+    write(many, "d-agent.yaml", IN_KUBE_SYSTEM)
+    _, out, _ = run(capsys, command, "-f", str(many))
+    line = out.splitlines()[-1]
+    _, out, _ = run(capsys, command, "-f", str(many), "-o", "json")
+    _, summary = records_of(out)
+    assert (summary["judged"], summary["denied"], summary["allowed"]) == (4, 1, 3)
+    assert (summary["warned"], summary["exempt"], summary["skipped"]) == (1, 1, 1)
+    if command == "review":
+        assert line == (
+            "4 object(s) judged: 1 denied, 3 allowed (1 exempt); 1 not a Pod or workload, skipped"
+        )
+    else:
+        assert line == (
+            "4 object(s) audited with policy default (every rule enforced): 1 would be denied, "
+            "3 allowed (1 with warnings, 1 exempt); 3 would be mutated; 1 not a Pod or "
+            "workload, skipped"
+        )
+
+
 # ------------------------------------------------------------------------------- exempt
 
 
