@@ -27,7 +27,7 @@ from webhook.audit.reports import (
     ReportAPI,
     apply_reports,
     iter_policy_reports,
-    placed,
+    with_report_namespace,
 )
 from webhook.cli import junit, output, sarif, tables
 from webhook.cli.common import (
@@ -226,7 +226,7 @@ def _audit(policy: Policy, args: argparse.Namespace) -> int:
         )
         _notes(audit.notes)
         if args.output == "policyreport":
-            audit.items, unplaced = placed(audit.policy, audit.items)
+            audit.items, unplaced = with_report_namespace(audit.policy, audit.items)
             audit.problems += unplaced
         problems = audit.problems
     for problem in problems:
