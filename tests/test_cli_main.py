@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tests.support.paths import REPO
+from webhook.cli.common import KUBECTL_PLUGIN_PROG, PROG
 from webhook.cli.main import build_parser, main
 
 
@@ -35,10 +36,10 @@ def test_the_installed_command_prints_it_too() -> None:
     assert done.returncode == 0 and done.stdout.strip() == f"gpu-admission {project_version()}"
 
 
-def _parsers() -> dict[str, argparse.ArgumentParser]:
-    """Every command's and sub-command's parser."""
+def _parsers(prog: str = PROG) -> dict[str, argparse.ArgumentParser]:
+    """Every command's and sub-command's parser, the command named ``prog``."""
     parsers = {}
-    pending = [("gpu-admission", build_parser())]
+    pending = [(prog, build_parser(prog))]
     while pending:
         name, parser = pending.pop()
         parsers[name] = parser
@@ -99,6 +100,31 @@ def test_every_command_that_reads_a_cluster_takes_the_same_cluster_options() -> 
         ), name
         assert str(context.help).endswith("the kubeconfig context (default: its current one)")
     assert str(options["gpu-admission audit"]["--context"].help).startswith("with --cluster: ")
+
+
+def test_as_the_kubectl_plugin_the_examples_name_kubectl_gpu_admission() -> None:
+    # Before: `kubectl gpu-admission review --help` ended with examples of `gpu-admission ...`.
+    command_line = re.compile(
+        r"^\s*(?:[A-Z_]+=\S*\s+)*gpu-admission |\| gpu-admission |`gpu-admission "
+    )
+    plugin = {name: p.format_help() for name, p in _parsers(KUBECTL_PLUGIN_PROG).items()}
+    plain = _help_texts()
+    assert len(plugin) == len(plain)
+    as_typed = 0
+    for name, text in plugin.items():
+        assert not [line for line in text.splitlines() if command_line.search(line)], name
+        assert "kubectl kubectl" not in text, name
+        as_typed += text.count("kubectl gpu-admission ") - text.count(
+            "usage: kubectl gpu-admission "
+        )
+    assert as_typed > 100
+    # Run as gpu-admission, the examples are as written; names that are no command stay.
+    assert "\n  gpu-admission review -f pod.yaml " in plain["gpu-admission"]
+    assert "\n  kubectl gpu-admission review -f pod.yaml " in plugin["kubectl gpu-admission"]
+    bootstrap = plugin["kubectl gpu-admission webhooks bootstrap"]
+    assert "  kubectl gpu-admission webhooks bootstrap --namespace gpu-admission " in bootstrap
+    serve = plugin["kubectl gpu-admission serve"]
+    assert "GPU_ADMISSION_KEY=/tls/tls.key kubectl gpu-admission serve" in serve
 
 
 @pytest.mark.parametrize(

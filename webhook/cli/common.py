@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
@@ -18,6 +19,31 @@ from webhook.audit.documents import (
 from webhook.policy.exceptions import PolicyException
 from webhook.policy.load import default_policy_path, load_policy
 from webhook.policy.model import Policy
+
+PROG = "gpu-admission"
+KUBECTL_PLUGIN_PROG = "kubectl gpu-admission"
+# The command where a command line starts in an example: at the start of a line (after
+# environment variables' assignments), after a pipe or a backtick; not in `--namespace
+# gpu-admission` nor in `kubectl gpu-admission`.
+_EXAMPLE_COMMAND = re.compile(
+    r"(^[ \t]*(?:[A-Z_][A-Z0-9_]*=\S*[ \t]+)*|\|[ \t]*|`)" + re.escape(PROG) + r"(?=[ `])",
+    re.MULTILINE,
+)
+
+
+class ExamplesFormatter(argparse.RawDescriptionHelpFormatter):
+    """Prints the description and the examples as written, with their command lines named
+    as the user typed the command: ``kubectl gpu-admission ...`` when kubectl runs it as a
+    plugin (the prog of every parser starts with it then)."""
+
+    def __init__(self, prog: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(prog, *args, **kwargs)
+        self.plugin = prog == KUBECTL_PLUGIN_PROG or prog.startswith(KUBECTL_PLUGIN_PROG + " ")
+
+    def add_text(self, text: str | None) -> None:
+        if text and self.plugin:
+            text = _EXAMPLE_COMMAND.sub(rf"\g<1>{KUBECTL_PLUGIN_PROG}", text)
+        super().add_text(text)
 
 
 def error(message: str) -> None:
@@ -41,7 +67,7 @@ def add_command(
         help=summary,
         description=description,
         epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=ExamplesFormatter,
     )
     return parser
 
