@@ -15,6 +15,7 @@ from tests.kubeapi import FakeKubeAPI
 from tests.samples import CONFIG_MAP, GPU_DEPLOYMENT, GPU_POD, PRIVILEGED_PLAIN_POD
 from tests.support.cluster import seed, serve_report_kinds, serve_workload_kinds
 from tests.support.paths import REPO
+from webhook.audit.documents import SubdirectoriesNotRead
 from webhook.audit.judging import Audit
 from webhook.audit.reports import REPORT_APIS, apply_reports, policy_reports
 from webhook.cli.main import main
@@ -123,6 +124,29 @@ def test_unreadable_files_and_engine_failures_are_problems(tmp_path: Path, monke
     assert [p.stage for p in failed.problems] == ["judge"]
     with pytest.raises(RuntimeError, match="the engine broke"):
         webhook.audit_files(POLICY, [str(tmp_path / "ok.yaml")], raise_errors=True)
+
+
+def test_directories_are_read_as_the_command_reads_them(tmp_path: Path, capsys) -> None:
+    # Before: audit_files(policy, ["dir/"]) recursed while `audit -f dir/` refused without -R.
+    (tmp_path / "train.yaml").write_text(GPU_POD, encoding="utf-8")
+    nested = tmp_path / "team" / "debug.yaml"
+    nested.parent.mkdir()
+    nested.write_text(PRIVILEGED_PLAIN_POD, encoding="utf-8")
+    for read in (
+        lambda **kw: webhook.audit_files(POLICY, tmp_path, **kw),
+        lambda **kw: webhook.preflight_files(STRICT, POLICY, tmp_path, **kw).new,
+    ):
+        with pytest.raises(SubdirectoriesNotRead) as refused:
+            read()
+        assert refused.value.left_out == [nested]
+        recursed = read(recursive=True)
+        sources = [i.document.source for i in recursed.items]
+        assert sources == [str(nested), str(tmp_path / "train.yaml")]
+    assert main(["audit", "-f", str(tmp_path), "-o", "json"]) == 2
+    assert "add -R to read them" in capsys.readouterr().err
+    code, records = cli_records(capsys, "-f", str(tmp_path), "-R")
+    assert code == 1
+    assert [r["source"] for r in records[:-1]] == sources
 
 
 def test_preflight_files_matches_the_command(tmp_path: Path, capsys) -> None:

@@ -15,6 +15,7 @@ import yaml
 from tests.samples import CONFIG_MAP, GPU_POD, PRIVILEGED_GPU_POD, WARNED_POD
 from webhook.audit.reports import NAMESPACE_NAME
 from webhook.cli.main import main
+from webhook.policy.model import RULE_IDS
 
 COMMANDS = ("review", "audit")
 IN_KUBE_SYSTEM = PRIVILEGED_GPU_POD.replace(
@@ -199,6 +200,29 @@ def test_json_ends_with_the_counts_per_rule(command: str, many: Path, capsys) ->
     }
 
 
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_summary_line_says_what_the_json_summary_counts(
+    command: str, many: Path, capsys
+) -> None:
+    write(many, "d-agent.yaml", IN_KUBE_SYSTEM)
+    _, out, _ = run(capsys, command, "-f", str(many))
+    line = out.splitlines()[-1]
+    _, out, _ = run(capsys, command, "-f", str(many), "-o", "json")
+    _, summary = records_of(out)
+    assert (summary["judged"], summary["denied"], summary["allowed"]) == (4, 1, 3)
+    assert (summary["warned"], summary["exempt"], summary["skipped"]) == (1, 1, 1)
+    if command == "review":
+        assert line == (
+            "4 object(s) judged: 1 denied, 3 allowed (1 exempt); 1 not a Pod or workload, skipped"
+        )
+    else:
+        assert line == (
+            "4 object(s) audited with policy default (every rule enforced): 1 would be denied, "
+            "3 allowed (1 with warnings, 1 exempt); 3 would be mutated; 1 not a Pod or "
+            "workload, skipped"
+        )
+
+
 # ------------------------------------------------------------------------------- exempt
 
 
@@ -278,6 +302,45 @@ spec:
     (record,), _ = records_of(out)
     assert record["exempt"]["all"] is False
     assert record["exempt"]["by"][0]["rules"] == ["host-devices"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_exemptions_that_lift_every_rule_between_them_mark_the_object_exempt(
+    command: str, tmp_path: Path, capsys
+) -> None:
+    # Two exemptions of one namespace, each from half the rules: together they lift them all.
+    rules = sorted(RULE_IDS)
+    half = len(rules) // 2
+    policy = write(
+        tmp_path,
+        "policy.yaml",
+        f"""\
+apiVersion: gpu-admission.io/v1alpha1
+kind: GPUAdmissionPolicy
+metadata:
+  name: agents
+spec:
+  exemptions:
+    - namespaces: [monitoring]
+      rules: {json.dumps(rules[:half])}
+    - namespaces: [monitoring]
+      rules: {json.dumps(rules[half:])}
+""",
+    )
+    pod = PRIVILEGED_GPU_POD.replace("  name: debug\n", "  name: agent\n  namespace: monitoring\n")
+    path = write(tmp_path, "agent.yaml", pod)
+    code, out, _ = run(capsys, command, "-f", str(path), "--policy", str(policy), "-o", "json")
+    assert code == 0
+    (record,), summary = records_of(out)
+    assert record["exempt"]["all"] is True
+    assert [e["setting"] for e in record["exempt"]["by"]] == ["exemptions[0]", "exemptions[1]"]
+    assert summary["exempt"] == 1
+    # Elsewhere no exemption covers it: judged, and denied.
+    elsewhere = write(tmp_path, "debug.yaml", PRIVILEGED_GPU_POD)
+    code, out, _ = run(capsys, command, "-f", str(elsewhere), "--policy", str(policy), "-o", "json")
+    assert code == 1
+    (record,), _ = records_of(out)
+    assert "exempt" not in record
 
 
 # -------------------------------------------------------------------------------- SARIF

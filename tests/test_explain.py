@@ -2,11 +2,13 @@
 MIG node, three CPU nodes) in the fake API server, read through the real client; one test per
 cause of the guide's typical event message (insufficient GPUs, an untolerated taint, node
 affinity), a resource name no node advertises, an exhausted quota, an unallocatable claim,
-each named with its fix; a schedulable Pod gets "nothing blocks it"; the offline ``-f`` form;
+each named with its fix; a schedulable Pod gets "nothing blocks it"; the offline ``-f`` form
+(files, directories, ``-`` and ``-R`` as review reads them, ``-n`` as review's);
 a running Pod that cannot see its GPU (each cause); a refused read (403) is one line."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -188,7 +190,9 @@ def explain_json(
         kube_api, tmp_path, capsys, "pod", name, "-n", NAMESPACE, "-o", "json"
     )
     assert err == ""
-    return status, json.loads(out)
+    records = json.loads(out)
+    assert isinstance(records, list) and len(records) == 1  # a list, one element per Pod
+    return status, records[0]
 
 
 def kinds(record: dict[str, Any]) -> list[str]:
@@ -719,8 +723,9 @@ def test_offline_a_pod_file_gets_the_policys_verdict_and_what_its_spec_shows(
     manifest = tmp_path / "pod.yaml"
     manifest.write_text(json.dumps(trainer))
     status = main(["explain", "-f", str(manifest), "--policy", str(policy_file), "-o", "json"])
-    record = json.loads(capsys.readouterr().out)
+    [record] = json.loads(capsys.readouterr().out)
     assert status == 1
+    assert (record["source"], record["document"], record["line"]) == (str(manifest), 1, 1)
     assert record["state"] == "offline"
     assert kinds(record) == ["policy-denies", "privileged-container"]
     assert record["verdict"]["allowed"] is False
@@ -740,7 +745,7 @@ def test_offline_a_clean_pod_gets_nothing_blocks_it_and_the_live_form(
     status = main(["explain", "-f", str(manifest), "--policy", str(policy_file)])
     out = capsys.readouterr().out
     assert status == 0
-    assert out.startswith("Pod ml/trainer: from a file (offline)\n")
+    assert out.startswith(f"Pod ml/trainer: from {manifest}:1 (offline)\n")
     assert "\nnothing blocks it\n" in out
     assert "need the live form: gpu-admission explain pod NAME -n NAMESPACE" in out
 
@@ -751,8 +756,115 @@ def test_a_name_and_a_file_together_are_refused(
     status = main(["explain", "pod", "trainer", "-f", str(tmp_path / "pod.yaml")])
     assert status == 2
     assert capsys.readouterr().err == (
-        "gpu-admission: error: explain: give either pod NAME (live) or -f FILE (offline), "
+        "gpu-admission: error: explain: give either pod NAME (live) or -f PATH (offline), "
         "not both\n"
+    )
+
+
+def explain_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, list[dict[str, Any]] | str, str]:
+    """``explain`` offline with the test's policy: the status, the JSON records (with
+    ``-o json``) or the text, and stderr."""
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(POLICY)
+    status = main(["explain", *args, "--policy", str(policy_file)])
+    captured = capsys.readouterr()
+    out = json.loads(captured.out) if "json" in args and captured.out else captured.out
+    return status, out, captured.err
+
+
+def test_offline_reads_files_directories_standard_input_and_r_as_review_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: -f took one FILE; a directory, a second path or -R were usage errors.
+    pods = tmp_path / "pods"
+    (pods / "team").mkdir(parents=True)
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}
+    (pods / "a.yaml").write_text(
+        json.dumps(pod("first", 4, runtimeClassName="nvidia")) + "\n---\n" + json.dumps(config)
+    )
+    (pods / "team" / "b.json").write_text(json.dumps(pod("second", 4, runtimeClassName="nvidia")))
+    (tmp_path / "c.yaml").write_text(json.dumps(pod("third", 4, runtimeClassName="nvidia")))
+    piped = pod("piped", 2, runtimeClassName="nvidia")
+    piped["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(piped)))
+
+    status, out, err = explain_files(tmp_path, capsys, "-f", str(pods))
+    assert (status, out) == (2, "")
+    assert err == (
+        "gpu-admission: error: 1 manifest file(s) in subdirectories were not read (such as "
+        f"{pods / 'team' / 'b.json'}): add -R to read them (or name the files)\n"
+    )
+
+    status, records, err = explain_files(
+        tmp_path, capsys, "-f", str(pods), "-R", "-f", "-", str(tmp_path / "c.yaml"), "-o", "json"
+    )
+    assert status == 1  # the piped Pod is privileged: the policy denies it
+    assert [(r["source"], r["document"], r["pod"]) for r in records] == [
+        (str(pods / "a.yaml"), 1, "ml/first"),
+        (str(pods / "team" / "b.json"), 1, "ml/second"),
+        ("-", 1, "ml/piped"),
+        (str(tmp_path / "c.yaml"), 1, "ml/third"),
+    ]
+    assert [r["verdict"]["allowed"] for r in records] == [True, True, False, True]
+    # What is no Pod is skipped, and said so: its Pods are review's to judge.
+    assert err == (
+        f"gpu-admission: note: {pods / 'a.yaml'} document 2 (line 3): ConfigMap/settings is not "
+        "a Pod, skipped: explain reads Pods (`gpu-admission review -f` judges workloads)\n"
+    )
+
+
+def test_offline_n_wins_over_the_pods_own_namespace_as_review_n(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: explain's -n filled in only Pods that named no namespace, unlike review -n.
+    manifest = tmp_path / "pods.yaml"
+    elsewhere = pod("trainer", 4, namespace="elsewhere", runtimeClassName="nvidia")
+    unnamed = pod("helper", 4, runtimeClassName="nvidia")
+    del unnamed["metadata"]["namespace"]
+    manifest.write_text(json.dumps(elsewhere) + "\n---\n" + json.dumps(unnamed))
+    _, records, _ = explain_files(tmp_path, capsys, "-f", str(manifest), "-o", "json")
+    assert [r["pod"] for r in records] == ["elsewhere/trainer", "default/helper"]
+    _, records, _ = explain_files(tmp_path, capsys, "-f", str(manifest), "-n", "ml", "-o", "json")
+    assert [r["pod"] for r in records] == ["ml/trainer", "ml/helper"]
+    assert main(["review", "-f", str(manifest), "-n", "ml", "-o", "json"]) in (0, 1)
+    reviewed = json.loads(capsys.readouterr().out)
+    assert [r["namespace"] for r in reviewed if "namespace" in r] == ["ml", "ml"]
+
+
+def test_offline_an_unreadable_file_is_an_error_and_the_others_are_explained(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(json.dumps(pod("trainer", 4, runtimeClassName="nvidia")))
+    missing = tmp_path / "missing.yaml"
+    status, out, err = explain_files(tmp_path, capsys, "-f", str(manifest), str(missing))
+    assert status == 2
+    assert isinstance(out, str) and out.startswith(f"Pod ml/trainer: from {manifest}:1")
+    assert err.startswith(f"gpu-admission: error: {missing}: ")
+    assert err.count("\n") == 1
+
+
+def test_offline_files_without_a_pod_are_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "deploy.yaml"
+    manifest.write_text(json.dumps({"apiVersion": "apps/v1", "kind": "Deployment"}))
+    status, out, err = explain_files(tmp_path, capsys, "-f", str(manifest), "-o", "json")
+    assert (status, out) == (2, "")
+    assert err.splitlines() == [
+        f"gpu-admission: note: {manifest} document 1 (line 1): Deployment/? is not a Pod, "
+        "skipped: explain reads Pods (`gpu-admission review -f` judges workloads)",
+        f"gpu-admission: error: no Pod in {manifest}: explain reads Pods",
+    ]
+
+
+def test_r_without_f_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "pod", "trainer", "-R"]) == 2
+    assert capsys.readouterr().err == (
+        "gpu-admission: error: explain: -R reads the directories given with -f: pod NAME reads "
+        "one Pod\n"
     )
 
 
@@ -826,7 +938,7 @@ def test_offline_a_malformed_field_is_explained_not_a_crash(
     status = main(["explain", "-f", str(manifest), "--policy", str(policy_file), "-o", "json"])
     captured = capsys.readouterr()
     assert status in (0, 1), captured.err
-    assert json.loads(captured.out)["pod"] == "ml/trainer"
+    assert [r["pod"] for r in json.loads(captured.out)] == ["ml/trainer"]
 
 
 def test_once_the_event_has_expired_the_schedulers_words_come_from_the_pod_condition(

@@ -60,16 +60,20 @@ def test_kubectl_gpu_admission_help_names_the_commands(plugin_path: str) -> None
     shown = kubectl(plugin_path, "gpu-admission", "--help")
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith("usage: kubectl gpu-admission [-h]"), shown.stdout
-    # The same help as gpu-admission's, every command listed, only the program's name differs.
+    # The same help as gpu-admission's, every command listed, only the program's name differs:
+    # in the usage, and in the examples' command lines.
     direct = subprocess.run(
         [str(Path(sys.executable).parent / "gpu-admission"), "--help"],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert shown.stdout == direct.stdout.replace(
-        "usage: gpu-admission ", "usage: kubectl gpu-admission ", 1
-    )
+    head, _, examples = shown.stdout.partition("\nexamples:\n")
+    direct_head, _, direct_examples = direct.stdout.partition("\nexamples:\n")
+    assert head == direct_head.replace("usage: gpu-admission ", "usage: kubectl gpu-admission ", 1)
+    assert examples == direct_examples.replace(
+        "  gpu-admission ", "  kubectl gpu-admission "
+    ).replace("`gpu-admission ", "`kubectl gpu-admission ")
     for command in ("review", "audit", "policy", "cluster", "version"):
         assert f"\n    {command} " in shown.stdout, command
 

@@ -6,6 +6,7 @@ exception (one workload, named rules, an owner and an expiry: ``spec.exceptions`
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from webhook.core.inventory import pools_of
@@ -61,22 +62,45 @@ def excepted_rules(
     return lifted
 
 
+def may_be_exempt(policy: Policy, namespace: str) -> bool:
+    """Whether some exemption may cover a template in ``namespace``: one set lookup when no
+    exemption names namespaces by pattern. False is the webhook's path for every request of
+    a namespace no exemption names: nothing more is looked up."""
+    return namespace in policy.exempted_names or policy.exempts_by_glob
+
+
+def covering_exemptions(policy: Policy, view: PodView) -> tuple[Exemption, ...]:
+    """The exemptions that cover this template (each for its ``rules``, or every rule), in
+    the policy's order, for reports that say why an object was not judged; the engine asks
+    :func:`exempt_rules`, the rules they lift together."""
+    return tuple(_covering(policy, view)) if may_be_exempt(policy, view.namespace) else ()
+
+
 def exempt_rules(policy: Policy, view: PodView) -> frozenset[str]:
-    """The rules this template is exempt from, looked up once per template."""
-    if view.namespace not in policy.exempted_names and not policy.exempts_by_glob:
-        return NO_RULES  # no exemption names its namespace
-    exempt = NO_RULES
+    """The rules this template is exempt from, looked up once per template: :data:`EVERY_RULE`
+    itself when an exemption covering it names no rules (the engine skips the template on
+    that identity)."""
+    if not may_be_exempt(policy, view.namespace):
+        return NO_RULES  # the webhook's path for a namespace no exemption names
+    return lifted_rules(_covering(policy, view))
+
+
+def lifted_rules(exemptions: Iterable[Exemption]) -> frozenset[str]:
+    """The rules these exemptions lift together: :data:`EVERY_RULE` itself when one names
+    no rules."""
+    lifted = NO_RULES
+    for exemption in exemptions:
+        if exemption.rules is None:
+            return EVERY_RULE
+        lifted = lifted | exemption.rules
+    return lifted
+
+
+def _covering(policy: Policy, view: PodView) -> list[Exemption]:
+    # A loop, not a comprehension or a generator: on Python 3.11 their frame costs more than
+    # the lookup itself, and the webhook runs this for every Pod of a node agent.
+    covering = []
     for exemption in policy.exemptions:
         if exemption.applies(view.namespace, view.service_account):
-            if exemption.rules is None:
-                return EVERY_RULE
-            exempt = exempt | exemption.rules
-    return exempt
-
-
-def exemptions_of(policy: Policy, view: PodView) -> tuple[Exemption, ...]:
-    """The exemptions that cover this template, for reports that say why an object was not
-    judged (the engine asks :func:`exempt_rules` alone)."""
-    if view.namespace not in policy.exempted_names and not policy.exempts_by_glob:
-        return ()
-    return tuple(e for e in policy.exemptions if e.applies(view.namespace, view.service_account))
+            covering.append(exemption)
+    return covering

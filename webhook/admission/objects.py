@@ -15,7 +15,12 @@ from typing import Any
 
 from webhook.admission import patch
 from webhook.admission.engine import decide
-from webhook.admission.lifting import EVERY_RULE, exemptions_of
+from webhook.admission.lifting import (
+    EVERY_RULE,
+    covering_exemptions,
+    lifted_rules,
+    may_be_exempt,
+)
 from webhook.admission.wire import API_VERSION
 from webhook.core.findings import Finding
 from webhook.core.targets import walk_templates, walk_views
@@ -185,17 +190,17 @@ def _exemptions(
 ) -> tuple[tuple[Exemption, ...], bool]:
     """The exemptions that cover the object's templates, and whether every template is exempt
     from every rule. Worked out here, for reports, and not by the engine: the webhook's
-    requests do not pay for it."""
-    if namespace not in policy.exempted_names and not policy.exempts_by_glob:
+    requests do not pay for it. The templates are walked again only in a namespace an
+    exemption may cover."""
+    if not may_be_exempt(policy, namespace):
         return (), False
     found: dict[Exemption, None] = {}
     every_rule = True
     views = list(walk_views(obj, workload, namespace, policy))
     for view in views:
-        covering = exemptions_of(policy, view)
+        covering = covering_exemptions(policy, view)
         found.update(dict.fromkeys(covering))
-        rules = frozenset().union(*(EVERY_RULE if e.rules is None else e.rules for e in covering))
-        every_rule = every_rule and rules >= EVERY_RULE
+        every_rule = every_rule and lifted_rules(covering) >= EVERY_RULE
     return tuple(found), every_rule and bool(views)
 
 

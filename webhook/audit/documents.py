@@ -211,14 +211,25 @@ def discover(paths: Sequence[str]) -> list[str]:
 
 class SubdirectoriesNotRead(ValueError):
     """A directory given without recursion has manifest files in its subdirectories: reading
-    only its own files would silently shrink what a run covers."""
+    only its own files would silently shrink what a run covers. ``left_out`` are those files,
+    in the order of their paths."""
+
+    def __init__(self, left_out: list[Path]) -> None:
+        super().__init__(
+            f"{len(left_out)} manifest file(s) in subdirectories were not read (such as "
+            f"{left_out[0]}): read recursively to include them (or name the files)"
+        )
+        self.left_out = left_out
 
 
 def manifest_files(paths: Sequence[str], *, recursive: bool) -> list[str]:
     """Files to read, as ``kubectl -f`` reads them: files as given, a directory's own YAML and
     JSON files, and with ``recursive`` those of its subdirectories too; ``-`` (standard input)
     once, where it is first given. Without ``recursive``, a directory whose subdirectories
-    hold manifest files raises :class:`SubdirectoriesNotRead`, before anything is read."""
+    hold manifest files raises :class:`SubdirectoriesNotRead`, before anything is read.
+
+    The one place directories are expanded: ``review``, ``audit`` and ``explain`` (through
+    ``webhook.cli.common.input_files``) and :func:`~webhook.audit.files.audit_files` alike."""
     found: list[str] = []
     left_out: list[Path] = []
     for path in paths:
@@ -240,10 +251,7 @@ def manifest_files(paths: Sequence[str], *, recursive: bool) -> list[str]:
         else:
             found.append(path)
     if left_out:
-        raise SubdirectoriesNotRead(
-            f"{len(left_out)} manifest file(s) in subdirectories were not read (such as "
-            f"{left_out[0]}): add -R to read them (or name the files)"
-        )
+        raise SubdirectoriesNotRead(left_out)
     return found
 
 

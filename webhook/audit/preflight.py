@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.audit.cluster import judge_cluster
-from webhook.audit.files import Paths, judge_files
+from webhook.audit.documents import manifest_files
+from webhook.audit.files import Paths, judge_files, path_list
 from webhook.audit.judging import Audit, Audited
 from webhook.cluster.connection import Cluster
 from webhook.core.findings import Finding
@@ -118,17 +119,19 @@ def preflight_files(
     old_policy: Policy,
     paths: Paths,
     *,
+    recursive: bool = False,
     namespace: str = "default",
     stdin: str | None = None,
     raise_errors: bool = False,
     override: bool = False,
 ) -> Preflight:
-    """The pre-flight over manifests on disk (``-`` in ``paths`` is ``stdin``; ``namespace``
-    and ``override`` as :func:`~webhook.audit.files.audit_files` takes them)."""
+    """The pre-flight over manifests on disk (``-`` in ``paths`` is ``stdin``; ``recursive``,
+    ``namespace`` and ``override`` as :func:`~webhook.audit.files.audit_files` takes them)."""
+    files = manifest_files(path_list(paths), recursive=recursive)
     new, old = Audit(new_policy, True), Audit(old_policy, True)
     for audit in (new, old):
         judge_files(
-            audit, paths, namespace, stdin=stdin, raise_errors=raise_errors, override=override
+            audit, files, namespace, stdin=stdin, raise_errors=raise_errors, override=override
         )
     return Preflight(new, old, compare(old.items, new.items))
 

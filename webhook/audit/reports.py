@@ -228,11 +228,15 @@ def iter_policy_reports(
             yield report
 
 
-def placed(policy: Policy, items: Iterable[Audited]) -> tuple[list[Audited], list[Problem]]:
-    """The objects read from files whose reports have a namespace to go in, and a problem for
-    each other one: a report is written to the namespace the object was judged in (``-n``,
-    else its own, else ``default``), and a manifest's ``namespace`` that is no namespace name
-    (a template's placeholder) would make a report no API server takes."""
+def with_report_namespace(
+    policy: Policy, items: Iterable[Audited]
+) -> tuple[list[Audited], list[Problem]]:
+    """``(kept, problems)``: the items whose reports have a namespace to go in, in their
+    order (live objects, objects not judged and cluster-scoped kinds included), and one
+    problem for each file's object left out. A report is written to the namespace the object
+    was judged in (``-n``, else its own, else ``default``), and a manifest's ``namespace``
+    that is no namespace name (a template's placeholder) would make a report no API server
+    takes."""
     kept: list[Audited] = []
     problems: list[Problem] = []
     for item in items:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from webhook.audit.cluster import audit_cluster
+from webhook.audit.documents import SubdirectoriesNotRead
 from webhook.audit.files import audit_files
 from webhook.audit.judging import Audit
 from webhook.audit.preflight import Change, Preflight, preflight_cluster, preflight_files
@@ -26,17 +27,18 @@ from webhook.audit.reports import (
     ReportAPI,
     apply_reports,
     iter_policy_reports,
-    placed,
+    with_report_namespace,
 )
 from webhook.cli import junit, output, sarif, tables
 from webhook.cli.common import (
+    add_cluster_arguments,
     add_command,
     add_filename_arguments,
     add_policy_argument,
     error,
     expired_message,
-    input_files,
     policy_from,
+    subdirectories_not_read,
 )
 from webhook.cluster.connection import ClusterError, connect
 from webhook.cluster.listing import Problem
@@ -107,8 +109,7 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         help="use the policy's Enforce/Warn/Audit modes instead of enforcing every rule",
     )
-    parser.add_argument("--kubeconfig", metavar="FILE", help="with --cluster: the kubeconfig")
-    parser.add_argument("--context", help="with --cluster: the kubeconfig context")
+    add_cluster_arguments(parser, condition="with --cluster")
     parser.add_argument(
         "--request-timeout",
         type=_seconds,
@@ -166,16 +167,18 @@ def run(args: argparse.Namespace) -> int:
     if usage:
         print(f"gpu-admission audit: error: {usage}", file=sys.stderr)
         return 2
-    files: list[str] = []
-    if not args.cluster:
-        found = input_files(args)
-        if found is None:
-            return 2
-        files = found
     policy = policy_from(args)
+    try:
+        return _audit(policy, args)
+    except SubdirectoriesNotRead as exc:  # raised before any file is read
+        error(subdirectories_not_read(exc))
+        return 2
+
+
+def _audit(policy: Policy, args: argparse.Namespace) -> int:
     _notes([expired_message(e) for _, e in policy.expired_exceptions(time.time())])
     if args.against:
-        return _preflight(policy, files, args)
+        return _preflight(policy, args)
     # A policy report says what the webhook would do: the policy's own modes.
     respect = args.respect_modes or args.output == "policyreport"
     problems: list[Problem]
@@ -213,16 +216,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         audit = audit_files(
             policy,
-            files,
+            args.files,
+            recursive=args.recursive,
             namespace=args.namespace or "default",
             respect_modes=respect,
-            stdin=_stdin(files),
+            stdin=_stdin(args.files),
             raise_errors=args.debug,
             override=args.namespace is not None,
         )
         _notes(audit.notes)
         if args.output == "policyreport":
-            audit.items, unplaced = placed(audit.policy, audit.items)
+            audit.items, unplaced = with_report_namespace(audit.policy, audit.items)
             audit.problems += unplaced
         problems = audit.problems
     for problem in problems:
@@ -233,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if audit.denies else 0
 
 
-def _preflight(policy: Policy, files: list[str], args: argparse.Namespace) -> int:
+def _preflight(policy: Policy, args: argparse.Namespace) -> int:
     old_policy = load_policy(args.against)
     result: Preflight
     if args.cluster:
@@ -250,9 +254,10 @@ def _preflight(policy: Policy, files: list[str], args: argparse.Namespace) -> in
         result = preflight_files(
             policy,
             old_policy,
-            files,
+            args.files,
+            recursive=args.recursive,
             namespace=args.namespace or "default",
-            stdin=_stdin(files),
+            stdin=_stdin(args.files),
             raise_errors=args.debug,
             override=args.namespace is not None,
         )

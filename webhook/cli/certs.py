@@ -20,7 +20,7 @@ from webhook.certs.pki import (
     read_certificates,
     write_ca_bundle,
 )
-from webhook.cli.common import add_command, add_command_group
+from webhook.cli.common import add_cluster_arguments, add_command, add_command_group
 from webhook.cluster.connection import connect
 
 _CERTS_EPILOG = """\
@@ -145,12 +145,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         ),
         epilog=_INSTALL_EPILOG,
     )
-    inst.add_argument(
-        "--kubeconfig",
-        metavar="PATH",
-        help="kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)",
-    )
-    inst.add_argument("--context", help="kubeconfig context (default: current)")
+    add_cluster_arguments(inst)
     inst.add_argument(
         "--namespace", default="gpu-admission", help="namespace of the Secret (%(default)s)"
     )

@@ -1,16 +1,49 @@
-"""What the commands share: one-line errors on stderr, how a command is registered, and the
-``--policy`` option."""
+"""What the commands share: one-line errors on stderr, how a command is registered, the
+``--policy``, ``-f``/``-R`` and cluster options, and reading the manifests ``-f`` names."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
-from webhook.audit.documents import SubdirectoriesNotRead, manifest_files
+from webhook.audit.documents import (
+    Document,
+    DocumentError,
+    SubdirectoriesNotRead,
+    manifest_files,
+    parse,
+    read_text,
+)
 from webhook.policy.exceptions import PolicyException
 from webhook.policy.load import default_policy_path, load_policy
 from webhook.policy.model import Policy
+
+PROG = "gpu-admission"
+KUBECTL_PLUGIN_PROG = "kubectl gpu-admission"
+# The command where a command line starts in an example: at the start of a line (after
+# environment variables' assignments), after a pipe or a backtick; not in `--namespace
+# gpu-admission` nor in `kubectl gpu-admission`.
+_EXAMPLE_COMMAND = re.compile(
+    r"(^[ \t]*(?:[A-Z_][A-Z0-9_]*=\S*[ \t]+)*|\|[ \t]*|`)" + re.escape(PROG) + r"(?=[ `])",
+    re.MULTILINE,
+)
+
+
+class ExamplesFormatter(argparse.RawDescriptionHelpFormatter):
+    """Prints the description and the examples as written, with their command lines named
+    as the user typed the command: ``kubectl gpu-admission ...`` when kubectl runs it as a
+    plugin (the prog of every parser starts with it then)."""
+
+    def __init__(self, prog: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(prog, *args, **kwargs)
+        self.plugin = prog == KUBECTL_PLUGIN_PROG or prog.startswith(KUBECTL_PLUGIN_PROG + " ")
+
+    def add_text(self, text: str | None) -> None:
+        if text and self.plugin:
+            text = _EXAMPLE_COMMAND.sub(rf"\g<1>{KUBECTL_PLUGIN_PROG}", text)
+        super().add_text(text)
 
 
 def error(message: str) -> None:
@@ -34,7 +67,7 @@ def add_command(
         help=summary,
         description=description,
         epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=ExamplesFormatter,
     )
     return parser
 
@@ -91,8 +124,37 @@ def input_files(args: argparse.Namespace) -> list[str] | None:
     try:
         return manifest_files(args.files, recursive=args.recursive)
     except SubdirectoriesNotRead as exc:
-        error(str(exc))
+        error(subdirectories_not_read(exc))
         return None
+
+
+def read_documents(args: argparse.Namespace) -> tuple[list[Document], int] | None:
+    """The documents of the files ``-f`` and ``-R`` name (as review and explain read them),
+    and how many files could not be read, or not past a broken document: each is reported
+    and the documents before it are kept. None (the error said why) when a directory's
+    subdirectories would be left unread."""
+    files = input_files(args)
+    if files is None:
+        return None
+    documents: list[Document] = []
+    unreadable = 0
+    stdin = sys.stdin.read() if "-" in files else None
+    for source in files:
+        try:
+            documents.extend(parse(read_text(source, stdin), source))
+        except DocumentError as exc:
+            error(str(exc))
+            unreadable += 1
+            documents.extend(exc.readable)
+    return documents, unreadable
+
+
+def subdirectories_not_read(exc: SubdirectoriesNotRead) -> str:
+    """What a run that would leave manifest files in subdirectories unread says: add ``-R``."""
+    return (
+        f"{len(exc.left_out)} manifest file(s) in subdirectories were not read (such as "
+        f"{exc.left_out[0]}): add -R to read them (or name the files)"
+    )
 
 
 def policy_from(args: argparse.Namespace) -> Policy:
@@ -109,12 +171,19 @@ def expired_message(exception: PolicyException) -> str:
     )
 
 
-def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+def add_cluster_arguments(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, condition: str = ""
+) -> None:
     """``--kubeconfig`` and ``--context``: which cluster a command reads
-    (``webhook.cluster.connection.connect``)."""
+    (``webhook.cluster.connection.connect``). ``condition`` says when the command reads one at
+    all (audit's "with --cluster"), first in both helps."""
+    said = f"{condition}: " if condition else ""
     parser.add_argument(
         "--kubeconfig",
         metavar="PATH",
-        help="default: $KUBECONFIG, then in-cluster, then ~/.kube/config",
+        help=f"{said}the kubeconfig file (default: $KUBECONFIG, then in-cluster, then "
+        "~/.kube/config)",
     )
-    parser.add_argument("--context", help="the kubeconfig context (default: its current one)")
+    parser.add_argument(
+        "--context", help=f"{said}the kubeconfig context (default: its current one)"
+    )

@@ -26,13 +26,19 @@ from webhook.cli import (
     serve,
     webhooks,
 )
-from webhook.cli.common import add_command, error
+from webhook.cli.common import (
+    KUBECTL_PLUGIN_PROG,
+    PROG,
+    ExamplesFormatter,
+    add_command,
+    error,
+)
 from webhook.policy.load import PolicyError
 
 EXAMPLES = """\
 examples:
   gpu-admission review -f pod.yaml                       # would the webhook admit it?
-  gpu-admission audit -f manifests/ -o sarif > audit.sarif
+  gpu-admission audit -f manifests/ -R -o sarif > audit.sarif
   gpu-admission audit --cluster -A                       # what a policy would block, live
   gpu-admission explain pod trainer-0 -n ml              # why is this GPU Pod Pending?
   gpu-admission inspect -o markdown > ticket.md          # the daily GPU inspection
@@ -45,8 +51,6 @@ examples:
 `gpu-admission COMMAND --help` describes each command, with examples.
 --debug (before or after COMMAND) shows the traceback of an error.
 """
-PROG = "gpu-admission"
-KUBECTL_PLUGIN_PROG = "kubectl gpu-admission"
 # 128 + SIGPIPE, what a shell reports for a process killed by the signal, as `head` leaves
 # most tools. Not 0: under `set -o pipefail` a report cut short must not pass for a whole one.
 EXIT_BROKEN_PIPE = 141
@@ -73,7 +77,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         prog=prog,
         description="Admission webhook and policy tools that keep GPU Pods safe and schedulable.",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=ExamplesFormatter,
         debug_default=False,
     )
     parser.add_argument("--version", action="version", version=f"gpu-admission {version()}")

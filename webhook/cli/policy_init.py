@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from webhook.cli.common import add_command, error
+from webhook.cli.common import add_cluster_arguments, add_command, error
 from webhook.cluster.connection import connect
 from webhook.cluster.listing import AUDITOR_ROLE
 from webhook.core.wording import count, number
@@ -58,12 +58,7 @@ def add_to(sub: argparse._SubParsersAction[Any]) -> None:
         "-o", "--output", metavar="FILE", help="write the policy here (default: stdout)"
     )
     parser.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
-    parser.add_argument(
-        "--kubeconfig",
-        metavar="PATH",
-        help="default: $KUBECONFIG, then in-cluster, then ~/.kube/config",
-    )
-    parser.add_argument("--context")
+    add_cluster_arguments(parser)
     parser.set_defaults(func=run)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from webhook.admission.engine import review
 from webhook.admission.objects import Mutation, Outcome, decide_object
 from webhook.admission.request import RequestError
-from webhook.audit.documents import Document, DocumentError, parse, read_text
+from webhook.audit.documents import Document
 from webhook.audit.judging import judging_failure
 from webhook.cli import output, tables
 from webhook.cli.common import (
@@ -18,8 +18,8 @@ from webhook.cli.common import (
     add_filename_arguments,
     add_policy_argument,
     error,
-    input_files,
     policy_from,
+    read_documents,
 )
 from webhook.policy.model import Policy
 
@@ -84,20 +84,12 @@ def run(args: argparse.Namespace) -> int:
         # --diff only changes how the mutation is shown: alone it would silently do nothing.
         print("gpu-admission review: error: --diff needs --mutate", file=sys.stderr)
         return 2
-    files = input_files(args)
-    if files is None:
+    read = read_documents(args)
+    if read is None:
         return 2
+    # Unreadable files are reported now, and the exit status is 2 once the rest is judged.
+    documents, unreadable = read
     policy = policy_from(args)
-    documents: list[Document] = []
-    unreadable = 0  # reported now, and the exit status is 2 once the rest is judged
-    stdin = sys.stdin.read() if "-" in files else None
-    for source in files:
-        try:
-            documents.extend(parse(read_text(source, stdin), source))
-        except DocumentError as exc:
-            error(str(exc))
-            unreadable += 1
-            documents.extend(exc.readable)
     if unreadable and not documents:
         return 2  # nothing to judge: the errors said it all
     reviews = [d for d in documents if _is_admission_review(d)]

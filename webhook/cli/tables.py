@@ -140,19 +140,51 @@ def rule_table(counts: dict[str, dict[str, int]], stream: TextIO) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """Objects by verdict, counted once for a table's summary line and a JSON summary."""
+
+    objects: int
+    judged: int
+    denied: int
+    warned: int  # allowed, with warnings
+    exempt: int  # judged, every template exempt from every rule
+    mutated: int
+
+    @property
+    def allowed(self) -> int:
+        return self.judged - self.denied
+
+    @property
+    def skipped(self) -> int:
+        """Not Pods or workloads: not judged."""
+        return self.objects - self.judged
+
+    @classmethod
+    def of(cls, outcomes: Sequence[Outcome]) -> Counts:
+        judged = [o for o in outcomes if o.judged]
+        return cls(
+            objects=len(outcomes),
+            judged=len(judged),
+            denied=sum(1 for o in judged if not o.allowed),
+            warned=sum(1 for o in judged if o.allowed and o.warned),
+            exempt=sum(1 for o in judged if o.exempt),
+            mutated=sum(1 for o in judged if o.mutations),
+        )
+
+
 def summary_record(outcomes: Sequence[Outcome], **extra: int) -> dict[str, Any]:
     """The ``summary`` entry that ends a JSON report: objects by verdict, then per rule."""
-    judged = [o for o in outcomes if o.judged]
-    denied = sum(1 for o in judged if not o.allowed)
+    counts = Counts.of(outcomes)
     return {
         "summary": {
-            "objects": len(outcomes),
-            "judged": len(judged),
-            "denied": denied,
-            "allowed": len(judged) - denied,
-            "warned": sum(1 for o in judged if o.allowed and o.warned),
-            "exempt": sum(1 for o in judged if o.exempt),
-            "skipped": len(outcomes) - len(judged),
+            "objects": counts.objects,
+            "judged": counts.judged,
+            "denied": counts.denied,
+            "allowed": counts.allowed,
+            "warned": counts.warned,
+            "exempt": counts.exempt,
+            "skipped": counts.skipped,
             **extra,
             "rules": rule_counts(outcomes),
         }
@@ -184,14 +216,11 @@ def review_table(
         )
     outcomes = [o for _, o in rows]
     rule_table(rule_counts(outcomes), stream)
-    judged = [o for o in outcomes if o.judged]
-    denied = sum(1 for o in judged if not o.allowed)
-    exempt = sum(1 for o in judged if o.exempt)
-    skipped = len(rows) - len(judged)
+    counts = Counts.of(outcomes)
     stream.write(
-        f"{len(judged)} object(s) judged: {denied} denied, {len(judged) - denied} allowed"
-        + (f" ({exempt} exempt)" if exempt else "")
-        + (f"; {skipped} not a Pod or workload, skipped" if skipped else "")
+        f"{counts.judged} object(s) judged: {counts.denied} denied, {counts.allowed} allowed"
+        + (f" ({counts.exempt} exempt)" if counts.exempt else "")
+        + (f"; {counts.skipped} not a Pod or workload, skipped" if counts.skipped else "")
         + (f"; {failed} could not be judged (see the errors above)" if failed else "")
         + (f"; {unreadable} file(s) could not be read (see the errors above)" if unreadable else "")
         + "\n"
@@ -215,8 +244,9 @@ def audit_table(audit: Audit, stream: TextIO, *, wide: bool) -> None:
             stream,
             colour=colour,
         )
-    rule_table(rule_counts(i.outcome for i in audit.items), stream)
-    stream.write(audit_summary(audit) + "\n")
+    outcomes = [i.outcome for i in audit.items]
+    rule_table(rule_counts(outcomes), stream)
+    stream.write(audit_summary(audit, Counts.of(outcomes)) + "\n")
 
 
 def _wide_rows(
@@ -261,22 +291,18 @@ def _mutation_lines(outcome: Outcome, stream: TextIO, *, shorten: bool = False) 
             stream.write(f"    add {operation['path']}: {value}\n")
 
 
-def audit_summary(audit: Audit) -> str:
-    judged = [i.outcome for i in audit.items if i.outcome.judged]
-    denied = sum(1 for o in judged if not o.allowed)
-    warned = sum(1 for o in judged if o.allowed and o.warned)
-    exempt = sum(1 for o in judged if o.exempt)
-    mutated = sum(1 for o in judged if o.mutations)
-    skipped = len(audit.items) - len(judged)
+def audit_summary(audit: Audit, counts: Counts) -> str:
+    """The audit's summary line: ``counts`` of its objects, and its problems."""
     modes = "its own modes" if audit.respect_modes else "every rule enforced"
     parts = [
-        f"{len(judged)} object(s) audited with policy {audit.policy.name} ({modes}): "
-        f"{denied} would be denied, {len(judged) - denied} allowed ({warned} with warnings"
-        + (f", {exempt} exempt" if exempt else "")
-        + f"); {mutated} would be mutated"
+        f"{counts.judged} object(s) audited with policy {audit.policy.name} ({modes}): "
+        f"{counts.denied} would be denied, {counts.allowed} allowed ({counts.warned} with "
+        "warnings"
+        + (f", {counts.exempt} exempt" if counts.exempt else "")
+        + f"); {counts.mutated} would be mutated"
     ]
-    if skipped:
-        parts.append(f"{skipped} not a Pod or workload, skipped")
+    if counts.skipped:
+        parts.append(f"{counts.skipped} not a Pod or workload, skipped")
     unread = sum(1 for p in audit.problems if p.stage == "read")
     if unread:
         parts.append(f"{unread} could not be read (see the errors above)")

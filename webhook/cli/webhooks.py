@@ -11,7 +11,13 @@ from typing import Any
 import yaml
 
 from webhook.certs.activation import activate_webhooks, bootstrap_secret, deactivate_webhooks
-from webhook.cli.common import add_command, add_command_group, add_policy_argument, policy_from
+from webhook.cli.common import (
+    add_cluster_arguments,
+    add_command,
+    add_command_group,
+    add_policy_argument,
+    policy_from,
+)
 from webhook.cluster.connection import connect
 from webhook.policy.workloads import (
     CLAIMS_WEBHOOK,
@@ -91,8 +97,7 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         "configuration, so that removing the server blocks nothing.",
         epilog=_EPILOG,
     )
-    deactivate.add_argument("--kubeconfig", metavar="PATH")
-    deactivate.add_argument("--context")
+    add_cluster_arguments(deactivate)
     deactivate.add_argument("--validating", default="gpu-admission", metavar="NAME")
     deactivate.set_defaults(func=run_deactivate)
 
@@ -120,12 +125,7 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
 
 
 def _cluster_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig",
-        metavar="PATH",
-        help="default: $KUBECONFIG, then in-cluster, then ~/.kube/config",
-    )
-    parser.add_argument("--context")
+    add_cluster_arguments(parser)
     parser.add_argument("--namespace", default="gpu-admission", help="(%(default)s)")
     parser.add_argument("--secret", default="gpu-admission-tls", help="(%(default)s)")
 
