@@ -29,6 +29,7 @@ from tests.support.paths import REPO
 from tests.test_cluster_check import POLICY, clean_cluster, gke_plugin, node, operator_plugin
 from webhook.cli.main import main
 from webhook.operations.inspect_report import report_schema
+from webhook.operations.refusals import INSPECTOR_ROLE
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 TRAINING_TOLERATION = {"key": "example.com/pool", "operator": "Exists", "effect": "NoSchedule"}
@@ -491,3 +492,17 @@ def test_a_refused_list_is_one_line_and_exit_2(
         "bind the gpu-admission-inspector ClusterRole (manifests/base/inspector-clusterrole.yaml)"
     )
     assert len(err.splitlines()) == 1
+
+
+def test_a_refused_read_of_cluster_checks_readers_names_the_inspector_role(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The device plugin DaemonSets are read by cluster check's readers, which name the
+    # audits' role on their own: inspect's users hold the inspector's.
+    scripted(kube_api)
+    kube_api.forbid("/apis/apps/v1/namespaces/*/daemonsets*")
+    status, out, err = inspect(kube_api, tmp_path, capsys)
+    assert (status, out) == (2, "")
+    assert "(HTTP 403)" in err
+    assert err.rstrip().endswith(": bind " + INSPECTOR_ROLE)
+    assert "auditor" not in err

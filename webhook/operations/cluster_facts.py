@@ -17,7 +17,7 @@ server offers them, each page reduced as it arrives:
 - where a Pod claims devices (DRA, ``resource.k8s.io/v1``): its namespace's claims, the
   DeviceClasses and the drivers that publish devices (``webhook.operations.dra_facts``).
 
-A refused read is a :class:`~webhook.operations.refusals.ReadRefused` (one line that says
+A refused read is a :class:`~webhook.cluster.listing.RequestRefused` (one line that says
 what was refused, and for a 403 the permission to grant); a cluster that does not serve
 ``resource.k8s.io/v1`` is a note.
 """
@@ -36,7 +36,7 @@ from webhook.cluster.listing import Lister
 from webhook.core.inventory import NodeFields, NodeInfo, SharedParts, is_gpu_node, node_info
 from webhook.core.scheduling import selected_label_keys
 from webhook.operations.dra_facts import DRA_NOT_SERVED, DraFacts, read_dra
-from webhook.operations.refusals import ReadRefused
+from webhook.operations.refusals import read_refused
 from webhook.policy.model import Policy
 from webhook.policy.quantity import Quantity, parse_quantity
 
@@ -124,7 +124,7 @@ def read_pod(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
     except ApiException as exc:
         if exc.status == 404:
             raise ClusterError(f'pod "{name}" not found in namespace "{namespace}"') from None
-        raise ReadRefused(
+        raise read_refused(
             f'cannot read pod "{name}" in namespace "{namespace}"', '"get" on pods', exc
         ) from None
 
@@ -145,7 +145,7 @@ def pending_pods(cluster: Cluster, namespace: str | None) -> Iterator[dict[str, 
         for page in Lister(cluster, namespace).pages(pods):
             yield from (pod for pod in page.get("items") or () if isinstance(pod, dict))
     except ApiException as exc:
-        raise ReadRefused(
+        raise read_refused(
             f"cannot list pending pods {_scope(namespace)}", '"list" on pods', exc
         ) from None
 
@@ -200,7 +200,7 @@ def _read_nodes(
                     cordoned = _mapping(obj.get("spec")).get("unschedulable") is True
                     found[info.name] = (info, cordoned)
     except ApiException as exc:
-        raise ReadRefused("cannot list nodes", '"list" on nodes', exc) from None
+        raise read_refused("cannot list nodes", '"list" on nodes', exc) from None
     allocated = _allocated(cluster, lister, policy, frozenset(found)) if found else {}
     return count, tuple(
         GpuNode(info, cordoned, MappingProxyType(allocated.get(name, {})))
@@ -231,7 +231,7 @@ def _allocated(
                 for name, quantity in pod_requests(spec, policy.is_vendor_resource).items():
                     on_node[name] = on_node.get(name, 0) + quantity
     except ApiException as exc:
-        raise ReadRefused("cannot list the pods bound to nodes", '"list" on pods', exc) from None
+        raise read_refused("cannot list the pods bound to nodes", '"list" on pods', exc) from None
     return allocated
 
 
@@ -302,7 +302,7 @@ def _read_events(
                 for event in page.get("items") or ():
                     _keep_event(event, uids, found)
         except ApiException as exc:
-            raise ReadRefused(
+            raise read_refused(
                 f"cannot list events {_scope(scope)}", '"list" on events', exc
             ) from None
     return {
@@ -369,7 +369,7 @@ def _read_quotas(
                     if isinstance(quota, dict):
                         _keep_quota(quota, policy, found)
         except ApiException as exc:
-            raise ReadRefused(
+            raise read_refused(
                 f"cannot list resourcequotas {_scope(namespace)}", '"list" on resourcequotas', exc
             ) from None
     return {namespace: tuple(uses) for namespace, uses in found.items()}

@@ -27,7 +27,7 @@ from typing import Any
 from webhook.audit.cluster_check import check_policy_drift
 from webhook.audit.drift import daemonset_pod_nodes, read_device_plugin_daemonsets
 from webhook.cluster.connection import Cluster
-from webhook.cluster.listing import Lister
+from webhook.cluster.listing import Lister, RequestRefused
 from webhook.operations.causes import Cause
 from webhook.operations.cluster_facts import (
     ClusterFacts,
@@ -45,6 +45,7 @@ from webhook.operations.inspect_sections import (
     mixed_pools,
     pending_pod,
 )
+from webhook.operations.refusals import INSPECTOR_GRANT
 from webhook.policy.model import Policy
 
 
@@ -60,13 +61,17 @@ def inspect_cluster(
     waiting = [pod for pod in pending_pods(cluster, None) if waits_for_gpu(pod, policy)]
     facts = read_cluster_facts(cluster, policy, waiting, all_namespaces=True)
     lister = Lister(cluster, None)
-    daemonsets = read_device_plugin_daemonsets(lister, policy)
-    placed = {
-        named: daemonset_pod_nodes(lister, named, daemonset)
-        for named, daemonset in daemonsets.items()
-        if daemonset is not None
-    }
-    checked = check_policy_drift(cluster, policy)
+    try:
+        daemonsets = read_device_plugin_daemonsets(lister, policy)
+        placed = {
+            named: daemonset_pod_nodes(lister, named, daemonset)
+            for named, daemonset in daemonsets.items()
+            if daemonset is not None
+        }
+        checked = check_policy_drift(cluster, policy)
+    except RequestRefused as exc:
+        # cluster check's readers name the audits' role, which lacks events: ours has all.
+        raise exc.granted_by(INSPECTOR_GRANT) from None
     pending = sorted(
         (pending_pod(pod, first_cause(pod, facts, policy), now, policy) for pod in waiting),
         key=lambda pod: (-pod.age_seconds, pod.namespace, pod.name),
