@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from tests.kubeapi import FakeKubeAPI
+from tests.support.cluster_objects import failed_scheduling as scheduler_event
+from tests.support.cluster_objects import node
 from webhook import parse_policy
 from webhook.cli.main import main
 from webhook.cluster.connection import connect
@@ -63,33 +65,20 @@ SCHEDULER_MESSAGE = (
 )
 
 
-def node(
-    name: str,
-    labels: dict[str, str] | None = None,
-    gpus: dict[str, str] | None = None,
-    taints: tuple[dict[str, str], ...] = (),
-) -> dict[str, Any]:
-    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", **(gpus or {})}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/os": "linux", **(labels or {})}},
-        "spec": {"taints": list(taints)} if taints else {},
-        "status": {"capacity": capacity, "allocatable": dict(capacity)},
-    }
-
-
 def training_node(name: str) -> dict[str, Any]:
     labels = {"example.com/pool": "training", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
-    return node(name, labels, {"nvidia.com/gpu": "8"}, (GPU_TAINT,))
+    return node(name, labels=labels, gpus={"nvidia.com/gpu": "8"}, taints=(GPU_TAINT,))
 
 
 def cluster_nodes() -> list[dict[str, Any]]:
     mig = node(
         "mig-1",
-        {"example.com/pool": "partitioned", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
-        {"nvidia.com/mig-1g.12gb": "7"},
-        (GPU_TAINT,),
+        labels={
+            "example.com/pool": "partitioned",
+            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+        },
+        gpus={"nvidia.com/mig-1g.12gb": "7"},
+        taints=(GPU_TAINT,),
     )
     return [
         training_node("gpu-1"),
@@ -136,23 +125,7 @@ def running(name: str, node_name: str, gpus: int) -> dict[str, Any]:
 
 
 def failed_scheduling(pod_name: str, message: str = SCHEDULER_MESSAGE) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{pod_name}.17f0", "namespace": NAMESPACE},
-        "involvedObject": {
-            "kind": "Pod",
-            "namespace": NAMESPACE,
-            "name": pod_name,
-            "uid": f"uid-{pod_name}",
-        },
-        "reason": "FailedScheduling",
-        "message": message,
-        "type": "Warning",
-        "count": 3,
-        "lastTimestamp": "2026-12-05T10:00:00Z",
-        "source": {"component": "default-scheduler"},
-    }
+    return scheduler_event(NAMESPACE, pod_name, message, last_seen="2026-12-05T10:00:00Z")
 
 
 def scripted(kube_api: FakeKubeAPI, *objects: dict[str, Any]) -> None:
@@ -767,12 +740,12 @@ def test_one_reading_explains_every_pending_pod_through_paged_narrowed_lists(
     with connect(str(kubeconfig)) as cluster:
         pods = list(pending_pods(cluster, None))
         facts = read_cluster_facts(cluster, policy, pods, all_namespaces=True)
+        first = {
+            e.pod: e.causes[0].kind if e.causes else ""
+            for e in (explain_pod(p, facts, policy) for p in pods)
+        }
     assert [p["metadata"]["name"] for p in pods] == ["trainer", "detector"]
     assert (facts.node_count, [n.name for n in facts.nodes]) == (6, ["gpu-1", "gpu-2", "mig-1"])
-    first = {
-        e.pod: e.causes[0].kind if e.causes else ""
-        for e in (explain_pod(p, facts, policy) for p in pods)
-    }
     assert first == {"ml/trainer": "insufficient-gpus", "vision/detector": ""}
     assert set(facts.events) == {("ml", "trainer")}
     # Every list paged, and narrowed by field selectors where the API server offers them.
@@ -783,9 +756,10 @@ def test_one_reading_explains_every_pending_pod_through_paged_narrowed_lists(
     assert lists == [
         ("/api/v1/pods", "status.phase=Pending", "500"),
         ("/api/v1/nodes", "", "500"),
-        ("/api/v1/pods", "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed", "500"),
         ("/api/v1/events", "reason=FailedScheduling,involvedObject.kind=Pod", "500"),
         ("/api/v1/resourcequotas", "", "500"),
+        # The allocations: read once the first Pod's free GPUs are compared.
+        ("/api/v1/pods", "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed", "500"),
     ]
 
 

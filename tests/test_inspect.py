@@ -25,8 +25,11 @@ import pytest
 import yaml
 
 from tests.kubeapi import FakeKubeAPI, RecordedRequest
+from tests.support.cluster_objects import failed_scheduling as scheduler_event
+from tests.support.cluster_objects import node, plugin_pod
 from tests.support.paths import REPO
-from tests.test_cluster_check import POLICY, clean_cluster, gke_plugin, node, operator_plugin
+from tests.test_cluster_check import POLICY, clean_cluster, gke_plugin, operator_plugin
+from webhook.cli import inspect as inspect_command
 from webhook.cli.main import main
 from webhook.operations.inspect_report import report_schema
 from webhook.operations.refusals import INSPECTOR_ROLE
@@ -42,8 +45,17 @@ SCHEDULER_MESSAGE = (
 OPERATOR_PLUGIN_NODES = ("train-1", "train-2", "train-3", "infer-1", "infer-2", "mig-1")
 
 
+# The clock every report of these tests is made at (the command's, set by a fixture).
+NOW = datetime(2026, 6, 2, 7, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inspect_command, "now", lambda: NOW)
+
+
 def created(ago: timedelta) -> str:
-    return (datetime.now(UTC) - ago).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (NOW - ago).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def gpu_pod(
@@ -80,51 +92,13 @@ def gpu_pod(
 
 def failed_scheduling(pod: dict[str, Any], message: str) -> dict[str, Any]:
     metadata = pod["metadata"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{metadata['name']}.17f0", "namespace": metadata["namespace"]},
-        "involvedObject": {
-            "kind": "Pod",
-            "namespace": metadata["namespace"],
-            "name": metadata["name"],
-            "uid": metadata["uid"],
-        },
-        "reason": "FailedScheduling",
-        "message": message,
-        "type": "Warning",
-        "count": 12,
-        "lastTimestamp": created(timedelta(minutes=1)),
-        "source": {"component": "default-scheduler"},
-    }
-
-
-def plugin_pod(daemonset: dict[str, Any], node_name: str) -> dict[str, Any]:
-    """A Pod of the DaemonSet on the node, controlled by it."""
-    metadata = daemonset["metadata"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{metadata['name']}-{node_name}",
-            "namespace": metadata["namespace"],
-            "labels": dict(daemonset["spec"]["selector"]["matchLabels"]),
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "DaemonSet",
-                    "name": metadata["name"],
-                    "uid": metadata["uid"],
-                    "controller": True,
-                }
-            ],
-        },
-        "spec": {
-            "nodeName": node_name,
-            "containers": [{"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin"}],
-        },
-        "status": {"phase": "Running"},
-    }
+    return scheduler_event(
+        metadata["namespace"],
+        metadata["name"],
+        message,
+        last_seen=created(timedelta(minutes=1)),
+        count=12,
+    )
 
 
 def quota(namespace: str, hard: int, used: int) -> dict[str, Any]:
@@ -244,8 +218,8 @@ def test_the_table_prints_every_section(
     # Pending, oldest first, each with its age and explain's first cause.
     pending = [line.split()[:3] for line in lines if line.startswith("team-")][:2]
     assert pending == [["team-a", "train-big", "3h"], ["team-b", "typo", "10m"]]
-    assert row("team-a", "train-big")[4] == "insufficient-gpus:"
-    assert row("team-b", "typo")[4] == "unadvertised-resource:"
+    assert row("team-a", "train-big")[4:6] == ["yes", "insufficient-gpus:"]
+    assert row("team-b", "typo")[4:6] == ["yes", "unadvertised-resource:"]
     # Device plugins: desired and ready, and the GPU node without a Pod.
     assert row("gpu-operator/nvidia-device-plugin-daemonset") == [
         "gpu-operator/nvidia-device-plugin-daemonset", "7", "6", "(not", "all", "ready)", "6"
@@ -262,7 +236,8 @@ def test_the_table_prints_every_section(
     )
     assert "pool partitioned mixes 2 products (NVIDIA-A100-80GB-PCIe: mig-1; " in out
     assert lines[-1].startswith(
-        "to act on: 2 Pending GPU Pods, 1 GPU node without a device plugin Pod, "
+        "to act on: 2 GPU Pods Pending over 5m with a cause, 1 GPU node without a device "
+        "plugin Pod, "
         "1 GPU quota used up, "
     )
 
@@ -276,15 +251,17 @@ def test_markdown_has_a_heading_and_a_table_per_section(
     headings = [line for line in out.splitlines() if line.startswith("#")]
     assert headings[0].startswith("# GPU inspection at ")
     assert [h.split(" (")[0] for h in headings[1:]] == [
+        "## GPU pools",
         "## GPU nodes",
         "## Pending GPU Pods",
+        "## Gated GPU Pods",
         "## Device plugins",
         "## GPU quotas",
         "## Policy drift",
         "## Mixed hardware pools",
     ]
     assert "| NODE | POOLS | PRODUCT | MIG CONFIG | MIG PROFILES | REPLICAS |" in out
-    assert "| team-a | train-big | 3h | nvidia.com/gpu=8 | insufficient-gpus: " in out
+    assert "| team-a | train-big | 3h | nvidia.com/gpu=8 | yes | insufficient-gpus: " in out
     assert "| team-a | gpus | requests.nvidia.com/gpu | 8 | 8 | USED UP |" in out
     assert "- 1 GPU node without a device plugin Pod, whose GPUs no Pod can be given: mig-2" in out
 
@@ -330,8 +307,10 @@ def test_json_validates_and_since_reports_lost_gpus_gone_nodes_and_new_products(
         "newProducts": ["NVIDIA-B200"],
     }
     status, out, err = inspect(kube_api, tmp_path, capsys, "--since", str(previous))
-    assert f"CHANGES SINCE {first['generatedAt']}" in out.splitlines()
-    assert "train-2  nvidia.com/gpu  8       6" in out
+    lines = out.splitlines()
+    changes = lines[lines.index(f"CHANGES SINCE {first['generatedAt']}") + 1 :]
+    assert changes[0].split() == ["NODE", "RESOURCE", "BEFORE", "NOW"]
+    assert changes[1].split() == ["train-2", "nvidia.com/gpu", "8", "6"]
     assert "GPU nodes gone (1): infer-2" in out
     assert "new products (1): NVIDIA-B200" in out
 
@@ -361,8 +340,8 @@ def test_a_healthy_cluster_is_clean(
     status, out, err = inspect(kube_api, tmp_path, capsys)
     assert (status, err) == (0, ""), out
     assert out.splitlines()[-1] == (
-        "nothing to act on: 0 Pending GPU Pods, 0 GPU nodes without a device plugin Pod, "
-        "0 GPU quotas used up, 0 drift findings"
+        "nothing to act on: 0 GPU Pods Pending over 5m with a cause, 0 GPU nodes without a "
+        "device plugin Pod, 0 GPU quotas used up, 0 drift findings"
     )
     assert "every GPU node has a device plugin Pod" in out
     assert "no GPU Pod waits for a node" in out

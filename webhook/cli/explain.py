@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
             namespace = args.namespace or cluster.namespace
             pod = read_pod(cluster, namespace, name)
             facts = read_cluster_facts(cluster, policy, [pod])
-        explanations = [explain_pod(pod, facts, policy)]
+            # Inside: the facts read the allocations when the explanation first needs them.
+            explanations = [explain_pod(pod, facts, policy)]
     if args.output == "json":
         document: Any = [e.as_record() for e in explanations]
         print(json.dumps(document[0] if len(document) == 1 else document, indent=2))
@@ -157,9 +158,14 @@ def render(explanation: Explanation) -> str:
     if explanation.pools:
         lines.append("  GPU nodes it can reach:")
         for pool in explanation.pools:
+            allocated = pool.allocated
             totals = ", ".join(
-                f"{name} {plain_number(pool.allocatable[name])} allocatable, "
-                f"{plain_number(pool.allocated.get(name, 0))} allocated"
+                f"{name} {plain_number(pool.allocatable[name])} allocatable"
+                + (
+                    f", {plain_number(allocated.get(name, 0))} allocated"
+                    if allocated is not None
+                    else ""
+                )
                 for name in pool.allocatable
             )
             where = f"pool {pool.pool}" if pool.pool else "in no pool"
