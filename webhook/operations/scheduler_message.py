@@ -21,7 +21,7 @@ from typing import Literal
 
 ReasonKind = Literal["insufficient", "taint", "affinity", "unschedulable", "claims", "other"]
 
-_HEADER = re.compile(r"^\s*(?P<free>\d+)/(?P<total>\d+) nodes are available:?\s*")
+_HEADER = re.compile(r"^\s*\d+/\d+ nodes are available:?\s*")
 _COUNTED = re.compile(r"^(?P<count>\d+)\s+(?P<text>.+)$")
 _INSUFFICIENT = re.compile(r"^Insufficient (?P<resource>\S+)$")
 # Matched against the reason text, in order: the first that matches gives its kind.
@@ -55,10 +55,8 @@ class SchedulerReason:
 
 @dataclass(frozen=True, slots=True)
 class SchedulerMessage:
-    """A FailedScheduling message: the nodes the scheduler saw (None where it does not say)
-    and its reasons, in its order."""
+    """A FailedScheduling message: its reasons, in its order."""
 
-    total_nodes: int | None
     reasons: tuple[SchedulerReason, ...]
 
 
@@ -69,7 +67,7 @@ def parse_scheduler_message(message: str) -> SchedulerMessage:
     header = _HEADER.match(text)
     if header is None:
         body = text.rstrip(".")
-        return SchedulerMessage(None, (_reason(0, body),) if body else ())
+        return SchedulerMessage((_reason(0, body),) if body else ())
     body = text[header.end() :].rstrip().removesuffix(".")
     reasons = []
     for part in _split(body):
@@ -78,7 +76,7 @@ def parse_scheduler_message(message: str) -> SchedulerMessage:
             reasons.append(_reason(int(counted["count"]), counted["text"]))
         elif part:
             reasons.append(_reason(0, part))
-    return SchedulerMessage(int(header["total"]), tuple(reasons))
+    return SchedulerMessage(tuple(reasons))
 
 
 def _reason(count: int, text: str) -> SchedulerReason:
