@@ -407,6 +407,64 @@ def test_an_exhausted_gpu_quota_names_the_quota_and_whom_to_ask(
     )
 
 
+def test_a_quota_of_hard_0_forbids_the_resource_and_the_fix_is_an_entitlement(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0 of 0 is no shortage to wait out: the namespace may not have the resource at all."""
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-gpus", "namespace": NAMESPACE},
+        "spec": {"hard": {"requests.nvidia.com/gpu": "0"}},
+        "status": {
+            "hard": {"requests.nvidia.com/gpu": "0"},
+            "used": {"requests.nvidia.com/gpu": "0"},
+        },
+    }
+    scripted(kube_api, quota, pod("trainer", 2))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["quota-forbids"]
+    [cause] = record["causes"]
+    assert cause["summary"] == (
+        "ResourceQuota no-gpus in ml: the quota forbids requests.nvidia.com/gpu (hard 0): no Pod "
+        "asking for it can be created in the namespace"
+    )
+    assert cause["fix"] == (
+        "the namespace is not entitled to requests.nvidia.com/gpu: ask for an entitlement (ask "
+        "#ml-platform), which raises spec.hard[requests.nvidia.com/gpu] of ResourceQuota "
+        "no-gpus, or ask for a GPU resource the namespace may use"
+    )
+
+
+BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+@pytest.mark.parametrize(
+    ("changes", "first"),
+    [
+        ({"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]}, "scheduling-gated"),
+        ({"resource": "nvidia.com/gpus"}, "unadvertised-resource"),
+    ],
+)
+def test_the_pods_bound_to_nodes_are_not_read_where_free_gpus_are_not_compared(
+    kube_api: FakeKubeAPI,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    changes: dict[str, Any],
+    first: str,
+) -> None:
+    """Every bound Pod of the cluster is the largest read: a gated Pod (its free GPUs are
+    those of when its gates go) and one asking for a name no node advertises need none."""
+    scripted(kube_api, pod("trainer", 4, **changes))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert record["causes"][0]["kind"] == first
+    selectors = [r.query.get("fieldSelector", [""])[0] for r in kube_api.requests_to("GET")]
+    assert BOUND_PODS not in selectors
+    assert all(p["allocated"] is None for p in record["pools"])
+
+
 def claimed_gpu_cluster(kube_api: FakeKubeAPI) -> None:
     """The six nodes, a DeviceClass whose driver publishes no device, and a Pending Pod whose
     claim (made from its template) is not allocated."""

@@ -485,3 +485,134 @@ def test_a_refused_read_of_cluster_checks_readers_names_the_inspector_role(
     assert "(HTTP 403)" in err
     assert err.rstrip().endswith(": bind " + INSPECTOR_ROLE)
     assert "auditor" not in err
+
+
+def test_normal_churn_gated_pods_nics_and_forbidding_quotas_are_no_findings(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The healthy cluster with what a busy day adds and a daily CronJob must not alert on:
+    a GPU Pod Pending for two minutes (the scheduler's churn), one Pending an hour that the
+    scheduler has not tried yet (nothing blocks it), one Kueue holds by its scheduling gate,
+    a Pod asking only for a NIC (a companion resource, no GPU), and a quota of hard 0 (the
+    tenant is not entitled: no shortage)."""
+    kube_api.add_all(clean_cluster())
+    operator = kube_api.add(operator_plugin(desired=7))
+    kube_api.add_all(plugin_pod(operator, name) for name in (*OPERATOR_PLUGIN_NODES, "mig-2"))
+    gke = kube_api.add(gke_plugin(desired=2))
+    kube_api.add_all(plugin_pod(gke, name) for name in ("reserved-1", "reserved-2"))
+    young = gpu_pod("young", "team-a", {"nvidia.com/gpu": "16"}, age=timedelta(minutes=2))
+    kube_api.add(young)
+    kube_api.add(
+        failed_scheduling(young, "0/13 nodes are available: 13 Insufficient nvidia.com/gpu.")
+    )
+    kube_api.add(gpu_pod("untried", "team-a", {"nvidia.com/gpu": "1"}, age=timedelta(hours=1)))
+    gated = gpu_pod("queued", "team-a", {"nvidia.com/gpu": "8"}, age=timedelta(days=1))
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    kube_api.add(gated)
+    kube_api.add(gpu_pod("nic-only", "team-a", {"nvidia.com/hostdev": "1"}, age=timedelta(hours=2)))
+    kube_api.add(quota("team-c", hard=0, used=0))
+
+    status, out, err = inspect(kube_api, tmp_path, capsys, "-o", "json")
+    document = json.loads(out)
+    jsonschema.Draft202012Validator(report_schema()).validate(document)
+    assert document["drift"] == [], document["drift"]
+    assert document["findings"] == {
+        "pendingGpuPods": 0,
+        "uncoveredGpuNodes": 0,
+        "exhaustedQuotas": 0,
+        "drift": 0,
+    }
+    assert (status, err) == (0, "")
+    assert document["pendingAfterSeconds"] == 300
+    pending = {
+        p["name"]: (p["cause"] and p["cause"]["kind"], p["finding"])
+        for p in document["pendingPods"]
+    }
+    assert pending == {"untried": (None, False), "young": ("insufficient-gpus", False)}
+    assert document["gatedPods"] == [
+        {
+            "namespace": "team-a",
+            "name": "queued",
+            "ageSeconds": 86400,
+            "requests": {"nvidia.com/gpu": 8},
+            "gates": ["kueue.x-k8s.io/admission"],
+        }
+    ]
+    [forbidding] = document["quotas"]
+    assert (forbidding["exhausted"], forbidding["forbids"]) == (False, True)
+
+    # The young Pod is a finding once it has waited --pending-after.
+    status, out, err = inspect(kube_api, tmp_path, capsys, "--pending-after", "90s")
+    assert (status, err) == (1, "")
+    lines = out.splitlines()
+    assert "GATED GPU PODS (1)" in lines
+    assert any(line.split()[:2] == ["team-a", "queued"] for line in lines)
+    assert lines[-1].startswith("to act on: 1 GPU Pod Pending over 1m30s with a cause, ")
+    assert "forbids (hard 0)" in out
+
+
+def test_a_bad_pending_after_or_max_rows_or_since_file_is_one_line_and_exit_2(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    for args, said in (
+        (("--pending-after", "five minutes"), "--pending-after five minutes: not a duration"),
+        (("--max-rows", "-1"), "--max-rows -1: give a number of rows"),
+        (("--since", str(broken)), f"--since {broken}: cannot read a JSON report"),
+    ):
+        status, out, err = inspect(kube_api, tmp_path, capsys, *args)
+        assert (status, out) == (2, "")
+        assert err.startswith(f"gpu-admission: error: {said}")
+        assert len(err.splitlines()) == 1
+    assert kube_api.requests == []
+
+
+def test_a_large_cluster_prints_a_summary_per_pool_and_at_most_max_rows_rows(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = scripted_nodes() + [
+        node(
+            f"train-x{index:02d}",
+            labels={
+                "example.com/pool": "training",
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+            },
+            gpus={"nvidia.com/gpu": "8"},
+        )
+        for index in range(60)
+    ]
+    scripted(kube_api, nodes)
+    status, out, err = inspect(kube_api, tmp_path, capsys)
+    lines = out.splitlines()
+    pools = lines[lines.index("GPU POOLS") + 1 :]
+    assert pools[0].split() == ["POOL", "NODES", "PRODUCTS", "RESOURCE", "ALLOCATABLE", "ALLOCATED"]
+    assert next(line.split() for line in pools if line.startswith("training")) == [
+        "training", "63", "NVIDIA-H100-80GB-HBM3,NVIDIA-H200", "nvidia.com/gpu", "504", "20"
+    ]  # fmt: skip
+    node_rows = lines[lines.index("GPU NODES (69)") + 1 :]
+    assert node_rows[51] == (
+        "... 20 more rows left out (of 70): see them all with --max-rows 0, or -o json"
+    )
+    status, out, err = inspect(kube_api, tmp_path, capsys, "--max-rows", "0")
+    assert "left out" not in out
+    assert any(line.split()[:1] == ["train-x59"] for line in out.splitlines())
+    status, out, err = inspect(kube_api, tmp_path, capsys, "-o", "json")
+    assert len(json.loads(out)["nodes"]) == 69
+
+
+def test_a_node_that_advertises_only_companion_resources_is_no_gpu_node(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The policy's companionResources (nvidia.com/hostdev, a NIC's) hand out no GPU: a node
+    advertising only them is neither listed as a GPU node nor one a device plugin must cover."""
+    scripted(kube_api)
+    kube_api.add(node("nic-1", gpus={"nvidia.com/hostdev": "4"}))
+    status, out, err = inspect(kube_api, tmp_path, capsys, "-o", "json")
+    document = json.loads(out)
+    assert "nic-1" not in [n["name"] for n in document["nodes"]]
+    assert document["devicePlugins"]["uncoveredNodes"] == ["mig-2"]
+    assert document["devicePlugins"]["gpuNodes"] == 9
+    # train-1's NICs are not among its GPU resources.
+    [train_1] = [n for n in document["nodes"] if n["name"] == "train-1"]
+    assert [r["name"] for r in train_1["resources"]] == ["nvidia.com/gpu"]

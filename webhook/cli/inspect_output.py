@@ -60,7 +60,7 @@ def summary(report: InspectReport) -> str:
     findings = report.findings()
     parts = [
         number(findings["pendingGpuPods"], "GPU Pod")
-        + f" Pending over {age(report.pending_after)} with a cause",
+        + f" Pending over {duration(report.pending_after)} with a cause",
         number(findings["uncoveredGpuNodes"], "GPU node") + " without a device plugin Pod",
         number(findings["exhaustedQuotas"], "GPU quota") + " used up",
         number(findings["drift"], "drift finding"),
@@ -124,7 +124,7 @@ def _pools(report: InspectReport) -> Section:
     for node in report.gpu_nodes:
         for pool in node.pools or (NONE,):
             by_pool.setdefault(pool, []).append(node)
-    for pool, nodes in by_pool.items():
+    for pool, nodes in sorted(by_pool.items(), key=lambda item: (item[0] == NONE, item[0])):
         products = ",".join(sorted({n.product for n in nodes if n.product})) or NONE
         described = (pool, str(len(nodes)), products)
         totals = _totals(nodes)
@@ -222,7 +222,7 @@ def _pending(report: InspectReport) -> Section:
         counted = sum(1 for pod in report.pending if report.overdue(pod))
         section.lines.append(
             f"{counted} of {len(report.pending)} counted as findings: Pending over "
-            f"{age(report.pending_after)} (--pending-after) with a cause; the others are the "
+            f"{duration(report.pending_after)} (--pending-after) with a cause; the others are the "
             "scheduler's churn (younger, or not yet tried)"
         )
         section.lines.append("each in full: gpu-admission explain pod NAME -n NAMESPACE")
@@ -379,6 +379,17 @@ def age(seconds: int) -> str:
     if hours:
         return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
     return f"{minutes}m" if minutes else f"{seconds}s"
+
+
+def duration(seconds: int) -> str:
+    """A duration to the second, as --pending-after takes one: ``90s`` is ``1m30s``."""
+    hours, minutes, rest = seconds // 3600, seconds // 60 % 60, seconds % 60
+    parts = [
+        f"{hours}h" if hours else "",
+        f"{minutes}m" if minutes else "",
+        f"{rest}s" if rest else "",
+    ]
+    return "".join(parts) or "0s"
 
 
 def _plain(quantity: Quantity) -> str:
