@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.kubeapi import FakeKubeAPI
+from tests.support.cluster_objects import node, plugin_pod
 from tests.support.paths import REPO
 from webhook import parse_policy
 from webhook.audit.drift import DRIFT_KINDS, find_drift
@@ -79,23 +80,6 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"
 TRAINING_TAINT = {"key": "example.com/pool", "value": "training", "effect": "NoSchedule"}
 # The GPU Operator labels the nodes its device plugin is to run on.
 DEPLOY_PLUGIN = {"nvidia.com/gpu.deploy.device-plugin": "true"}
-
-
-def node(
-    name: str,
-    *,
-    labels: dict[str, str] | None = None,
-    taints: tuple[dict[str, str], ...] = (),
-    gpus: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    capacity = {"cpu": "64", "memory": "512Gi", **(gpus or {})}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/os": "linux", **(labels or {})}},
-        "spec": {"taints": list(taints)} if taints else {},
-        "status": {"capacity": capacity, "allocatable": dict(capacity)},
-    }
 
 
 def training(name: str, **changes: Any) -> dict[str, Any]:
@@ -573,30 +557,6 @@ def test_a_device_plugin_selects_nodes_as_the_scheduler_does() -> None:
     assert "would run 0 Pods (status.desiredNumberScheduled; 0 ready)" in (
         compared(policy, nodes, {named: one})[0].message
     )
-
-
-def plugin_pod(daemonset: dict[str, Any], node_name: str, *, owner: str | None = None) -> dict:
-    """A Pod of the DaemonSet on a node (``owner``: the uid of another controller instead)."""
-    name = daemonset["metadata"]["name"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{name}-{node_name}",
-            "namespace": daemonset["metadata"]["namespace"],
-            "labels": {"app": name},
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "DaemonSet",
-                    "name": name,
-                    "uid": owner or daemonset["metadata"]["uid"],
-                    "controller": True,
-                }
-            ],
-        },
-        "spec": {"nodeName": node_name, "containers": [{"name": "plugin", "image": "x"}]},
-    }
 
 
 def test_a_device_plugin_short_of_pods_names_the_gpu_nodes_without_one(

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from tests.kubeapi import FakeKubeAPI
+from tests.support.cluster_objects import failed_scheduling as scheduler_event
+from tests.support.cluster_objects import node
 from webhook import parse_policy
 from webhook.cli.main import main
 from webhook.cluster.connection import connect
@@ -65,33 +67,20 @@ SCHEDULER_MESSAGE = (
 )
 
 
-def node(
-    name: str,
-    labels: dict[str, str] | None = None,
-    gpus: dict[str, str] | None = None,
-    taints: tuple[dict[str, str], ...] = (),
-) -> dict[str, Any]:
-    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", **(gpus or {})}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/os": "linux", **(labels or {})}},
-        "spec": {"taints": list(taints)} if taints else {},
-        "status": {"capacity": capacity, "allocatable": dict(capacity)},
-    }
-
-
 def training_node(name: str) -> dict[str, Any]:
     labels = {"example.com/pool": "training", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
-    return node(name, labels, {"nvidia.com/gpu": "8"}, (GPU_TAINT,))
+    return node(name, labels=labels, gpus={"nvidia.com/gpu": "8"}, taints=(GPU_TAINT,))
 
 
 def cluster_nodes() -> list[dict[str, Any]]:
     mig = node(
         "mig-1",
-        {"example.com/pool": "partitioned", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
-        {"nvidia.com/mig-1g.12gb": "7"},
-        (GPU_TAINT,),
+        labels={
+            "example.com/pool": "partitioned",
+            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+        },
+        gpus={"nvidia.com/mig-1g.12gb": "7"},
+        taints=(GPU_TAINT,),
     )
     return [
         training_node("gpu-1"),
@@ -138,23 +127,7 @@ def running(name: str, node_name: str, gpus: int) -> dict[str, Any]:
 
 
 def failed_scheduling(pod_name: str, message: str = SCHEDULER_MESSAGE) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{pod_name}.17f0", "namespace": NAMESPACE},
-        "involvedObject": {
-            "kind": "Pod",
-            "namespace": NAMESPACE,
-            "name": pod_name,
-            "uid": f"uid-{pod_name}",
-        },
-        "reason": "FailedScheduling",
-        "message": message,
-        "type": "Warning",
-        "count": 3,
-        "lastTimestamp": "2026-12-05T10:00:00Z",
-        "source": {"component": "default-scheduler"},
-    }
+    return scheduler_event(NAMESPACE, pod_name, message, last_seen="2026-12-05T10:00:00Z")
 
 
 def scripted(kube_api: FakeKubeAPI, *objects: dict[str, Any]) -> None:
@@ -457,6 +430,64 @@ def test_an_exhausted_gpu_quota_names_the_quota_and_whom_to_ask(
     )
 
 
+def test_a_quota_of_hard_0_forbids_the_resource_and_the_fix_is_an_entitlement(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0 of 0 is no shortage to wait out: the namespace may not have the resource at all."""
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-gpus", "namespace": NAMESPACE},
+        "spec": {"hard": {"requests.nvidia.com/gpu": "0"}},
+        "status": {
+            "hard": {"requests.nvidia.com/gpu": "0"},
+            "used": {"requests.nvidia.com/gpu": "0"},
+        },
+    }
+    scripted(kube_api, quota, pod("trainer", 2))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["quota-forbids"]
+    [cause] = record["causes"]
+    assert cause["summary"] == (
+        "ResourceQuota no-gpus in ml: the quota forbids requests.nvidia.com/gpu (hard 0): no Pod "
+        "asking for it can be created in the namespace"
+    )
+    assert cause["fix"] == (
+        "the namespace is not entitled to requests.nvidia.com/gpu: ask for an entitlement (ask "
+        "#ml-platform), which raises spec.hard[requests.nvidia.com/gpu] of ResourceQuota "
+        "no-gpus, or ask for a GPU resource the namespace may use"
+    )
+
+
+BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+@pytest.mark.parametrize(
+    ("changes", "first"),
+    [
+        ({"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]}, "scheduling-gated"),
+        ({"resource": "nvidia.com/gpus"}, "unadvertised-resource"),
+    ],
+)
+def test_the_pods_bound_to_nodes_are_not_read_where_free_gpus_are_not_compared(
+    kube_api: FakeKubeAPI,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    changes: dict[str, Any],
+    first: str,
+) -> None:
+    """Every bound Pod of the cluster is the largest read: a gated Pod (its free GPUs are
+    those of when its gates go) and one asking for a name no node advertises need none."""
+    scripted(kube_api, pod("trainer", 4, **changes))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert record["causes"][0]["kind"] == first
+    selectors = [r.query.get("fieldSelector", [""])[0] for r in kube_api.requests_to("GET")]
+    assert BOUND_PODS not in selectors
+    assert all(p["allocated"] is None for p in record["pools"])
+
+
 def claimed_gpu_cluster(kube_api: FakeKubeAPI) -> None:
     """The six nodes, a DeviceClass whose driver publishes no device, and a Pending Pod whose
     claim (made from its template) is not allocated."""
@@ -727,7 +758,8 @@ def test_offline_a_pod_file_gets_the_policys_verdict_and_what_its_spec_shows(
     assert status == 1
     assert (record["source"], record["document"], record["line"]) == (str(manifest), 1, 1)
     assert record["state"] == "offline"
-    assert kinds(record) == ["policy-denies", "privileged-container"]
+    # The privileged container is said once: by the policy's denial that judged it.
+    assert kinds(record) == ["policy-denies"]
     assert record["verdict"]["allowed"] is False
     assert any(line.startswith("privileged: ") for line in record["verdict"]["denied"])
     assert record["causes"][0]["summary"].startswith("the policy denies it (privileged")
@@ -898,12 +930,12 @@ def test_one_reading_explains_every_pending_pod_through_paged_narrowed_lists(
     with connect(str(kubeconfig)) as cluster:
         pods = list(pending_pods(cluster, None))
         facts = read_cluster_facts(cluster, policy, pods, all_namespaces=True)
+        first = {
+            e.pod: e.causes[0].kind if e.causes else ""
+            for e in (explain_pod(p, facts, policy) for p in pods)
+        }
     assert [p["metadata"]["name"] for p in pods] == ["trainer", "detector"]
     assert (facts.node_count, [n.name for n in facts.nodes]) == (6, ["gpu-1", "gpu-2", "mig-1"])
-    first = {
-        e.pod: e.causes[0].kind if e.causes else ""
-        for e in (explain_pod(p, facts, policy) for p in pods)
-    }
     assert first == {"ml/trainer": "insufficient-gpus", "vision/detector": ""}
     assert set(facts.events) == {("ml", "trainer")}
     # Every list paged, and narrowed by field selectors where the API server offers them.
@@ -914,9 +946,10 @@ def test_one_reading_explains_every_pending_pod_through_paged_narrowed_lists(
     assert lists == [
         ("/api/v1/pods", "status.phase=Pending", "500"),
         ("/api/v1/nodes", "", "500"),
-        ("/api/v1/pods", "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed", "500"),
         ("/api/v1/events", "reason=FailedScheduling,involvedObject.kind=Pod", "500"),
         ("/api/v1/resourcequotas", "", "500"),
+        # The allocations: read once the first Pod's free GPUs are compared.
+        ("/api/v1/pods", "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed", "500"),
     ]
 
 

@@ -25,10 +25,14 @@ import pytest
 import yaml
 
 from tests.kubeapi import FakeKubeAPI, RecordedRequest
+from tests.support.cluster_objects import failed_scheduling as scheduler_event
+from tests.support.cluster_objects import node, plugin_pod
 from tests.support.paths import REPO
-from tests.test_cluster_check import POLICY, clean_cluster, gke_plugin, node, operator_plugin
+from tests.test_cluster_check import POLICY, clean_cluster, gke_plugin, operator_plugin
+from webhook.cli import inspect as inspect_command
 from webhook.cli.main import main
 from webhook.operations.inspect_report import report_schema
+from webhook.operations.refusals import INSPECTOR_ROLE
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 TRAINING_TOLERATION = {"key": "example.com/pool", "operator": "Exists", "effect": "NoSchedule"}
@@ -41,8 +45,17 @@ SCHEDULER_MESSAGE = (
 OPERATOR_PLUGIN_NODES = ("train-1", "train-2", "train-3", "infer-1", "infer-2", "mig-1")
 
 
+# The clock every report of these tests is made at (the command's, set by a fixture).
+NOW = datetime(2026, 6, 2, 7, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inspect_command, "now", lambda: NOW)
+
+
 def created(ago: timedelta) -> str:
-    return (datetime.now(UTC) - ago).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (NOW - ago).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def gpu_pod(
@@ -79,51 +92,13 @@ def gpu_pod(
 
 def failed_scheduling(pod: dict[str, Any], message: str) -> dict[str, Any]:
     metadata = pod["metadata"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{metadata['name']}.17f0", "namespace": metadata["namespace"]},
-        "involvedObject": {
-            "kind": "Pod",
-            "namespace": metadata["namespace"],
-            "name": metadata["name"],
-            "uid": metadata["uid"],
-        },
-        "reason": "FailedScheduling",
-        "message": message,
-        "type": "Warning",
-        "count": 12,
-        "lastTimestamp": created(timedelta(minutes=1)),
-        "source": {"component": "default-scheduler"},
-    }
-
-
-def plugin_pod(daemonset: dict[str, Any], node_name: str) -> dict[str, Any]:
-    """A Pod of the DaemonSet on the node, controlled by it."""
-    metadata = daemonset["metadata"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{metadata['name']}-{node_name}",
-            "namespace": metadata["namespace"],
-            "labels": dict(daemonset["spec"]["selector"]["matchLabels"]),
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "DaemonSet",
-                    "name": metadata["name"],
-                    "uid": metadata["uid"],
-                    "controller": True,
-                }
-            ],
-        },
-        "spec": {
-            "nodeName": node_name,
-            "containers": [{"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin"}],
-        },
-        "status": {"phase": "Running"},
-    }
+    return scheduler_event(
+        metadata["namespace"],
+        metadata["name"],
+        message,
+        last_seen=created(timedelta(minutes=1)),
+        count=12,
+    )
 
 
 def quota(namespace: str, hard: int, used: int) -> dict[str, Any]:
@@ -243,8 +218,8 @@ def test_the_table_prints_every_section(
     # Pending, oldest first, each with its age and explain's first cause.
     pending = [line.split()[:3] for line in lines if line.startswith("team-")][:2]
     assert pending == [["team-a", "train-big", "3h"], ["team-b", "typo", "10m"]]
-    assert row("team-a", "train-big")[4] == "insufficient-gpus:"
-    assert row("team-b", "typo")[4] == "unadvertised-resource:"
+    assert row("team-a", "train-big")[4:6] == ["yes", "insufficient-gpus:"]
+    assert row("team-b", "typo")[4:6] == ["yes", "unadvertised-resource:"]
     # Device plugins: desired and ready, and the GPU node without a Pod.
     assert row("gpu-operator/nvidia-device-plugin-daemonset") == [
         "gpu-operator/nvidia-device-plugin-daemonset", "7", "6", "(not", "all", "ready)", "6"
@@ -261,7 +236,8 @@ def test_the_table_prints_every_section(
     )
     assert "pool partitioned mixes 2 products (NVIDIA-A100-80GB-PCIe: mig-1; " in out
     assert lines[-1].startswith(
-        "to act on: 2 Pending GPU Pods, 1 GPU node without a device plugin Pod, "
+        "to act on: 2 GPU Pods Pending over 5m with a cause, 1 GPU node without a device "
+        "plugin Pod, "
         "1 GPU quota used up, "
     )
 
@@ -275,15 +251,17 @@ def test_markdown_has_a_heading_and_a_table_per_section(
     headings = [line for line in out.splitlines() if line.startswith("#")]
     assert headings[0].startswith("# GPU inspection at ")
     assert [h.split(" (")[0] for h in headings[1:]] == [
+        "## GPU pools",
         "## GPU nodes",
         "## Pending GPU Pods",
+        "## Gated GPU Pods",
         "## Device plugins",
         "## GPU quotas",
         "## Policy drift",
         "## Mixed hardware pools",
     ]
     assert "| NODE | POOLS | PRODUCT | MIG CONFIG | MIG PROFILES | REPLICAS |" in out
-    assert "| team-a | train-big | 3h | nvidia.com/gpu=8 | insufficient-gpus: " in out
+    assert "| team-a | train-big | 3h | nvidia.com/gpu=8 | yes | insufficient-gpus: " in out
     assert "| team-a | gpus | requests.nvidia.com/gpu | 8 | 8 | USED UP |" in out
     assert "- 1 GPU node without a device plugin Pod, whose GPUs no Pod can be given: mig-2" in out
 
@@ -329,8 +307,10 @@ def test_json_validates_and_since_reports_lost_gpus_gone_nodes_and_new_products(
         "newProducts": ["NVIDIA-B200"],
     }
     status, out, err = inspect(kube_api, tmp_path, capsys, "--since", str(previous))
-    assert f"CHANGES SINCE {first['generatedAt']}" in out.splitlines()
-    assert "train-2  nvidia.com/gpu  8       6" in out
+    lines = out.splitlines()
+    changes = lines[lines.index(f"CHANGES SINCE {first['generatedAt']}") + 1 :]
+    assert changes[0].split() == ["NODE", "RESOURCE", "BEFORE", "NOW"]
+    assert changes[1].split() == ["train-2", "nvidia.com/gpu", "8", "6"]
     assert "GPU nodes gone (1): infer-2" in out
     assert "new products (1): NVIDIA-B200" in out
 
@@ -360,8 +340,8 @@ def test_a_healthy_cluster_is_clean(
     status, out, err = inspect(kube_api, tmp_path, capsys)
     assert (status, err) == (0, ""), out
     assert out.splitlines()[-1] == (
-        "nothing to act on: 0 Pending GPU Pods, 0 GPU nodes without a device plugin Pod, "
-        "0 GPU quotas used up, 0 drift findings"
+        "nothing to act on: 0 GPU Pods Pending over 5m with a cause, 0 GPU nodes without a "
+        "device plugin Pod, 0 GPU quotas used up, 0 drift findings"
     )
     assert "every GPU node has a device plugin Pod" in out
     assert "no GPU Pod waits for a node" in out
@@ -491,3 +471,148 @@ def test_a_refused_list_is_one_line_and_exit_2(
         "bind the gpu-admission-inspector ClusterRole (manifests/base/inspector-clusterrole.yaml)"
     )
     assert len(err.splitlines()) == 1
+
+
+def test_a_refused_read_of_cluster_checks_readers_names_the_inspector_role(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The device plugin DaemonSets are read by cluster check's readers, which name the
+    # audits' role on their own: inspect's users hold the inspector's.
+    scripted(kube_api)
+    kube_api.forbid("/apis/apps/v1/namespaces/*/daemonsets*")
+    status, out, err = inspect(kube_api, tmp_path, capsys)
+    assert (status, out) == (2, "")
+    assert "(HTTP 403)" in err
+    assert err.rstrip().endswith(": bind " + INSPECTOR_ROLE)
+    assert "auditor" not in err
+
+
+def test_normal_churn_gated_pods_nics_and_forbidding_quotas_are_no_findings(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The healthy cluster with what a busy day adds and a daily CronJob must not alert on:
+    a GPU Pod Pending for two minutes (the scheduler's churn), one Pending an hour that the
+    scheduler has not tried yet (nothing blocks it), one Kueue holds by its scheduling gate,
+    a Pod asking only for a NIC (a companion resource, no GPU), and a quota of hard 0 (the
+    tenant is not entitled: no shortage)."""
+    kube_api.add_all(clean_cluster())
+    operator = kube_api.add(operator_plugin(desired=7))
+    kube_api.add_all(plugin_pod(operator, name) for name in (*OPERATOR_PLUGIN_NODES, "mig-2"))
+    gke = kube_api.add(gke_plugin(desired=2))
+    kube_api.add_all(plugin_pod(gke, name) for name in ("reserved-1", "reserved-2"))
+    young = gpu_pod("young", "team-a", {"nvidia.com/gpu": "16"}, age=timedelta(minutes=2))
+    kube_api.add(young)
+    kube_api.add(
+        failed_scheduling(young, "0/13 nodes are available: 13 Insufficient nvidia.com/gpu.")
+    )
+    kube_api.add(gpu_pod("untried", "team-a", {"nvidia.com/gpu": "1"}, age=timedelta(hours=1)))
+    gated = gpu_pod("queued", "team-a", {"nvidia.com/gpu": "8"}, age=timedelta(days=1))
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    kube_api.add(gated)
+    kube_api.add(gpu_pod("nic-only", "team-a", {"nvidia.com/hostdev": "1"}, age=timedelta(hours=2)))
+    kube_api.add(quota("team-c", hard=0, used=0))
+
+    status, out, err = inspect(kube_api, tmp_path, capsys, "-o", "json")
+    document = json.loads(out)
+    jsonschema.Draft202012Validator(report_schema()).validate(document)
+    assert document["drift"] == [], document["drift"]
+    assert document["findings"] == {
+        "pendingGpuPods": 0,
+        "uncoveredGpuNodes": 0,
+        "exhaustedQuotas": 0,
+        "drift": 0,
+    }
+    assert (status, err) == (0, "")
+    assert document["pendingAfterSeconds"] == 300
+    pending = {
+        p["name"]: (p["cause"] and p["cause"]["kind"], p["finding"])
+        for p in document["pendingPods"]
+    }
+    assert pending == {"untried": (None, False), "young": ("insufficient-gpus", False)}
+    assert document["gatedPods"] == [
+        {
+            "namespace": "team-a",
+            "name": "queued",
+            "ageSeconds": 86400,
+            "requests": {"nvidia.com/gpu": 8},
+            "gates": ["kueue.x-k8s.io/admission"],
+        }
+    ]
+    [forbidding] = document["quotas"]
+    assert (forbidding["exhausted"], forbidding["forbids"]) == (False, True)
+
+    # The young Pod is a finding once it has waited --pending-after.
+    status, out, err = inspect(kube_api, tmp_path, capsys, "--pending-after", "90s")
+    assert (status, err) == (1, "")
+    lines = out.splitlines()
+    assert "GATED GPU PODS (1)" in lines
+    assert any(line.split()[:2] == ["team-a", "queued"] for line in lines)
+    assert lines[-1].startswith("to act on: 1 GPU Pod Pending over 1m30s with a cause, ")
+    assert "forbids (hard 0)" in out
+
+
+def test_a_bad_pending_after_or_max_rows_or_since_file_is_one_line_and_exit_2(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    for args, said in (
+        (("--pending-after", "five minutes"), "--pending-after five minutes: not a duration"),
+        (("--max-rows", "-1"), "--max-rows -1: give a number of rows"),
+        (("--since", str(broken)), f"--since {broken}: cannot read a JSON report"),
+    ):
+        status, out, err = inspect(kube_api, tmp_path, capsys, *args)
+        assert (status, out) == (2, "")
+        assert err.startswith(f"gpu-admission: error: {said}")
+        assert len(err.splitlines()) == 1
+    assert kube_api.requests == []
+
+
+def test_a_large_cluster_prints_a_summary_per_pool_and_at_most_max_rows_rows(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = scripted_nodes() + [
+        node(
+            f"train-x{index:02d}",
+            labels={
+                "example.com/pool": "training",
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+            },
+            gpus={"nvidia.com/gpu": "8"},
+        )
+        for index in range(60)
+    ]
+    scripted(kube_api, nodes)
+    status, out, err = inspect(kube_api, tmp_path, capsys)
+    lines = out.splitlines()
+    pools = lines[lines.index("GPU POOLS") + 1 :]
+    assert pools[0].split() == ["POOL", "NODES", "PRODUCTS", "RESOURCE", "ALLOCATABLE", "ALLOCATED"]
+    assert next(line.split() for line in pools if line.startswith("training")) == [
+        "training", "63", "NVIDIA-H100-80GB-HBM3,NVIDIA-H200", "nvidia.com/gpu", "504", "20"
+    ]  # fmt: skip
+    node_rows = lines[lines.index("GPU NODES (69)") + 1 :]
+    assert node_rows[51] == (
+        "... 20 more rows left out (of 70): see them all with --max-rows 0, or -o json"
+    )
+    status, out, err = inspect(kube_api, tmp_path, capsys, "--max-rows", "0")
+    assert "left out" not in out
+    assert any(line.split()[:1] == ["train-x59"] for line in out.splitlines())
+    status, out, err = inspect(kube_api, tmp_path, capsys, "-o", "json")
+    assert len(json.loads(out)["nodes"]) == 69
+
+
+def test_a_node_that_advertises_only_companion_resources_is_no_gpu_node(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The policy's companionResources (nvidia.com/hostdev, a NIC's) hand out no GPU: a node
+    advertising only them is neither listed as a GPU node nor one a device plugin must cover."""
+    scripted(kube_api)
+    kube_api.add(node("nic-1", gpus={"nvidia.com/hostdev": "4"}))
+    status, out, err = inspect(kube_api, tmp_path, capsys, "-o", "json")
+    document = json.loads(out)
+    assert "nic-1" not in [n["name"] for n in document["nodes"]]
+    assert document["devicePlugins"]["uncoveredNodes"] == ["mig-2"]
+    assert document["devicePlugins"]["gpuNodes"] == 9
+    # train-1's NICs are not among its GPU resources.
+    [train_1] = [n for n in document["nodes"] if n["name"] == "train-1"]
+    assert [r["name"] for r in train_1["resources"]] == ["nvidia.com/gpu"]

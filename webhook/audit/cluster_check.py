@@ -6,7 +6,9 @@ as its drift section."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from webhook.audit.admin_access import check_admin_access
 from webhook.audit.class_drift import check_classes
@@ -14,7 +16,7 @@ from webhook.audit.drift import check_cluster
 from webhook.audit.drift_finding import Drift
 from webhook.audit.quota_drift import QuotaCheck, check_quotas
 from webhook.cluster.connection import Cluster
-from webhook.policy.model import Policy
+from webhook.policy.model import DaemonSetName, Policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,10 +29,15 @@ class ClusterCheck:
     quotas: QuotaCheck
 
 
-def check_policy_drift(cluster: Cluster, policy: Policy) -> ClusterCheck:
-    """Every disagreement between ``policy`` and the cluster. A refused list or read, or an
+def check_policy_drift(
+    cluster: Cluster,
+    policy: Policy,
+    daemonsets: Mapping[DaemonSetName, Mapping[str, Any] | None] | None = None,
+) -> ClusterCheck:
+    """Every disagreement between ``policy`` and the cluster (``daemonsets``: the device
+    plugin DaemonSets where the caller has read them). A refused list or read, or an
     unreachable server, raises ``ClusterError``."""
-    drift, nodes = check_cluster(cluster, policy)
+    drift, nodes = check_cluster(cluster, policy, daemonsets)
     quotas = check_quotas(cluster, policy, None)
     drift += check_classes(cluster, policy)
     drift += check_admin_access(cluster, policy)

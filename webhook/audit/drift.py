@@ -68,16 +68,22 @@ DRIFT_KINDS = (
 SHARED_BY_TIME_SLICING = "nvidia.com/gpu"
 
 
-def check_cluster(cluster: Cluster, policy: Policy) -> tuple[list[Drift], int]:
+def check_cluster(
+    cluster: Cluster,
+    policy: Policy,
+    daemonsets: Mapping[DaemonSetName, Mapping[str, Any] | None] | None = None,
+) -> tuple[list[Drift], int]:
     """The drift between ``policy`` and the cluster's nodes (and its device plugin
-    DaemonSets), and how many nodes were read. An unreachable server, or a refused list or
-    read, raises ``ClusterError``."""
+    DaemonSets: ``daemonsets`` where the caller has read them, else read here), and how many
+    nodes were read. An unreachable server, or a refused list or read, raises
+    ``ClusterError``."""
     from kubernetes import client as k8s
     from kubernetes.client.exceptions import ApiException
 
     lister = Lister(cluster, None)
     core = k8s.CoreV1Api(cluster.api_client)
-    daemonsets = read_device_plugin_daemonsets(lister, policy)
+    if daemonsets is None:
+        daemonsets = read_device_plugin_daemonsets(lister, policy)
     # The labels the DaemonSets select nodes by are kept with the pools' (the GPU Operator's
     # nvidia.com/gpu.deploy.device-plugin is neither).
     selected = {key for ds in daemonsets.values() for key in selected_label_keys(pod_spec(ds))}

@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
             namespace = args.namespace or cluster.namespace
             pod = read_pod(cluster, namespace, name)
             facts = read_cluster_facts(cluster, policy, [pod])
-        explained = [(None, explain_pod(pod, facts, policy))]
+            # Inside: the facts read the allocations when the explanation first needs them.
+            explained = [(None, explain_pod(pod, facts, policy))]
     if args.output == "json":
         print(json.dumps([_record(e, d) for d, e in explained], indent=2))
     else:
@@ -180,9 +181,14 @@ def render(explanation: Explanation, document: Document | None = None) -> str:
     if explanation.pools:
         lines.append("  GPU nodes it can reach:")
         for pool in explanation.pools:
+            allocated = pool.allocated
             totals = ", ".join(
-                f"{name} {plain_number(pool.allocatable[name])} allocatable, "
-                f"{plain_number(pool.allocated.get(name, 0))} allocated"
+                f"{name} {plain_number(pool.allocatable[name])} allocatable"
+                + (
+                    f", {plain_number(allocated.get(name, 0))} allocated"
+                    if allocated is not None
+                    else ""
+                )
                 for name in pool.allocatable
             )
             where = f"pool {pool.pool}" if pool.pool else "in no pool"

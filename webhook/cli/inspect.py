@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from webhook.cli.common import add_cluster_arguments, add_command, add_policy_argument, policy_from
-from webhook.cli.inspect_output import render_markdown, render_table
-from webhook.cluster.connection import ClusterError, connect
-from webhook.cluster.listing import AUDITOR_ROLE, RequestRefused
-from webhook.operations.inspect import inspect_cluster
-from webhook.operations.inspect_changes import check_previous
+from webhook.cli.common import (
+    add_cluster_arguments,
+    add_command,
+    add_policy_argument,
+    error,
+    policy_from,
+)
+from webhook.cli.inspect_output import MAX_ROWS, render_markdown, render_table
+from webhook.cluster.connection import connect
+from webhook.operations.inspect import PENDING_AFTER_SECONDS, inspect_cluster
+from webhook.operations.inspect_changes import NotAReport, check_previous
 from webhook.operations.inspect_report import report_document
 from webhook.operations.refusals import INSPECTOR_ROLE
 
@@ -24,8 +30,10 @@ examples:
   gpu-admission inspect -o json > inspect-$(date +%F).json
   gpu-admission inspect --since inspect-2025-06-01.json -o markdown > ticket.md
 
-exit status: 0 nothing to act on, 1 findings (a Pending GPU Pod, a GPU node without a device
-plugin Pod, a GPU quota used up, drift between the policy and the cluster), 2 could not run.
+exit status: 0 nothing to act on, 1 findings (a GPU Pod Pending longer than --pending-after
+with a cause, a GPU node without a device plugin Pod, a GPU quota used up, drift between the
+policy and the cluster), 2 could not run. Pods held by scheduling gates wait for their queue:
+listed, never a finding.
 
 Reads nodes, pods, events, resourcequotas, namespaces, daemonsets, resource claims and
 classes, and what cluster check reads: {INSPECTOR_ROLE} grants it.
@@ -54,6 +62,20 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         help="a previous report (inspect -o json): say what changed since",
     )
     inspect.add_argument(
+        "--pending-after",
+        metavar="DURATION",
+        default=f"{PENDING_AFTER_SECONDS // 60}m",
+        help="a Pending GPU Pod is a finding once it has waited this long with a cause "
+        "(30s, 5m, 2h, 1h30m; default: %(default)s): younger ones are the scheduler's churn",
+    )
+    inspect.add_argument(
+        "--max-rows",
+        metavar="N",
+        type=int,
+        help=f"rows per table for table and markdown (default {MAX_ROWS}; 0: all), with a "
+        "line saying how many were left out; json is always complete",
+    )
+    inspect.add_argument(
         "-o",
         "--output",
         choices=("table", "json", "markdown"),
@@ -64,26 +86,53 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
     inspect.set_defaults(func=run)
 
 
+def now() -> datetime:
+    """The clock the report is made at (the tests set their own)."""
+    return datetime.now(UTC)
+
+
 def run(args: argparse.Namespace) -> int:
+    pending_after = duration_seconds(args.pending_after)
+    if pending_after is None:
+        error(f"--pending-after {args.pending_after}: not a duration (e.g. 30s, 5m, 2h, 1h30m)")
+        return 2
+    if args.max_rows is not None and args.max_rows < 0:
+        error(f"--max-rows {args.max_rows}: give a number of rows, 0 for all")
+        return 2
+    max_rows = None if args.max_rows == 0 else args.max_rows or MAX_ROWS
     policy = policy_from(args)
     previous = None
     if args.since is not None:
         path = Path(args.since)
         try:
-            document = json.loads(path.read_text("utf-8"))
+            previous = check_previous(json.loads(path.read_text("utf-8")), f"--since {path}")
         except (OSError, ValueError) as exc:
-            raise ValueError(f"--since {path}: cannot read a JSON report ({exc})") from None
-        previous = check_previous(document, f"--since {path}")
+            reason = (
+                exc
+                if isinstance(exc, NotAReport)
+                else f"--since {path}: cannot read a JSON report ({exc})"
+            )
+            error(str(reason))
+            return 2
     with connect(args.kubeconfig, args.context) as cluster:
-        try:
-            report = inspect_cluster(cluster, policy, datetime.now(UTC), previous)
-        except RequestRefused as exc:
-            # The readers name the auditor role, which lacks events: this role has them all.
-            raise ClusterError(str(exc).replace(AUDITOR_ROLE, INSPECTOR_ROLE)) from None
+        report = inspect_cluster(cluster, policy, now(), previous, pending_after)
     if args.output == "json":
         print(json.dumps(report_document(report), indent=2))
     elif args.output == "markdown":
-        print(render_markdown(report), end="")
+        print(render_markdown(report, max_rows), end="")
     else:
-        print(render_table(report), end="")
+        print(render_table(report, max_rows), end="")
     return 0 if report.clean() else 1
+
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def duration_seconds(text: str) -> int | None:
+    """A duration as kubectl writes one (``90s``, ``5m``, ``1h30m``) in seconds; None for
+    anything else."""
+    match = _DURATION.match(text.strip())
+    if match is None or not any(match.groups()):
+        return None
+    hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return hours * 3600 + minutes * 60 + seconds

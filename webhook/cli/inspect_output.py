@@ -1,18 +1,22 @@
 """How ``gpu-admission inspect`` prints its report: aligned tables for a terminal, or Markdown
 for a ticket. Both are the same sections (:func:`sections`), each a title, a table and the
-sentences that go with it; only the typesetting differs. JSON is the report's document
-(``webhook.operations.inspect_report.report_document``)."""
+sentences that go with it; only the typesetting differs. A table prints at most ``max_rows``
+rows (None: all) and says how many it left out: a cluster of thousands of GPU nodes reads in
+the per-pool summary, not in a ticket of thousands of lines. JSON is the report's document
+(``webhook.operations.inspect_report.report_document``), always complete."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from webhook.core.wording import count, names, number, plain_number
-from webhook.operations.inspect_report import InspectReport, timestamp
+from webhook.operations.inspect_report import InspectedNode, InspectReport, PendingPod, timestamp
 from webhook.policy.quantity import Quantity
 
 NONE = "-"
+# Rows of a table printed for a terminal or a ticket, unless --max-rows says otherwise.
+MAX_ROWS = 50
 
 
 @dataclass(slots=True)
@@ -29,8 +33,10 @@ class Section:
 def sections(report: InspectReport) -> list[Section]:
     """The report's sections, in the guide's checklist order."""
     found = [
+        _pools(report),
         _nodes(report),
         _pending(report),
+        _gated(report),
         _device_plugins(report),
         _quotas(report),
         _drift(report),
@@ -53,7 +59,8 @@ def summary(report: InspectReport) -> str:
     """One line: the findings, or that there are none."""
     findings = report.findings()
     parts = [
-        number(findings["pendingGpuPods"], "Pending GPU Pod"),
+        number(findings["pendingGpuPods"], "GPU Pod")
+        + f" Pending over {duration(report.pending_after)} with a cause",
         number(findings["uncoveredGpuNodes"], "GPU node") + " without a device plugin Pod",
         number(findings["exhaustedQuotas"], "GPU quota") + " used up",
         number(findings["drift"], "drift finding"),
@@ -62,12 +69,15 @@ def summary(report: InspectReport) -> str:
     return f"{verdict}: {', '.join(parts)}"
 
 
-def render_table(report: InspectReport) -> str:
+def render_table(report: InspectReport, max_rows: int | None = MAX_ROWS) -> str:
     out = [headline(report), ""]
     for section in sections(report):
         out.append(section.title.upper())
-        if section.rows:
-            out += _aligned(section.header, section.rows)
+        rows, left_out = _shown(section.rows, max_rows)
+        if rows:
+            out += _aligned(section.header, rows)
+        if left_out:
+            out.append(left_out)
         out += section.lines
         out.append("")
     out += [f"note: {note}" for note in report.notes]
@@ -75,19 +85,70 @@ def render_table(report: InspectReport) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_markdown(report: InspectReport) -> str:
+def render_markdown(report: InspectReport, max_rows: int | None = MAX_ROWS) -> str:
     out = [f"# {headline(report)}", "", f"**{summary(report)}**", ""]
     for section in sections(report):
         out += [f"## {section.title}", ""]
-        if section.rows:
-            out += _markdown_table(section.header, section.rows)
+        rows, left_out = _shown(section.rows, max_rows)
+        if rows:
+            out += _markdown_table(section.header, rows)
             out.append("")
-        if section.lines:
-            out += [f"- {line}" for line in section.lines]
+        lines = [left_out, *section.lines] if left_out else section.lines
+        if lines:
+            out += [f"- {line}" for line in lines]
             out.append("")
     if report.notes:
         out += ["## Notes", "", *[f"- {note}" for note in report.notes], ""]
     return "\n".join(out)
+
+
+def _shown(rows: list[tuple[str, ...]], max_rows: int | None) -> tuple[list[tuple[str, ...]], str]:
+    """The rows to print, and a line that says how many were left out ("" for none)."""
+    if max_rows is None or len(rows) <= max_rows:
+        return rows, ""
+    left_out = len(rows) - max_rows
+    return rows[:max_rows], (
+        f"... {number(left_out, 'more row')} left out (of {len(rows)}): see them all with "
+        "--max-rows 0, or -o json"
+    )
+
+
+def _pools(report: InspectReport) -> Section:
+    """Per pool (a GPU node in several counts in each; "-": the GPU nodes in none): its
+    nodes, its products and, per resource, the GPUs allocatable and allocated."""
+    section = Section(
+        "GPU pools",
+        ("POOL", "NODES", "PRODUCTS", "RESOURCE", "ALLOCATABLE", "ALLOCATED"),
+    )
+    by_pool: dict[str, list[InspectedNode]] = {}
+    for node in report.gpu_nodes:
+        for pool in node.pools or (NONE,):
+            by_pool.setdefault(pool, []).append(node)
+    for pool, nodes in sorted(by_pool.items(), key=lambda item: (item[0] == NONE, item[0])):
+        products = ",".join(sorted({n.product for n in nodes if n.product})) or NONE
+        described = (pool, str(len(nodes)), products)
+        totals = _totals(nodes)
+        for index, (name, (allocatable, allocated)) in enumerate(sorted(totals.items())):
+            first = described if index == 0 else ("",) * len(described)
+            section.rows.append((*first, name, _plain(allocatable), _plain(allocated)))
+        if not totals:
+            section.rows.append((*described, NONE, "0", "0"))
+    if not report.gpu_nodes:
+        section.lines.append("no GPU node")
+    return section
+
+
+def _totals(nodes: Iterable[InspectedNode]) -> dict[str, tuple[Quantity, Quantity]]:
+    """Per resource, the nodes' allocatable and allocated GPUs added up."""
+    totals: dict[str, tuple[Quantity, Quantity]] = {}
+    for node in nodes:
+        for resource in node.resources:
+            allocatable, allocated = totals.get(resource.name, (0, 0))
+            totals[resource.name] = (
+                allocatable + resource.allocatable,
+                allocated + resource.allocated,
+            )
+    return totals
 
 
 def _nodes(report: InspectReport) -> Section:
@@ -105,7 +166,6 @@ def _nodes(report: InspectReport) -> Section:
             "ALLOCATED",
         ),
     )
-    totals: dict[str, list[Quantity]] = {}
     for node in report.gpu_nodes:
         described = (
             node.name,
@@ -116,9 +176,6 @@ def _nodes(report: InspectReport) -> Section:
             str(node.replicas) if node.replicas is not None else NONE,
         )
         for index, resource in enumerate(node.resources or ()):
-            total = totals.setdefault(resource.name, [0, 0])
-            total[0] += resource.allocatable
-            total[1] += resource.allocated
             first = described if index == 0 else ("",) * len(described)
             section.rows.append(
                 (
@@ -137,7 +194,7 @@ def _nodes(report: InspectReport) -> Section:
             section.rows.append((*described, NONE, "0", "0"))
     section.lines += [
         f"{name}: {_plain(allocatable)} allocatable, {_plain(allocated)} allocated"
-        for name, (allocatable, allocated) in sorted(totals.items())
+        for name, (allocatable, allocated) in sorted(_totals(report.gpu_nodes).items())
     ]
     if not report.gpu_nodes:
         section.lines.append(
@@ -149,21 +206,52 @@ def _nodes(report: InspectReport) -> Section:
 def _pending(report: InspectReport) -> Section:
     section = Section(
         f"Pending GPU Pods ({len(report.pending)})",
-        ("NAMESPACE", "POD", "AGE", "REQUESTS", "FIRST CAUSE"),
+        ("NAMESPACE", "POD", "AGE", "REQUESTS", "FINDING", "FIRST CAUSE"),
     )
     for pod in report.pending:
-        requests = ",".join(f"{n}={_plain(q)}" for n, q in pod.requests.items()) or "claims"
         cause = (
             f"{pod.cause.kind}: {pod.cause.summary}"
             if pod.cause is not None
             else "nothing blocks it (not yet tried by the scheduler)"
         )
-        section.rows.append((pod.namespace, pod.name, age(pod.age_seconds), requests, cause))
+        finding = "yes" if report.overdue(pod) else "no"
+        section.rows.append(
+            (pod.namespace, pod.name, age(pod.age_seconds), _requests(pod), finding, cause)
+        )
     if report.pending:
+        counted = sum(1 for pod in report.pending if report.overdue(pod))
+        section.lines.append(
+            f"{counted} of {len(report.pending)} counted as findings: Pending over "
+            f"{duration(report.pending_after)} (--pending-after) with a cause; the others are the "
+            "scheduler's churn (younger, or not yet tried)"
+        )
         section.lines.append("each in full: gpu-admission explain pod NAME -n NAMESPACE")
     else:
         section.lines.append("no GPU Pod waits for a node")
     return section
+
+
+def _gated(report: InspectReport) -> Section:
+    section = Section(
+        f"Gated GPU Pods ({len(report.gated)})",
+        ("NAMESPACE", "POD", "AGE", "REQUESTS", "GATES"),
+    )
+    for pod in report.gated:
+        section.rows.append(
+            (pod.namespace, pod.name, age(pod.age_seconds), _requests(pod), ",".join(pod.gates))
+        )
+    if report.gated:
+        section.lines.append(
+            "waiting for their queue (the controller that set each gate, such as Kueue, "
+            "removes it when it admits the workload): no finding; see the queue's status"
+        )
+    else:
+        section.lines.append("no GPU Pod is held by scheduling gates")
+    return section
+
+
+def _requests(pod: PendingPod) -> str:
+    return ",".join(f"{n}={_plain(q)}" for n, q in pod.requests.items()) or "claims"
 
 
 def _device_plugins(report: InspectReport) -> Section:
@@ -203,21 +291,28 @@ def _quotas(report: InspectReport) -> Section:
         ("NAMESPACE", "QUOTA", "RESOURCE", "USED", "HARD", "STATE"),
     )
     for quota in report.quotas:
+        state = "USED UP" if quota.exhausted else "forbids (hard 0)" if quota.forbids else "ok"
         section.rows.append(
             (
                 quota.namespace,
-                quota.name,
+                quota.quota,
                 quota.resource,
                 _plain(quota.used),
                 _plain(quota.hard),
-                "USED UP" if quota.exhausted else "ok",
+                state,
             )
         )
-    used_up = [f"{q.namespace}/{q.name} ({q.resource})" for q in report.quotas if q.exhausted]
+    used_up = [f"{q.namespace}/{q.quota} ({q.resource})" for q in report.quotas if q.exhausted]
     if used_up:
         section.lines.append(
             f"{count(used_up, 'GPU quota')} used up, the API server refuses the next GPU Pod "
             f"there: {names(used_up)}; raise hard or free GPUs"
+        )
+    forbidding = [f"{q.namespace}/{q.quota} ({q.resource})" for q in report.quotas if q.forbids]
+    if forbidding:
+        section.lines.append(
+            f"{count(forbidding, 'GPU quota')} of hard 0, the namespace's tenant not entitled "
+            f"to the resource (no finding): {names(forbidding)}"
         )
     elif not report.quotas:
         section.lines.append("no ResourceQuota limits GPUs")
@@ -284,6 +379,17 @@ def age(seconds: int) -> str:
     if hours:
         return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
     return f"{minutes}m" if minutes else f"{seconds}s"
+
+
+def duration(seconds: int) -> str:
+    """A duration to the second, as --pending-after takes one: ``90s`` is ``1m30s``."""
+    hours, minutes, rest = seconds // 3600, seconds // 60 % 60, seconds % 60
+    parts = [
+        f"{hours}h" if hours else "",
+        f"{minutes}m" if minutes else "",
+        f"{rest}s" if rest else "",
+    ]
+    return "".join(parts) or "0s"
 
 
 def _plain(quantity: Quantity) -> str:

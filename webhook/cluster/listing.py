@@ -45,12 +45,21 @@ BUILTIN_LISTS: dict[tuple[str, str], tuple[str, str]] = {
 
 class RequestRefused(ClusterError):
     """The API server refused a list or read the work needs: one line that names what was
-    asked, with its HTTP status and the server's words (and, for a 403, the role that grants
-    it). A ``ClusterError``: the work cannot go on, unless its caller makes it a problem."""
+    asked, with its HTTP status and the server's words and, for a 403, ``grant``: what the
+    caller's users need (the audits' role by default; ``explain`` and ``inspect`` name the
+    permission and their own role). A ``ClusterError``: the work cannot go on, unless its
+    caller makes it a problem. ``granted_by`` is the same refusal for a caller that runs
+    another command's readers and whose users hold another role."""
 
-    def __init__(self, what: str, exc: ApiException) -> None:
-        hint = f": bind {AUDITOR_ROLE}" if exc.status == 403 else ""
+    def __init__(self, what: str, exc: ApiException, grant: str = f"bind {AUDITOR_ROLE}") -> None:
+        self.what = what
+        self.exc = exc
+        self.grant = grant
+        hint = f": {grant}" if exc.status == 403 else ""
         super().__init__(f"{what} (HTTP {exc.status}): {status_message(exc)}{hint}")
+
+    def granted_by(self, grant: str) -> RequestRefused:
+        return RequestRefused(self.what, self.exc, grant)
 
 
 @dataclass(frozen=True, slots=True)

@@ -255,6 +255,22 @@ def is_gpu_node(node: NodeInfo) -> bool:
     return bool(node.vendor_resources()) or node.labels.get(GPU_PRESENT) == "true"
 
 
+def is_gpu_resource(name: str, policy: Policy) -> bool:
+    """A resource that hands out GPUs, as ``explain`` and ``inspect`` count them: a vendor
+    resource (``Policy.is_vendor_resource``) the policy does not declare a companion (a
+    NIC's ``nvidia.com/hostdev``, HAMi's memory slices: ``companionResources``)."""
+    return name not in policy.companion_names and policy.is_vendor_resource(name)
+
+
+def has_gpus(node: NodeInfo, policy: Policy) -> bool:
+    """``is_gpu_node`` as ``explain`` and ``inspect`` count one: a GPU resource
+    (:func:`is_gpu_resource`) in its capacity, or ``nvidia.com/gpu.present=true``. (The
+    admission path keeps ``is_gpu_node``: a companion-only node is no CPU node to it.)"""
+    return node.labels.get(GPU_PRESENT) == "true" or any(
+        is_gpu_resource(name, policy) for name in node.vendor_resources()
+    )
+
+
 def time_sliced(node: NodeInfo) -> bool:
     """Whether GPU feature discovery says the node's GPUs are shared: more than one replica,
     or the ``-SHARED`` product suffix."""

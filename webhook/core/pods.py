@@ -16,6 +16,7 @@ from webhook.core.claims import ClaimSpec
 from webhook.core.dra import PodClaims, claim_view_relevant, has_claims, mark_claimed_gpus
 from webhook.core.inventory import NodeSnapshot, bound_to_cpu_node
 from webhook.core.replicas import Counted
+from webhook.core.requests import ContainerAsk, scheduled_requests
 from webhook.policy.annotations import Injection
 from webhook.policy.model import Policy
 from webhook.policy.quantity import Quantity, parse_quantity
@@ -249,27 +250,9 @@ def attach_nodes(view: PodView, nodes: NodeSnapshot, policy: Policy) -> None:
 
 def effective_requests(view: PodView) -> dict[str, Quantity]:
     """The scheduler's view of the Pod's request of each vendor resource."""
-    init_peak: dict[str, Quantity] = {}
-    sidecars: dict[str, Quantity] = {}
-    apps: dict[str, Quantity] = {}
-    for container in view.containers:
-        for name, quantity in container.gpu_quantity.items():
-            if quantity is None or quantity <= 0:
-                continue
-            if container.list_name == "containers":
-                apps[name] = apps.get(name, 0) + quantity
-            elif container.list_name == "initContainers":
-                if container.is_sidecar:
-                    sidecars[name] = sidecars.get(name, 0) + quantity
-                else:
-                    running = quantity + sidecars.get(name, 0)
-                    init_peak[name] = max(init_peak.get(name, 0), running)
-    totals: dict[str, Quantity] = {}
-    # In the order the containers ask (not a set's, which varies between processes): the
-    # first name is where a finding on the whole Pod points.
-    for name in dict.fromkeys([*init_peak, *sidecars, *apps]):
-        totals[name] = max(init_peak.get(name, 0), apps.get(name, 0) + sidecars.get(name, 0))
-    return totals
+    return scheduled_requests(
+        ContainerAsk(c.list_name, c.is_sidecar, c.gpu_quantity) for c in view.containers
+    )
 
 
 def grants_of(view: PodView, policy: Policy) -> Grants:

@@ -6,10 +6,11 @@ server offers them, each page reduced as it arrives:
 
 - every Node, kept as the node inventory keeps one (``webhook.core.inventory.NodeInfo``: the
   pools' label keys, GPU feature discovery's labels, taints, vendor resources) plus the label
-  keys the explained Pods select nodes by, and whether it is cordoned; only GPU nodes are kept;
-- the Pods bound to a node and not finished (``spec.nodeName!=``, ``status.phase!=Succeeded``,
-  ``status.phase!=Failed``): of each, only what it requests of vendor resources, added to its
-  node's ``allocated``;
+  keys the explained Pods select nodes by, and whether it is cordoned; only GPU nodes are kept
+  (``webhook.core.inventory.has_gpus``), their GPU quantities parsed and pools found once;
+- when first needed (a Pod's free GPUs compared), the Pods bound to a node and not finished
+  (``spec.nodeName!=``, ``status.phase!=Succeeded``, ``status.phase!=Failed``): of each,
+  only what it requests of GPU resources, added to its node's ``allocated``;
 - the scheduler's ``FailedScheduling`` events of the explained Pods (``reason=FailedScheduling``,
   ``involvedObject.name`` for a single Pod): message, count, when last seen, who reported it;
 - the ResourceQuotas of the Pods' namespaces: their GPU entries (vendor resources, DRA's
@@ -17,7 +18,7 @@ server offers them, each page reduced as it arrives:
 - where a Pod claims devices (DRA, ``resource.k8s.io/v1``): its namespace's claims, the
   DeviceClasses and the drivers that publish devices (``webhook.operations.dra_facts``).
 
-A refused read is a :class:`~webhook.operations.refusals.ReadRefused` (one line that says
+A refused read is a :class:`~webhook.cluster.listing.RequestRefused` (one line that says
 what was refused, and for a 403 the permission to grant); a cluster that does not serve
 ``resource.k8s.io/v1`` is a note.
 """
@@ -25,45 +26,93 @@ what was refused, and for a 403 the permission to grant); a cluster that does no
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from types import MappingProxyType
 from typing import Any
 
 from webhook.cluster.connection import Cluster, ClusterError
 from webhook.cluster.listing import Lister
-from webhook.core.inventory import NodeFields, NodeInfo, SharedParts, is_gpu_node, node_info
+from webhook.core.inventory import (
+    NodeFields,
+    NodeInfo,
+    SharedParts,
+    has_gpus,
+    is_gpu_resource,
+    node_info,
+    pools_of,
+)
+from webhook.core.requests import spec_requests
 from webhook.core.scheduling import selected_label_keys
 from webhook.operations.dra_facts import DRA_NOT_SERVED, DraFacts, read_dra
-from webhook.operations.refusals import ReadRefused
-from webhook.policy.model import Policy
+from webhook.operations.refusals import read_refused
+from webhook.policy.model import Policy, Pool
 from webhook.policy.quantity import Quantity, parse_quantity
 
 # Quota entries of DRA devices: ``<class>.deviceclass.resource.k8s.io/devices``.
 DEVICE_CLASS_QUOTA = ".deviceclass.resource.k8s.io/devices"
 FAILED_SCHEDULING = "FailedScheduling"
 PodKey = tuple[str, str]  # (namespace, name)
+EMPTY: Mapping[str, Quantity] = MappingProxyType({})
+
+
+class Allocations:
+    """What the Pods bound to the GPU nodes and not finished request of GPU resources, per
+    node: read on first use, once (``explain`` asks only when a Pod's free GPUs are
+    compared: not for a gated Pod, nor one asking for a name no node advertises)."""
+
+    def __init__(self, read: Callable[[], Mapping[str, Mapping[str, Quantity]]]) -> None:
+        self._read: Callable[[], Mapping[str, Mapping[str, Quantity]]] | None = read
+        self._by_node: Mapping[str, Mapping[str, Quantity]] = {}
+
+    @classmethod
+    def known(cls, by_node: Mapping[str, Mapping[str, Quantity]]) -> Allocations:
+        return cls(lambda: by_node)
+
+    @property
+    def read(self) -> bool:
+        return self._read is None
+
+    def on(self, node: str) -> Mapping[str, Quantity]:
+        if self._read is not None:
+            self._by_node = self._read()
+            self._read = None
+        return self._by_node.get(node, EMPTY)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class GpuNode:
-    """A GPU node (``webhook.core.inventory.is_gpu_node``): what the inventory keeps of it,
-    whether it is cordoned, and what the Pods bound to it request of each vendor resource.
+    """A GPU node (``webhook.core.inventory.has_gpus``): what the inventory keeps of it,
+    whether it is cordoned, its pools, its taints as the scheduling helpers read them, and
+    the capacity and allocatable of its GPU resources (``is_gpu_resource``), parsed once.
     Each is one node: compared (and hashed) by identity."""
 
     info: NodeInfo
     unschedulable: bool
-    allocated: Mapping[str, Quantity]
+    pools: tuple[Pool, ...]
+    taints: tuple[Mapping[str, str], ...]
+    capacity: Mapping[str, Quantity]
+    allocatable: Mapping[str, Quantity]
+    allocations: Allocations
 
     @property
     def name(self) -> str:
         return self.info.name
 
+    @property
+    def resources(self) -> tuple[str, ...]:
+        """The GPU resources its capacity lists above zero, sorted."""
+        return tuple(sorted(name for name, value in self.capacity.items() if value > 0))
+
+    @property
+    def allocated(self) -> Mapping[str, Quantity]:
+        """What the Pods bound to it request of each GPU resource (read on first use)."""
+        return self.allocations.on(self.name)
+
     def free(self, resource: str) -> Quantity:
         """Allocatable less allocated (never below zero); 0 where not advertised."""
-        allocatable = parse_quantity(self.info.allocatable.get(resource, "0")) or 0
-        return max(allocatable - self.allocated.get(resource, 0), 0)
+        return max(self.allocatable.get(resource, 0) - self.allocated.get(resource, 0), 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,24 +128,35 @@ class SchedulingEvent:
 @dataclass(frozen=True, slots=True)
 class QuotaUse:
     """One GPU entry of a ResourceQuota: ``resource`` as the quota names it
-    (``requests.nvidia.com/gpu``), used and hard."""
+    (``requests.nvidia.com/gpu``), used and hard as its status says. ``forbids``: hard 0,
+    the namespace may not have the resource at all (its tenant is not entitled to it: no
+    shortage, nothing to wait for); ``exhausted``: hard above 0 and used at or past it, the
+    next Pod asking for one more is refused."""
 
+    namespace: str
     quota: str
     resource: str
     used: Quantity
     hard: Quantity
 
     @property
+    def forbids(self) -> bool:
+        return self.hard == 0
+
+    @property
     def exhausted(self) -> bool:
-        return self.used >= self.hard
+        return self.hard > 0 and self.used >= self.hard
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterFacts:
-    """What was read (see the module's docstring). ``namespaces``: those whose events, quotas
-    and claims were read (None: every namespace). ``dra``: the claims, DeviceClasses and
-    ResourceSlices (None where no explained Pod claims devices, or the cluster does not serve
-    DRA). ``notes``: what could not be read, one line each."""
+    """What was read (see the module's docstring). ``advertised``: the GPU resources some GPU
+    node's capacity lists above zero. ``namespaces``: those whose events, quotas and claims
+    were read (None: every namespace). ``dra``: the claims, DeviceClasses and ResourceSlices
+    (None where no explained Pod claims devices, or the cluster does not serve DRA).
+    ``notes``: what could not be read, one line each. ``shapes``: what ``explain`` found on
+    the nodes for each scheduling shape of Pod (``webhook.operations.pending``), kept for
+    the next Pod of the same shape."""
 
     node_count: int
     nodes: tuple[GpuNode, ...]
@@ -105,10 +165,12 @@ class ClusterFacts:
     namespaces: frozenset[str] | None
     dra: DraFacts | None = None
     notes: tuple[str, ...] = ()
+    advertised: frozenset[str] = field(init=False)
+    shapes: dict[Hashable, Any] = field(init=False, default_factory=dict, compare=False, repr=False)
 
-    def advertised(self) -> frozenset[str]:
-        """The vendor resources some GPU node's capacity lists above zero."""
-        return frozenset(name for node in self.nodes for name in node.info.vendor_resources())
+    def __post_init__(self) -> None:
+        advertised = frozenset(name for node in self.nodes for name in node.resources)
+        object.__setattr__(self, "advertised", advertised)
 
 
 def read_pod(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
@@ -124,7 +186,7 @@ def read_pod(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
     except ApiException as exc:
         if exc.status == 404:
             raise ClusterError(f'pod "{name}" not found in namespace "{namespace}"') from None
-        raise ReadRefused(
+        raise read_refused(
             f'cannot read pod "{name}" in namespace "{namespace}"', '"get" on pods', exc
         ) from None
 
@@ -145,7 +207,7 @@ def pending_pods(cluster: Cluster, namespace: str | None) -> Iterator[dict[str, 
         for page in Lister(cluster, namespace).pages(pods):
             yield from (pod for pod in page.get("items") or () if isinstance(pod, dict))
     except ApiException as exc:
-        raise ReadRefused(
+        raise read_refused(
             f"cannot list pending pods {_scope(namespace)}", '"list" on pods', exc
         ) from None
 
@@ -196,29 +258,56 @@ def _read_nodes(
                     continue
                 count += 1
                 info = node_info(obj, kept, shared)
-                if is_gpu_node(info):
+                if has_gpus(info, policy):
                     cordoned = _mapping(obj.get("spec")).get("unschedulable") is True
                     found[info.name] = (info, cordoned)
     except ApiException as exc:
-        raise ReadRefused("cannot list nodes", '"list" on nodes', exc) from None
-    allocated = _allocated(cluster, lister, policy, frozenset(found)) if found else {}
+        raise read_refused("cannot list nodes", '"list" on nodes', exc) from None
+    names = frozenset(found)
+    allocations = Allocations(partial(_allocated, cluster, lister, policy, names))
     return count, tuple(
-        GpuNode(info, cordoned, MappingProxyType(allocated.get(name, {})))
-        for name, (info, cordoned) in sorted(found.items())
+        gpu_node(info, cordoned, policy, allocations)
+        for _, (info, cordoned) in sorted(found.items())
+    )
+
+
+def gpu_node(info: NodeInfo, cordoned: bool, policy: Policy, allocations: Allocations) -> GpuNode:
+    """A GPU node's record, its quantities parsed and its pools found once."""
+    return GpuNode(
+        info,
+        cordoned,
+        pools_of(info, policy),
+        tuple({"key": t.key, "value": t.value, "effect": t.effect} for t in info.taints),
+        _gpu_quantities(info.capacity, policy),
+        _gpu_quantities(info.allocatable, policy),
+        allocations,
+    )
+
+
+def _gpu_quantities(resources: Mapping[str, str], policy: Policy) -> Mapping[str, Quantity]:
+    return MappingProxyType(
+        {
+            name: parse_quantity(value) or 0
+            for name, value in resources.items()
+            if is_gpu_resource(name, policy)
+        }
     )
 
 
 def _allocated(
     cluster: Cluster, lister: Lister, policy: Policy, gpu_nodes: frozenset[str]
-) -> dict[str, dict[str, Quantity]]:
-    """Per GPU node, what the Pods bound to it and not finished request of vendor resources."""
+) -> dict[str, Mapping[str, Quantity]]:
+    """Per GPU node, what the Pods bound to it and not finished request of GPU resources."""
     from kubernetes import client as k8s
     from kubernetes.client.exceptions import ApiException
 
+    if not gpu_nodes:
+        return {}
     bound = partial(
         k8s.CoreV1Api(cluster.api_client).list_pod_for_all_namespaces,
         field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
     )
+    wanted = partial(is_gpu_resource, policy=policy)
     allocated: dict[str, dict[str, Quantity]] = {}
     try:
         for page in lister.pages(bound):
@@ -228,41 +317,11 @@ def _allocated(
                 if node not in gpu_nodes:
                     continue
                 on_node = allocated.setdefault(str(node), {})
-                for name, quantity in pod_requests(spec, policy.is_vendor_resource).items():
+                for name, quantity in spec_requests(spec, wanted).items():
                     on_node[name] = on_node.get(name, 0) + quantity
     except ApiException as exc:
-        raise ReadRefused("cannot list the pods bound to nodes", '"list" on pods', exc) from None
-    return allocated
-
-
-def pod_requests(spec: Mapping[str, Any], wanted: Callable[[str], bool]) -> dict[str, Quantity]:
-    """What a Pod spec requests of the ``wanted`` resources, as the scheduler counts it: its
-    containers' and sidecars' sum, or an init container's (with the sidecars started before
-    it) when larger; a container's limit stands for its request where it sets no request."""
-    apps: dict[str, Quantity] = {}
-    sidecars: dict[str, Quantity] = {}
-    init_peak: dict[str, Quantity] = {}
-    for list_name in ("initContainers", "containers"):
-        for container in _list(spec.get(list_name)):
-            if not isinstance(container, Mapping):
-                continue
-            resources = _mapping(container.get("resources"))
-            asked = {**_mapping(resources.get("limits")), **_mapping(resources.get("requests"))}
-            for name, value in asked.items():
-                quantity = parse_quantity(value)
-                if not wanted(str(name)) or quantity is None or quantity <= 0:
-                    continue
-                if list_name == "containers":
-                    apps[name] = apps.get(name, 0) + quantity
-                elif container.get("restartPolicy") == "Always":
-                    sidecars[name] = sidecars.get(name, 0) + quantity
-                else:
-                    running = quantity + sidecars.get(name, 0)
-                    init_peak[name] = max(init_peak.get(name, 0), running)
-    return {
-        name: max(init_peak.get(name, 0), apps.get(name, 0) + sidecars.get(name, 0))
-        for name in dict.fromkeys([*apps, *sidecars, *init_peak])
-    }
+        raise read_refused("cannot list the pods bound to nodes", '"list" on pods', exc) from None
+    return {node: MappingProxyType(asked) for node, asked in allocated.items()}
 
 
 def _read_events(
@@ -302,7 +361,7 @@ def _read_events(
                 for event in page.get("items") or ():
                     _keep_event(event, uids, found)
         except ApiException as exc:
-            raise ReadRefused(
+            raise read_refused(
                 f"cannot list events {_scope(scope)}", '"list" on events', exc
             ) from None
     return {
@@ -369,7 +428,7 @@ def _read_quotas(
                     if isinstance(quota, dict):
                         _keep_quota(quota, policy, found)
         except ApiException as exc:
-            raise ReadRefused(
+            raise read_refused(
                 f"cannot list resourcequotas {_scope(namespace)}", '"list" on resourcequotas', exc
             ) from None
     return {namespace: tuple(uses) for namespace, uses in found.items()}
@@ -388,6 +447,7 @@ def _keep_quota(quota: Mapping[str, Any], policy: Policy, found: dict[str, list[
             continue
         found.setdefault(str(metadata.get("namespace") or ""), []).append(
             QuotaUse(
+                str(metadata.get("namespace") or ""),
                 str(metadata.get("name") or ""),
                 str(resource),
                 parse_quantity(used.get(resource, "0")) or 0,
@@ -402,7 +462,7 @@ def is_gpu_quota(resource: str, policy: Policy) -> bool:
     if resource.endswith(DEVICE_CLASS_QUOTA):
         return True
     name = resource.removeprefix("requests.").removeprefix("limits.")
-    return "/" in name and policy.is_vendor_resource(name)
+    return "/" in name and is_gpu_resource(name, policy)
 
 
 def _key(pod: Mapping[str, Any]) -> PodKey:

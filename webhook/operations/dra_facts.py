@@ -15,7 +15,7 @@ from typing import Any
 from webhook.cluster.connection import Cluster
 from webhook.cluster.listing import Lister
 from webhook.core.dra_inventory import device_class_record
-from webhook.operations.refusals import ReadRefused
+from webhook.operations.refusals import read_refused
 
 DRA_NOT_SERVED = (
     "this cluster does not serve resource.k8s.io/v1 (Kubernetes 1.34+): claims not read"
@@ -52,7 +52,7 @@ def read_dra(
 ) -> DraFacts | None:
     """The claims of ``namespaces`` (None: of all), the DeviceClasses and the drivers that
     publish devices; None where the cluster does not serve DRA. A refused list raises
-    :class:`~webhook.operations.refusals.ReadRefused`."""
+    :class:`~webhook.cluster.listing.RequestRefused`."""
     from kubernetes import client as k8s
 
     resource = k8s.ResourceV1Api(cluster.api_client)
@@ -101,7 +101,7 @@ def _items(
         if exc.status == 404:
             raise _NotServed from None
         what = f"cannot list {resource}" + (f" {scope}" if scope else "")
-        raise ReadRefused(what, f'"list" on {resource}.resource.k8s.io', exc) from None
+        raise read_refused(what, f'"list" on {resource}.resource.k8s.io', exc) from None
 
 
 def claimed_classes(spec: Mapping[str, Any]) -> tuple[str, ...]:

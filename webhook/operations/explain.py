@@ -47,6 +47,7 @@ class Verdict:
     allowed: bool
     denied: tuple[str, ...]
     warned: tuple[str, ...]
+    denied_rules: frozenset[str] = frozenset()  # the rule ids of ``denied``
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +131,8 @@ def explain_pod(pod: Mapping[str, Any], facts: ClusterFacts | None, policy: Poli
     elif facts is None:
         state = "offline"
         causes += _gates(view)
-        visible, more = visibility_causes(view, policy, None)
+        # What the policy denies is told once, in its cause (added below).
+        visible, more = visibility_causes(view, policy, None, verdict.denied_rules)
         causes += visible
         notes += [n for n in more if n not in notes]
         notes.append(LIVE_FORM)
@@ -140,7 +142,7 @@ def explain_pod(pod: Mapping[str, Any], facts: ClusterFacts | None, policy: Poli
     elif node_name:
         state = "scheduled"
         node = next((n for n in facts.nodes if n.name == node_name), None)
-        visible, more = visibility_causes(view, policy, node)
+        visible, more = visibility_causes(view, policy, node, frozenset())
         causes += visible
         notes += more
         if phase == "Pending":
@@ -187,11 +189,12 @@ def _verdict(obj: dict[str, Any], policy: Policy, namespace: str) -> Verdict:
         outcome.allowed,
         tuple(f"{f.rule}: {f.path}: {f.message}" for f in outcome.denied),
         tuple(f"{f.rule}: {f.path}: {f.message}" for f in outcome.warned),
+        frozenset(f.rule for f in outcome.denied),
     )
 
 
 def _denied(verdict: Verdict, offline: bool) -> Cause:
-    rules = sorted({line.split(":", 1)[0] for line in verdict.denied})
+    rules = sorted(verdict.denied_rules)
     when = (
         "the webhook would deny it at `kubectl apply`"
         if offline

@@ -5,16 +5,21 @@ What is read, each list paged and narrowed by field selectors where the API serv
 them (at 5,000 nodes and 150,000 Pods, what is kept is the GPU nodes and the Pending GPU Pods):
 
 - the Pending Pods (``status.phase=Pending``), of which those no node has been given that ask
-  for a GPU (a vendor resource, or a DRA claim) are kept;
+  for a GPU (a GPU resource, not a companion such as a NIC, or a DRA claim) are kept, reduced
+  to what ``explain`` reads of them (:func:`reduced`);
 - ``ClusterFacts`` (``webhook.operations.cluster_facts``, shared with ``explain``): the GPU
   nodes and what the Pods bound to them request, the FailedScheduling events of the Pending
   GPU Pods, the ResourceQuotas, and the claims where a Pending Pod claims devices;
-- the DaemonSets ``devicePluginDaemonSets`` names and the nodes their Pods are on;
-- everything ``cluster check`` compares (``webhook.audit.cluster_check``), which lists the
-  Nodes again for itself: a second pass over the nodes, the price of one drift check for both
-  commands.
+- the DaemonSets ``devicePluginDaemonSets`` names (read once, for this report and for
+  ``cluster check``'s) and the nodes their Pods are on;
+- everything else ``cluster check`` compares (``webhook.audit.cluster_check``), which lists
+  the Nodes again for itself: a second pass over the nodes, the price of one drift check for
+  both commands.
 
-Each Pending GPU Pod's first cause is the first of ``explain``'s (``explain_pod``).
+Each Pending GPU Pod's first cause is the first of ``explain``'s (``explain_pod``), whose work
+on the nodes is done once per scheduling shape of Pod (``webhook.operations.pending``). A
+Pending Pod is a finding once it has waited ``--pending-after`` with a cause; a gated one
+(``schedulingGates``: a queue such as Kueue holds it) waits for its queue and is listed apart.
 """
 
 from __future__ import annotations
@@ -22,19 +27,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from webhook.audit.cluster_check import check_policy_drift
 from webhook.audit.drift import daemonset_pod_nodes, read_device_plugin_daemonsets
 from webhook.cluster.connection import Cluster
-from webhook.cluster.listing import Lister
+from webhook.cluster.listing import Lister, RequestRefused
+from webhook.core.inventory import is_gpu_resource
+from webhook.core.requests import spec_requests
 from webhook.operations.causes import Cause
-from webhook.operations.cluster_facts import (
-    ClusterFacts,
-    pending_pods,
-    pod_requests,
-    read_cluster_facts,
-)
+from webhook.operations.cluster_facts import ClusterFacts, pending_pods, read_cluster_facts
 from webhook.operations.explain import explain_pod
 from webhook.operations.inspect_changes import compare
 from webhook.operations.inspect_report import InspectReport
@@ -45,7 +48,26 @@ from webhook.operations.inspect_sections import (
     mixed_pools,
     pending_pod,
 )
+from webhook.operations.refusals import INSPECTOR_GRANT
 from webhook.policy.model import Policy
+
+# A Pending Pod younger than this is normal churn (the scheduler, an autoscaler at work).
+PENDING_AFTER_SECONDS = 300
+# Of a Pod's metadata and status, what explain reads (the verdict, the scheduler's condition,
+# the claims the claim controller made); the rest (managedFields, last-applied annotations,
+# container statuses) is dropped as each page arrives.
+_METADATA_KEPT = (
+    "name",
+    "generateName",
+    "namespace",
+    "uid",
+    "creationTimestamp",
+    "labels",
+    "annotations",
+    "ownerReferences",
+)
+_STATUS_KEPT = ("phase", "conditions", "resourceClaimStatuses")
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
 def inspect_cluster(
@@ -53,21 +75,27 @@ def inspect_cluster(
     policy: Policy,
     now: datetime,
     previous: Mapping[str, Any] | None = None,
+    pending_after: int = PENDING_AFTER_SECONDS,
 ) -> InspectReport:
     """The inspection of the cluster at ``now``; with ``previous`` (a report document checked
-    by ``inspect_changes.check_previous``), what changed since. A refused list or read, or
+    by ``inspect_changes.check_previous``), what changed since. A Pending GPU Pod is a
+    finding once Pending ``pending_after`` seconds with a cause. A refused list or read, or
     an unreachable server, raises ``ClusterError``."""
-    waiting = [pod for pod in pending_pods(cluster, None) if waits_for_gpu(pod, policy)]
+    waiting = [reduced(pod) for pod in pending_pods(cluster, None) if waits_for_gpu(pod, policy)]
     facts = read_cluster_facts(cluster, policy, waiting, all_namespaces=True)
     lister = Lister(cluster, None)
-    daemonsets = read_device_plugin_daemonsets(lister, policy)
-    placed = {
-        named: daemonset_pod_nodes(lister, named, daemonset)
-        for named, daemonset in daemonsets.items()
-        if daemonset is not None
-    }
-    checked = check_policy_drift(cluster, policy)
-    pending = sorted(
+    try:
+        daemonsets = read_device_plugin_daemonsets(lister, policy)
+        placed = {
+            named: daemonset_pod_nodes(lister, named, daemonset)
+            for named, daemonset in daemonsets.items()
+            if daemonset is not None
+        }
+        checked = check_policy_drift(cluster, policy, daemonsets)
+    except RequestRefused as exc:
+        # cluster check's readers name the audits' role, which lacks events: ours has all.
+        raise exc.granted_by(INSPECTOR_GRANT) from None
+    pods = sorted(
         (pending_pod(pod, first_cause(pod, facts, policy), now, policy) for pod in waiting),
         key=lambda pod: (-pod.age_seconds, pod.namespace, pod.name),
     )
@@ -75,8 +103,10 @@ def inspect_cluster(
         generated=now,
         policy=policy.source,
         nodes_read=facts.node_count,
-        gpu_nodes=inspected_nodes(facts.nodes, policy),
-        pending=tuple(pending),
+        gpu_nodes=inspected_nodes(facts.nodes),
+        pending=tuple(pod for pod in pods if not pod.gates),
+        gated=tuple(pod for pod in pods if pod.gates),
+        pending_after=pending_after,
         device_plugins=device_plugins(facts.nodes, daemonsets, placed),
         quotas=gpu_quotas(facts.quotas),
         drift=tuple(checked.drift),
@@ -89,15 +119,39 @@ def inspect_cluster(
 
 
 def waits_for_gpu(pod: Mapping[str, Any], policy: Policy) -> bool:
-    """A Pending Pod no node has been given that asks for a GPU: a vendor resource, or a DRA
+    """A Pending Pod no node has been given that asks for a GPU: a GPU resource
+    (``webhook.core.inventory.is_gpu_resource``: not a companion such as a NIC), or a DRA
     claim (whose class ``explain`` reads)."""
     spec = pod.get("spec")
     if not isinstance(spec, Mapping) or spec.get("nodeName"):
         return False
-    return bool(spec.get("resourceClaims")) or bool(pod_requests(spec, policy.is_vendor_resource))
+    wanted = partial(is_gpu_resource, policy=policy)
+    return bool(spec.get("resourceClaims")) or bool(spec_requests(spec, wanted))
+
+
+def reduced(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``explain`` reads of a Pending Pod: its spec, and the parts of its metadata and
+    status named above."""
+    metadata = _mapping(pod.get("metadata"))
+    status = _mapping(pod.get("status"))
+    kept = {key: metadata[key] for key in _METADATA_KEPT if key in metadata}
+    annotations = _mapping(metadata.get("annotations"))
+    if _LAST_APPLIED in annotations:
+        kept["annotations"] = {k: v for k, v in annotations.items() if k != _LAST_APPLIED}
+    return {
+        "apiVersion": pod.get("apiVersion") or "v1",
+        "kind": pod.get("kind") or "Pod",
+        "metadata": kept,
+        "spec": pod.get("spec"),
+        "status": {key: status[key] for key in _STATUS_KEPT if key in status},
+    }
 
 
 def first_cause(pod: Mapping[str, Any], facts: ClusterFacts, policy: Policy) -> Cause | None:
     """What ``explain`` finds first of why the Pod pends (None: nothing blocks it)."""
     explanation = explain_pod(pod, facts, policy)
     return explanation.causes[0] if explanation.causes else None
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}

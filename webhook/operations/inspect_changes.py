@@ -12,11 +12,10 @@ schema first: a file that is not one is refused, not half compared.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Any
 
 from webhook.operations.inspect_report import Changes, GpusLost, InspectReport, report_schema
-from webhook.policy.quantity import Quantity
+from webhook.policy.quantity import Quantity, parse_quantity
 
 
 class NotAReport(ValueError):
@@ -46,7 +45,7 @@ def compare(previous: Mapping[str, Any], current: InspectReport) -> Changes:
     lost: list[GpusLost] = []
     for name in sorted(before.keys() & now.keys()):
         had: dict[str, Quantity] = {
-            r["name"]: _quantity(r["allocatable"]) for r in before[name]["resources"]
+            r["name"]: parse_quantity(r["allocatable"]) or 0 for r in before[name]["resources"]
         }
         has = {r.name: r.allocatable for r in now[name].resources}
         lost += [
@@ -63,8 +62,3 @@ def compare(previous: Mapping[str, Any], current: InspectReport) -> Changes:
         gpus_lost=tuple(lost),
         new_products=tuple(sorted(products_now - products_before)),
     )
-
-
-def _quantity(value: int | float) -> Quantity:
-    """A number of a report as a quantity (reports write whole counts as integers)."""
-    return value if isinstance(value, int) else Fraction(value)

@@ -7,8 +7,11 @@ GPUs by resource, product, MIG layout), the Pending GPU Pods (age and the first 
 GPU quotas, the policy's drift (``cluster check``'s findings), mixed hardware pools, and, with a
 previous report, what changed since (``webhook.operations.inspect_changes``).
 
-Findings, what makes the command exit 1: a Pending GPU Pod, a GPU node no device plugin Pod
-covers, a GPU quota used up, a drift (not a note). The rest is information.
+Findings, what makes the command exit 1: a GPU Pod Pending longer than ``--pending-after``
+with a cause (not a younger one, nor one the scheduler has not tried yet, nor one its
+scheduling gates hold for its queue), a GPU node no device plugin Pod covers, a GPU quota
+used up (hard above 0: a quota of 0 forbids the resource, it is not used up), a drift (not a
+note). The rest is information.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 from webhook.audit.drift_finding import Drift
 from webhook.core.wording import plain_number
 from webhook.operations.causes import Cause
+from webhook.operations.cluster_facts import QuotaUse
 from webhook.policy.quantity import Quantity
 
 API_VERSION = "gpu-admission.io/v1alpha1"
@@ -57,14 +61,16 @@ class InspectedNode:
 
 @dataclass(frozen=True, slots=True)
 class PendingPod:
-    """A GPU Pod no node has been given: how long it has waited and the first cause
-    ``explain`` finds (None: nothing blocks it, the scheduler has not yet placed it)."""
+    """A GPU Pod no node has been given: how long it has waited, the first cause ``explain``
+    finds (None: nothing blocks it, the scheduler has not yet placed it) and its scheduling
+    gates (a queue such as Kueue holds it until it removes them)."""
 
     namespace: str
     name: str
     age_seconds: int
     requests: Mapping[str, Quantity]  # its GPU resources, by name
     cause: Cause | None
+    gates: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,24 +99,6 @@ class DevicePlugins:
     daemonsets: tuple[DevicePlugin, ...]
     gpu_nodes: int
     uncovered: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class GpuQuota:
-    """One GPU entry of a ResourceQuota (``requests.<resource>`` or a device class's
-    devices, as the quota names it): used and hard as its status says; ``exhausted`` when a
-    Pod asking for one more is refused (hard above 0, used at or past it: a quota held at 0
-    is the tenant's entitlement, not a shortage)."""
-
-    namespace: str
-    name: str
-    resource: str
-    used: Quantity
-    hard: Quantity
-
-    @property
-    def exhausted(self) -> bool:
-        return self.hard > 0 and self.used >= self.hard
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,24 +133,34 @@ class Changes:
 
 @dataclass(frozen=True, slots=True)
 class InspectReport:
-    """The whole inspection, made at ``generated`` against the policy ``policy``."""
+    """The whole inspection, made at ``generated`` against the policy ``policy``.
+    ``pending``: the Pending GPU Pods no gate holds, of which those Pending ``pending_after``
+    seconds or more with a cause are findings (:meth:`overdue`); ``gated``: those their
+    scheduling gates hold, waiting for their queue (no finding)."""
 
     generated: datetime
     policy: str
     nodes_read: int
     gpu_nodes: tuple[InspectedNode, ...]
     pending: tuple[PendingPod, ...]
+    gated: tuple[PendingPod, ...]
+    pending_after: int
     device_plugins: DevicePlugins
-    quotas: tuple[GpuQuota, ...]
+    quotas: tuple[QuotaUse, ...]
     drift: tuple[Drift, ...]
     mixed_pools: tuple[MixedPool, ...]
     changes: Changes | None = None
     notes: tuple[str, ...] = field(default=())  # what could not be read, and was left out
 
+    def overdue(self, pod: PendingPod) -> bool:
+        """A Pending Pod that is a finding: it waited ``pending_after`` and has a cause (a
+        younger one, or one the scheduler has not tried yet, is the cluster's churn)."""
+        return pod.cause is not None and pod.age_seconds >= self.pending_after
+
     def findings(self) -> dict[str, int]:
         """What makes ``inspect`` exit 1, counted by section."""
         return {
-            "pendingGpuPods": len(self.pending),
+            "pendingGpuPods": sum(1 for pod in self.pending if self.overdue(pod)),
             "uncoveredGpuNodes": len(self.device_plugins.uncovered),
             "exhaustedQuotas": sum(1 for quota in self.quotas if quota.exhausted),
             "drift": sum(1 for found in self.drift if found.level == "drift"),
@@ -208,6 +206,7 @@ def report_document(report: InspectReport) -> dict[str, Any]:
             }
             for node in report.gpu_nodes
         ],
+        "pendingAfterSeconds": report.pending_after,
         "pendingPods": [
             {
                 "namespace": pod.namespace,
@@ -217,8 +216,19 @@ def report_document(report: InspectReport) -> dict[str, Any]:
                 "cause": None
                 if pod.cause is None
                 else {"kind": pod.cause.kind, "summary": pod.cause.summary, "fix": pod.cause.fix},
+                "finding": report.overdue(pod),
             }
             for pod in report.pending
+        ],
+        "gatedPods": [
+            {
+                "namespace": pod.namespace,
+                "name": pod.name,
+                "ageSeconds": pod.age_seconds,
+                "requests": {name: plain_number(n) for name, n in pod.requests.items()},
+                "gates": list(pod.gates),
+            }
+            for pod in report.gated
         ],
         "devicePlugins": {
             "compared": plugins.compared,
@@ -239,11 +249,12 @@ def report_document(report: InspectReport) -> dict[str, Any]:
         "quotas": [
             {
                 "namespace": quota.namespace,
-                "name": quota.name,
+                "name": quota.quota,
                 "resource": quota.resource,
                 "used": plain_number(quota.used),
                 "hard": plain_number(quota.hard),
                 "exhausted": quota.exhausted,
+                "forbids": quota.forbids,
             }
             for quota in report.quotas
         ],

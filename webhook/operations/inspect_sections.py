@@ -16,16 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from webhook.audit.device_plugin_drift import status_count
-from webhook.core.inventory import GPU_REPLICAS, gpu_product, mig_profiles, pools_of
+from webhook.core.inventory import GPU_REPLICAS, gpu_product, is_gpu_resource, mig_profiles
+from webhook.core.requests import spec_requests
 from webhook.operations.causes import Cause
-from webhook.operations.cluster_facts import GpuNode, QuotaUse, pod_requests
+from webhook.operations.cluster_facts import GpuNode, QuotaUse
 from webhook.operations.inspect_report import (
     DevicePlugin,
     DevicePlugins,
-    GpuQuota,
     InspectedNode,
     MixedPool,
     NodeResource,
@@ -33,21 +34,21 @@ from webhook.operations.inspect_report import (
 )
 from webhook.policy.mig import GPU_PRODUCT
 from webhook.policy.model import DaemonSetName, Policy
-from webhook.policy.quantity import Quantity, parse_quantity
 
 MIG_CONFIG = "nvidia.com/mig.config"  # the MIG manager's layout, by the name of its config
 
 
-def inspected_nodes(nodes: Iterable[GpuNode], policy: Policy) -> tuple[InspectedNode, ...]:
-    """The GPU nodes, by name, with what their resources hold."""
+def inspected_nodes(nodes: Iterable[GpuNode]) -> tuple[InspectedNode, ...]:
+    """The GPU nodes, by name, with what their GPU resources hold."""
     rows = []
     for node in sorted(nodes, key=lambda n: n.name):
         info = node.info
         replicas = info.labels.get(GPU_REPLICAS, "")
+        allocated = node.allocated
         rows.append(
             InspectedNode(
                 name=node.name,
-                pools=tuple(pool.name for pool in pools_of(info, policy)),
+                pools=tuple(pool.name for pool in node.pools),
                 product=info.labels.get(GPU_PRODUCT),
                 mig_config=info.labels.get(MIG_CONFIG),
                 mig_profiles=tuple(sorted(mig_profiles(info))),
@@ -55,11 +56,11 @@ def inspected_nodes(nodes: Iterable[GpuNode], policy: Policy) -> tuple[Inspected
                 resources=tuple(
                     NodeResource(
                         name,
-                        _quantity(info.capacity.get(name)),
-                        _quantity(info.allocatable.get(name)),
-                        node.allocated.get(name, 0),
+                        node.capacity.get(name, 0),
+                        node.allocatable.get(name, 0),
+                        allocated.get(name, 0),
                     )
-                    for name in sorted({*info.capacity, *info.allocatable, *node.allocated})
+                    for name in sorted({*node.capacity, *node.allocatable, *allocated})
                 ),
             )
         )
@@ -74,7 +75,7 @@ def mixed_pools(nodes: Iterable[GpuNode], policy: Policy) -> tuple[MixedPool, ..
         product = gpu_product(node.info)
         if product is None:
             continue
-        pools: list[str | None] = [pool.name for pool in pools_of(node.info, policy)] or [None]
+        pools: list[str | None] = [pool.name for pool in node.pools] or [None]
         for pool in pools:
             by_pool.setdefault(pool, {}).setdefault(product.name, []).append(node.name)
     order = {pool.name: index for index, pool in enumerate(policy.pools)}
@@ -115,16 +116,12 @@ def device_plugins(
     return DevicePlugins(compared, tuple(rows), len(gpu), uncovered)
 
 
-def gpu_quotas(quotas: Mapping[str, Iterable[QuotaUse]]) -> tuple[GpuQuota, ...]:
+def gpu_quotas(quotas: Mapping[str, Iterable[QuotaUse]]) -> tuple[QuotaUse, ...]:
     """The GPU entries of the quotas read, by namespace, name and resource."""
     return tuple(
         sorted(
-            (
-                GpuQuota(namespace, use.quota, use.resource, use.used, use.hard)
-                for namespace, uses in quotas.items()
-                for use in uses
-            ),
-            key=lambda q: (q.namespace, q.name, q.resource),
+            (use for uses in quotas.values() for use in uses),
+            key=lambda q: (q.namespace, q.quota, q.resource),
         )
     )
 
@@ -132,8 +129,10 @@ def gpu_quotas(quotas: Mapping[str, Iterable[QuotaUse]]) -> tuple[GpuQuota, ...]
 def pending_pod(
     pod: Mapping[str, Any], cause: Cause | None, now: datetime, policy: Policy
 ) -> PendingPod:
-    """A Pending GPU Pod's line: its age (from its creation) and the cause given."""
+    """A Pending GPU Pod's line: its age (from its creation), its scheduling gates and the
+    cause given."""
     metadata = _mapping(pod.get("metadata"))
+    spec = _mapping(pod.get("spec"))
     created = metadata.get("creationTimestamp")
     age = 0
     if isinstance(created, str):
@@ -141,18 +140,19 @@ def pending_pod(
             age = max(0, int((now - datetime.fromisoformat(created)).total_seconds()))
         except ValueError:  # the API server writes RFC 3339; anything else has no age
             age = 0
+    gates = spec.get("schedulingGates")
     return PendingPod(
         str(metadata.get("namespace") or ""),
         str(metadata.get("name") or ""),
         age,
-        pod_requests(_mapping(pod.get("spec")), policy.is_vendor_resource),
+        spec_requests(spec, partial(is_gpu_resource, policy=policy)),
         cause,
+        tuple(
+            str(gate.get("name"))
+            for gate in (gates if isinstance(gates, list) else ())
+            if isinstance(gate, Mapping)
+        ),
     )
-
-
-def _quantity(value: Any) -> Quantity:
-    quantity = parse_quantity(value) if value is not None else None
-    return quantity if quantity is not None else 0
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

@@ -1,6 +1,6 @@
 """The causes of a Pending GPU Pod found in its namespace: its ResourceClaims (not created,
 missing, not allocated, of a class no driver publishes devices for) and its GPU ResourceQuotas
-(used up), each with its fix and whom to ask."""
+(one that forbids what it asks for, hard 0; one used up), each with its fix and whom to ask."""
 
 from __future__ import annotations
 
@@ -96,9 +96,23 @@ def quota_causes(
             concerned = resource.removesuffix(DEVICE_CLASS_QUOTA) in claimed_classes
         else:
             concerned = resource.removeprefix("requests.").removeprefix("limits.") in requests
-        if not concerned or not use.exhausted:
+        if not concerned:
             continue
         whom = whom_to_ask(policy, view.namespace)
+        if use.forbids:
+            causes.append(
+                Cause(
+                    "quota-forbids",
+                    f"ResourceQuota {use.quota} in {view.namespace}: the quota forbids "
+                    f"{resource} (hard 0): no Pod asking for it can be created in the namespace",
+                    f"the namespace is not entitled to {resource}: ask for an entitlement "
+                    f"({whom}), which raises spec.hard[{resource}] of ResourceQuota "
+                    f"{use.quota}, or ask for a GPU resource the namespace may use",
+                )
+            )
+            continue
+        if not use.exhausted:
+            continue
         causes.append(
             Cause(
                 "quota-exhausted",

@@ -10,53 +10,61 @@ name what blocks; what the scheduler says beyond them is reported in its own wor
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core.inventory import pools_of
+from webhook.core.inventory import is_gpu_resource
 from webhook.core.pods import PodView, effective_requests
 from webhook.core.pools import select_pool
+from webhook.core.queues import DEFAULT_SCHEDULER
 from webhook.core.scheduling import (
     admits,
-    expression_matches,
-    required_terms,
-    toleration_for,
     untolerated,
 )
 from webhook.core.wording import names, number, plain_number
 from webhook.operations.causes import Cause
-from webhook.operations.cluster_facts import (
-    ClusterFacts,
-    GpuNode,
-)
-from webhook.operations.namespace_causes import claim_causes, quota_causes, whom_to_ask
+from webhook.operations.cluster_facts import ClusterFacts, GpuNode
+from webhook.operations.namespace_causes import claim_causes, quota_causes
+from webhook.operations.node_causes import NODES_LISTED, node_causes
 from webhook.operations.scheduler_message import SchedulerMessage, SchedulerReason
 from webhook.policy.dra import DEVICE_CLASS_RESOURCE_PREFIX
-from webhook.policy.model import Policy, Pool
-from webhook.policy.quantity import Quantity, parse_quantity
+from webhook.policy.model import POOL_ANNOTATION, Policy
+from webhook.policy.quantity import Quantity
 
-DEFAULT_SCHEDULER = "default-scheduler"
-# Lines of nodes a cause lists before it says how many more.
-NODES_LISTED = 5
+# The Pod fields that choose nodes and pools, part of its scheduling shape.
+SHAPE_FIELDS = (
+    "schedulingGates",
+    "tolerations",
+    "nodeSelector",
+    "affinity",
+    "nodeName",
+    "resourceClaims",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class PoolCapacity:
     """The GPU nodes of one pool the Pod can reach (``pool`` "" for GPU nodes in no declared
-    pool), with their allocatable and allocated totals of each resource the Pod asks for."""
+    pool), with their allocatable and allocated totals of each resource the Pod asks for
+    (``allocated`` None where its free GPUs were not compared, and the allocations not read:
+    a gated Pod, or one that asks for a name no node advertises)."""
 
     pool: str
     nodes: tuple[str, ...]
     allocatable: Mapping[str, Quantity]
-    allocated: Mapping[str, Quantity]
+    allocated: Mapping[str, Quantity] | None
 
     def as_record(self) -> dict[str, Any]:
+        allocated = self.allocated
         return {
             "pool": self.pool or None,
             "nodes": list(self.nodes),
             "allocatable": {k: plain_number(v) for k, v in self.allocatable.items()},
-            "allocated": {k: plain_number(v) for k, v in self.allocated.items()},
+            "allocated": None
+            if allocated is None
+            else {k: plain_number(v) for k, v in allocated.items()},
         }
 
 
@@ -67,13 +75,25 @@ class PendingFindings:
     pools: tuple[PoolCapacity, ...]
 
 
-def gpu_requests(view: PodView) -> dict[str, Quantity]:
-    """What the Pod asks of each GPU resource a node advertises in its capacity (DRA's
-    extended resources, served through claims, left out)."""
+@dataclass(frozen=True, slots=True)
+class NodeFindings:
+    """What the GPU nodes say of one scheduling shape of Pod: the causes and notes, the
+    pools it reaches, and the scheduler's reason kinds they confirm."""
+
+    causes: tuple[Cause, ...]
+    notes: tuple[str, ...]
+    pools: tuple[PoolCapacity, ...]
+    confirmed: frozenset[str]
+
+
+def gpu_requests(view: PodView, policy: Policy) -> dict[str, Quantity]:
+    """What the Pod asks of each GPU resource (``webhook.core.inventory.is_gpu_resource``)
+    a node advertises in its capacity (DRA's extended resources, served through claims, left
+    out)."""
     return {
         name: quantity
         for name, quantity in effective_requests(view).items()
-        if not name.startswith(DEVICE_CLASS_RESOURCE_PREFIX)
+        if not name.startswith(DEVICE_CLASS_RESOURCE_PREFIX) and is_gpu_resource(name, policy)
     }
 
 
@@ -85,40 +105,12 @@ def pending_causes(
     message: SchedulerMessage | None,
 ) -> PendingFindings:
     """The causes that keep an unscheduled Pod Pending (see the module's docstring)."""
-    causes: list[Cause] = []
-    notes: list[str] = []
-    spec = view.spec
-    requests = gpu_requests(view)
-    reach = _reachable(view, facts, policy)
-    pools = _capacities(reach, requests, policy)
-    reasons = list(message.reasons) if message is not None else []
-    found_kinds: set[str] = set()
-
-    missing = [name for name in requests if name not in facts.advertised()]
-    if missing:
-        causes.append(_unadvertised(view, missing, facts))
-        found_kinds.add("insufficient")
-    elif requests or view.spec.get("resourceClaims"):
-        offering = [n for n in reach if all(n.info.advertises(r) for r in requests)]
-        if requests and not offering:
-            causes.append(_offered_nowhere(view, requests, reach))
-            found_kinds.add("insufficient")
-        elif offering:
-            blocked = _blockers(spec, offering, requests)
-            if all(blocked.values()):
-                found = _node_causes(view, policy, requests, offering, blocked, reasons)
-                causes += found
-                found_kinds.update(_REASON_OF[c.kind] for c in found)
-            else:
-                fitting = [n.name for n, b in blocked.items() if not b]
-                said = [str(r) for r in reasons if r.kind in _NODE_REASONS]
-                if said:
-                    notes.append(
-                        f"{number(len(fitting), 'GPU node')} can take it now ({names(fitting)}): "
-                        f'the scheduler\'s last attempt ("{", ".join(said)}") is older than '
-                        "that, and it tries again"
-                    )
-                found_kinds.update(_NODE_REASONS)
+    requests = gpu_requests(view, policy)
+    reasons = message.reasons if message is not None else ()
+    on_nodes = node_findings(view, facts, policy, requests, reasons)
+    causes = list(on_nodes.causes)
+    notes = list(on_nodes.notes)
+    found_kinds = set(on_nodes.confirmed)
     claims = claim_causes(pod, view, facts)
     causes += claims
     if claims:
@@ -128,7 +120,7 @@ def pending_causes(
     if not gpu_pod:
         notes.append("it asks for no GPU: the scheduler's reasons are told as it gives them")
     for reason in reasons:
-        gpu_reason = reason.kind != "insufficient" or policy.is_vendor_resource(reason.resource)
+        gpu_reason = reason.kind != "insufficient" or is_gpu_resource(reason.resource, policy)
         if reason.kind in found_kinds and gpu_reason:
             continue
         cause = _scheduler_reason(reason, policy, gpu_pod)
@@ -139,7 +131,7 @@ def pending_causes(
                 f'the scheduler also said "{reason}": not on a GPU node this Pod can use, '
                 "nothing to change for it"
             )
-    scheduler = str(spec.get("schedulerName") or DEFAULT_SCHEDULER)
+    scheduler = str(view.spec.get("schedulerName") or DEFAULT_SCHEDULER)
     if not reasons and not causes and scheduler != DEFAULT_SCHEDULER:
         causes.append(
             Cause(
@@ -150,7 +142,94 @@ def pending_causes(
                 "spec.schedulerName for the default scheduler",
             )
         )
-    return PendingFindings(tuple(causes), tuple(notes), pools)
+    return PendingFindings(tuple(causes), tuple(notes), on_nodes.pools)
+
+
+def node_findings(
+    view: PodView,
+    facts: ClusterFacts,
+    policy: Policy,
+    requests: Mapping[str, Quantity],
+    reasons: tuple[SchedulerReason, ...],
+) -> NodeFindings:
+    """What the GPU nodes say of the Pod: worked out once per scheduling shape (see
+    :func:`scheduling_shape`) and kept in ``facts.shapes`` for the next Pod of that shape."""
+    shape = scheduling_shape(view, requests, reasons)
+    found = facts.shapes.get(shape)
+    if not isinstance(found, NodeFindings):
+        found = facts.shapes[shape] = _on_nodes(view, facts, policy, requests, reasons)
+    return found
+
+
+def scheduling_shape(
+    view: PodView, requests: Mapping[str, Quantity], reasons: tuple[SchedulerReason, ...]
+) -> Hashable:
+    """Everything of a Pod the nodes' answer depends on: its namespace (pools open to it,
+    whom to ask), what it asks for and where (the paths a cause names), the fields that
+    choose nodes and pools, its scheduling gates, and the scheduler's reasons."""
+    spec = view.spec
+    written = json.dumps(
+        [
+            [spec.get(key) for key in SHAPE_FIELDS],
+            view.annotations.get(POOL_ANNOTATION),
+        ],
+        sort_keys=True,
+        default=str,
+    )
+    return (
+        view.namespace,
+        tuple(requests.items()),
+        tuple(view.first_request_path(name) for name in requests),
+        tuple(view.requested_gpu_names),
+        written,
+        reasons,
+    )
+
+
+def _on_nodes(
+    view: PodView,
+    facts: ClusterFacts,
+    policy: Policy,
+    requests: Mapping[str, Quantity],
+    reasons: Sequence[SchedulerReason],
+) -> NodeFindings:
+    causes: list[Cause] = []
+    notes: list[str] = []
+    reach = _reachable(view, facts, policy)
+    confirmed: set[str] = set()
+    # A gated Pod is considered by no scheduler until its gates go: its free GPUs then are
+    # not those of now, and the allocations are not read for it.
+    compare_free = not view.spec.get("schedulingGates")
+    missing = [name for name in requests if name not in facts.advertised]
+    if missing:
+        causes.append(_unadvertised(view, missing, facts))
+        confirmed.add("insufficient")
+        compare_free = False
+    elif requests or view.spec.get("resourceClaims"):
+        offering = [n for n in reach if all(n.info.advertises(r) for r in requests)]
+        if requests and not offering:
+            causes.append(_offered_nowhere(requests, reach))
+            confirmed.add("insufficient")
+        elif offering:
+            blocked = _blockers(view, offering, requests, compare_free)
+            if all(blocked.values()):
+                found = node_causes(view, policy, requests, offering, blocked, reasons)
+                causes += found
+                confirmed.update(_REASON_OF[c.kind] for c in found)
+            else:
+                fitting = [n.name for n, b in blocked.items() if not b]
+                said = [str(r) for r in reasons if r.kind in _NODE_REASONS]
+                if said:
+                    notes.append(
+                        f"{number(len(fitting), 'GPU node')} can take it now ({names(fitting)}): "
+                        f'the scheduler\'s last attempt ("{", ".join(said)}") is older than '
+                        "that, and it tries again"
+                    )
+                confirmed.update(_NODE_REASONS)
+    if not compare_free and not missing:
+        notes.append("gated: free GPUs not compared, they change before its gates are removed")
+    pools = _capacities(reach, requests, with_allocated=compare_free)
+    return NodeFindings(tuple(causes), tuple(notes), pools, frozenset(confirmed))
 
 
 # The scheduler's reasons about nodes, which the GPU nodes' facts confirm or not.
@@ -170,44 +249,33 @@ def _reachable(view: PodView, facts: ClusterFacts, policy: Policy) -> list[GpuNo
     chosen = {pool.name for pool in select_pool(view, policy).pools}
     if not chosen:
         return list(facts.nodes)
-    return [
-        node for node in facts.nodes if any(pool.name in chosen for pool in _pools_of(node, policy))
-    ]
-
-
-def _pools_of(node: GpuNode, policy: Policy) -> tuple[Pool, ...]:
-    return pools_of(node.info, policy)
+    return [node for node in facts.nodes if any(pool.name in chosen for pool in node.pools)]
 
 
 def _capacities(
-    reach: Sequence[GpuNode], requests: Mapping[str, Quantity], policy: Policy
+    reach: Sequence[GpuNode], requests: Mapping[str, Quantity], *, with_allocated: bool
 ) -> tuple[PoolCapacity, ...]:
     by_pool: dict[str, list[GpuNode]] = {}
     for node in reach:
-        for pool in _pools_of(node, policy) or (None,):
+        for pool in node.pools or (None,):
             by_pool.setdefault(pool.name if pool is not None else "", []).append(node)
     found = []
     for pool_name, nodes in sorted(by_pool.items()):
-        allocatable: dict[str, Quantity] = {}
-        allocated: dict[str, Quantity] = {}
-        advertised = {name for n in nodes for name in n.info.vendor_resources()}
+        advertised = {name for n in nodes for name in n.resources}
         # What the Pod asks for that the nodes advertise, else what they advertise.
         resources = [r for r in requests if r in advertised] or sorted(advertised)
-        for resource in resources:
-            allocatable[resource] = sum(
-                (_quantity(n.info.allocatable.get(resource)) for n in nodes), start=0
-            )
-            allocated[resource] = sum((n.allocated.get(resource, 0) for n in nodes), start=0)
+        allocatable = {r: sum((n.allocatable.get(r, 0) for n in nodes), start=0) for r in resources}
+        allocated = (
+            {r: sum((n.allocated.get(r, 0) for n in nodes), start=0) for r in resources}
+            if with_allocated
+            else None
+        )
         found.append(PoolCapacity(pool_name, tuple(n.name for n in nodes), allocatable, allocated))
     return tuple(found)
 
 
-def _quantity(value: str | None) -> Quantity:
-    return (parse_quantity(value) if value is not None else None) or 0
-
-
 def _unadvertised(view: PodView, missing: list[str], facts: ClusterFacts) -> Cause:
-    advertised = sorted(facts.advertised())
+    advertised = sorted(facts.advertised)
     details = []
     suggestions = []
     for name in missing:
@@ -233,198 +301,38 @@ def _unadvertised(view: PodView, missing: list[str], facts: ClusterFacts) -> Cau
     )
 
 
-def _offered_nowhere(
-    view: PodView, requests: Mapping[str, Quantity], reach: Sequence[GpuNode]
-) -> Cause:
+def _offered_nowhere(requests: Mapping[str, Quantity], reach: Sequence[GpuNode]) -> Cause:
     return Cause(
         "unadvertised-resource",
         f"no GPU node it can reach advertises all of {names(list(requests))} together",
         "ask for resources one node offers together (a Pod runs on one node), or split the "
         "work into Pods that each ask for one kind",
-        tuple(f"{n.name}: {', '.join(n.info.vendor_resources()) or 'nothing'}" for n in reach)[
-            :NODES_LISTED
-        ],
+        tuple(f"{n.name}: {', '.join(n.resources) or 'nothing'}" for n in reach)[:NODES_LISTED],
     )
 
 
 def _blockers(
-    spec: Mapping[str, Any], offering: Sequence[GpuNode], requests: Mapping[str, Quantity]
+    view: PodView,
+    offering: Sequence[GpuNode],
+    requests: Mapping[str, Quantity],
+    compare_free: bool,
 ) -> dict[GpuNode, list[str]]:
     """Per node that offers what the Pod asks for, what keeps the Pod off it: ``cordoned``,
-    ``taint``, ``affinity``, ``insufficient`` (none: it fits)."""
-    tolerations = [t for t in _list(spec.get("tolerations")) if isinstance(t, Mapping)]
+    ``taint``, ``affinity``, ``insufficient`` (with ``compare_free``; none: it fits)."""
+    tolerations = view.tolerations()
     found: dict[GpuNode, list[str]] = {}
     for node in offering:
         blockers = []
         if node.unschedulable:
             blockers.append("cordoned")
-        taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.info.taints]
-        if untolerated(tolerations, taints):
+        if untolerated(tolerations, node.taints):
             blockers.append("taint")
-        if not admits(spec, node.info.labels, node.name):
+        if not admits(view.spec, node.info.labels, node.name):
             blockers.append("affinity")
-        if any(node.free(name) < quantity for name, quantity in requests.items()):
+        if compare_free and any(node.free(name) < q for name, q in requests.items()):
             blockers.append("insufficient")
         found[node] = blockers
     return found
-
-
-def _node_causes(
-    view: PodView,
-    policy: Policy,
-    requests: Mapping[str, Quantity],
-    offering: Sequence[GpuNode],
-    blocked: Mapping[GpuNode, list[str]],
-    reasons: Sequence[SchedulerReason],
-) -> list[Cause]:
-    """A cause per kind of blocker found on the nodes that offer what the Pod asks for."""
-    said = {reason.kind: str(reason) for reason in reasons}
-    asked = names(list(requests)) or "its claims' devices"
-    causes = []
-
-    def scheduler_said(kind: str) -> tuple[str, ...]:
-        return (f'the scheduler: "{said[kind]}"',) if kind in said else ()
-
-    short = [n for n in offering if "insufficient" in blocked[n]]
-    if short:
-        whom = whom_to_ask(policy, view.namespace)
-        causes.append(
-            _insufficient(requests, offering, short, scheduler_said("insufficient"), whom)
-        )
-    cordoned = [n.name for n in offering if "cordoned" in blocked[n]]
-    if cordoned:
-        causes.append(
-            Cause(
-                "cordoned-nodes",
-                f"{number(len(cordoned), 'GPU node')} offering {asked} "
-                f"{'is' if len(cordoned) == 1 else 'are'} cordoned ({names(cordoned)})",
-                f"uncordon {'it' if len(cordoned) == 1 else 'them'} when maintenance is over "
-                f"(kubectl uncordon {cordoned[0]}); ask the cluster's administrators",
-                scheduler_said("unschedulable"),
-            )
-        )
-    tolerations = view.tolerations()
-    by_taint: dict[tuple[str, str, str], list[str]] = {}
-    for node in offering:
-        if "taint" not in blocked[node]:
-            continue
-        taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.info.taints]
-        for taint in untolerated(tolerations, taints):
-            written = (str(taint["key"]), str(taint["value"]), str(taint["effect"]))
-            by_taint.setdefault(written, []).append(node.name)
-    for (key, value, effect), nodes in by_taint.items():
-        shown = f"{key}={value}:{effect}" if value else f"{key}:{effect}"
-        toleration = toleration_for({"key": key, "value": value, "effect": effect})
-        causes.append(
-            Cause(
-                "untolerated-taint",
-                f"taint {shown} on {number(len(nodes), 'GPU node')} offering {asked} is not "
-                f"tolerated ({names(nodes)})",
-                f"add to {view.field_path('tolerations')} (in the workload's pod template): "
-                + _flow(toleration),
-                scheduler_said("taint"),
-            )
-        )
-    excluded = [n for n in offering if "affinity" in blocked[n]]
-    if excluded:
-        causes.append(_affinity(view, asked, excluded, scheduler_said("affinity")))
-    return causes
-
-
-def _insufficient(
-    requests: Mapping[str, Quantity],
-    offering: Sequence[GpuNode],
-    short: Sequence[GpuNode],
-    said: tuple[str, ...],
-    whom: str,
-) -> Cause:
-    lacking = [
-        name for name, quantity in requests.items() if any(n.free(name) < quantity for n in short)
-    ]
-    name = lacking[0] if lacking else next(iter(requests))
-    asked = requests[name]
-    most_free = max(n.free(name) for n in offering)
-    largest = max(_quantity(n.info.allocatable.get(name)) for n in offering)
-    details = [
-        f"{n.name}: {plain_number(_quantity(n.info.allocatable.get(name)))} allocatable, "
-        f"{plain_number(n.allocated.get(name, 0))} allocated, {plain_number(n.free(name))} free"
-        for n in short[:NODES_LISTED]
-    ]
-    if len(short) > NODES_LISTED:
-        details.append(f"and {number(len(short) - NODES_LISTED, 'more node')}")
-    if asked > largest:
-        fix = (
-            f"no node has {plain_number(asked)} {name} in all (the largest has "
-            f"{plain_number(largest)}): ask for at most {plain_number(largest)} per Pod and "
-            "split the work across Pods"
-        )
-    else:
-        fix = (
-            f"wait for GPU Pods on these nodes to finish, ask for {plain_number(most_free)} or "
-            f"fewer (the most free on one node), or add GPU nodes ({whom})"
-        )
-    return Cause(
-        "insufficient-gpus",
-        f"not enough free {name}: it asks for {plain_number(asked)} on one node; "
-        f"{number(len(offering), 'GPU node')} offering it have at most "
-        f"{plain_number(most_free)} free",
-        fix,
-        (*said, *details),
-    )
-
-
-def _affinity(
-    view: PodView, asked: str, excluded: Sequence[GpuNode], said: tuple[str, ...]
-) -> Cause:
-    """Which requirement of the Pod's node selection the excluded nodes fail, with the values
-    they have."""
-    details: list[str] = []
-    fixes: list[str] = []
-    for key, value in view.node_selector().items():
-        have = _values(excluded, str(key))
-        if str(value) not in have:
-            where = f"{view.field_path('nodeSelector')}[{key}]: {value}"
-            details.append(f"{where}: {_having(str(key), have)}")
-            fixes.append(
-                f"write nodeSelector {key}: {have[0]}" if have else f"remove nodeSelector {key}"
-            )
-    for index, term in enumerate(required_terms(view.spec) or ()):
-        for expr in _list(term.get("matchExpressions")):
-            if not isinstance(expr, Mapping):
-                continue
-            key = str(expr.get("key"))
-            if any(expression_matches(expr, n.info.labels.get(key)) for n in excluded):
-                continue
-            have = _values(excluded, key)
-            values = expr.get("values")
-            written = f"{key} {expr.get('operator')}" + (f" {values}" if values else "")
-            details.append(f"nodeSelectorTerms[{index}]: {written}: {_having(key, have)}")
-            fixes.append(
-                f"write a requirement on {key} the GPU nodes meet ({key}={have[0]})"
-                if have
-                else f"remove the requirement on {key}"
-            )
-    nodes = [n.name for n in excluded]
-    return Cause(
-        "node-affinity",
-        f"its node selector or required node affinity matches none of the "
-        f"{number(len(nodes), 'GPU node')} offering {asked} ({names(nodes)})",
-        "; ".join(fixes) + " (in the workload's pod template)"
-        if fixes
-        else "make its nodeSelector and required node affinity match the GPU nodes' labels",
-        (*said, *details),
-    )
-
-
-def _values(nodes: Sequence[GpuNode], key: str) -> list[str]:
-    """The values the nodes have of a label, sorted ("" left out)."""
-    return sorted({n.info.labels.get(key, "") for n in nodes} - {""})
-
-
-def _having(key: str, values: list[str]) -> str:
-    if not values:
-        return f"no GPU node offering it has the label {key}"
-    return f"the GPU nodes have {key}={', '.join(values)}"
 
 
 def _scheduler_reason(reason: SchedulerReason, policy: Policy, gpu_pod: bool) -> Cause | None:
@@ -432,7 +340,7 @@ def _scheduler_reason(reason: SchedulerReason, policy: Policy, gpu_pod: bool) ->
     None, for a GPU Pod, where the reason concerns nodes it has no use for (a taint, affinity
     or cordon reason, or GPUs short on nodes that do not offer what it asks for)."""
     about_nodes = reason.kind in ("taint", "affinity", "unschedulable")
-    short_of_gpus = reason.kind == "insufficient" and policy.is_vendor_resource(reason.resource)
+    short_of_gpus = reason.kind == "insufficient" and is_gpu_resource(reason.resource, policy)
     if gpu_pod and (about_nodes or short_of_gpus):
         return None
     if reason.kind == "insufficient":
@@ -444,11 +352,6 @@ def _scheduler_reason(reason: SchedulerReason, policy: Policy, gpu_pod: bool) ->
     else:
         fix = "not a GPU setting this tool reads: see `kubectl describe pod` for the details"
     return Cause("scheduler-reason", f'the scheduler: "{reason}"', fix)
-
-
-def _flow(mapping: Mapping[str, Any]) -> str:
-    """A mapping as YAML flow text: ``{key: a, operator: Exists, effect: NoSchedule}``."""
-    return "{" + ", ".join(f"{k}: {v}" for k, v in mapping.items()) + "}"
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

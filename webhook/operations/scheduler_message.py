@@ -27,7 +27,7 @@ from typing import Literal
 
 ReasonKind = Literal["insufficient", "taint", "affinity", "unschedulable", "claims", "other"]
 
-_HEADER = re.compile(r"^\s*(?P<free>\d+)/(?P<total>\d+) nodes are available:?\s*")
+_HEADER = re.compile(r"^\s*\d+/\d+ nodes are available:?\s*")
 _COUNTED = re.compile(r"^(?P<count>\d+)\s+(?P<text>.+)$")
 _INSUFFICIENT = re.compile(r"^Insufficient (?P<resource>\S+)$")
 # Matched against the reason text, in order: the first that matches gives its kind.
@@ -61,10 +61,8 @@ class SchedulerReason:
 
 @dataclass(frozen=True, slots=True)
 class SchedulerMessage:
-    """A FailedScheduling message: the nodes the scheduler saw (None where it does not say)
-    and its reasons, in its order."""
+    """A FailedScheduling message: its reasons, in its order."""
 
-    total_nodes: int | None
     reasons: tuple[SchedulerReason, ...]
 
 
@@ -75,7 +73,7 @@ def parse_scheduler_message(message: str) -> SchedulerMessage:
     header = _HEADER.match(text)
     if header is None:
         body = text.rstrip(".")
-        return SchedulerMessage(None, (_reason(0, body),) if body else ())
+        return SchedulerMessage((_reason(0, body),) if body else ())
     reasons = []
     for sentence in _sentences(text[header.end() :]):
         parts = _split(sentence)
@@ -88,7 +86,7 @@ def parse_scheduler_message(message: str) -> SchedulerMessage:
                 _reason(int(counted["count"]), counted["text"]) if counted else _reason(0, part)
             )
         break  # the counts are the filters' sentence: what follows is the post-filters'
-    return SchedulerMessage(int(header["total"]), tuple(reasons))
+    return SchedulerMessage(tuple(reasons))
 
 
 def _sentences(body: str) -> list[str]:

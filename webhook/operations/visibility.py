@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from webhook.checks.device_visibility import RULE as VISIBILITY_RULE
+from webhook.checks.privileged import RULE as PRIVILEGED_RULE
 from webhook.core.inventory import pools_of
 from webhook.core.pods import ContainerView, PodView
 from webhook.core.pools import select_pool
@@ -30,9 +32,12 @@ NOT_IN_THE_API = (
 
 
 def visibility_causes(
-    view: PodView, policy: Policy, node: GpuNode | None
+    view: PodView, policy: Policy, node: GpuNode | None, told: frozenset[str]
 ) -> tuple[list[Cause], list[str]]:
-    """The causes the Pod shows, and notes (containers without a GPU, where else to look)."""
+    """The causes the Pod shows, and notes (containers without a GPU, where else to look).
+    ``told``: the rules whose findings the caller reports itself (the verdict's denials):
+    a privileged container (rule ``privileged``) or overriding variables (``device-visibility``)
+    they judged are left to it, said once."""
     causes: list[Cause] = []
     notes: list[str] = []
     gpu_containers = [c for c in view.containers if _asks_gpu(c)]
@@ -47,7 +52,7 @@ def visibility_causes(
     if runtime is not None:
         causes.append(runtime)
     privileged = [c for c in view.containers if _privileged(c.spec)]
-    if privileged:
+    if privileged and PRIVILEGED_RULE not in told:
         listed = names([c.name for c in privileged])
         causes.append(
             Cause(
@@ -66,7 +71,7 @@ def visibility_causes(
         for entry in _env(container.spec)
         if entry.get("name") in OVERRIDDEN_VARIABLES
     ]
-    if overrides:
+    if overrides and VISIBILITY_RULE not in told:
         details = tuple(_override(container, entry) for container, entry in overrides)
         causes.append(
             Cause(
