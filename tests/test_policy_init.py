@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import webhook
 from tests.kubeapi import FakeKubeAPI
@@ -41,6 +43,7 @@ from webhook.operations.policy_init import (
     DefaultPolicyChanged,
     anchor_problems,
     draft_policy,
+    yaml_scalar,
 )
 from webhook.operations.policy_init_reading import read_cluster
 
@@ -727,3 +730,57 @@ def test_without_a_device_plugin_found_the_setting_is_left_to_fill_in() -> None:
         "nvcr.io/nvidia/k8s-device-plugin, or the GPU Operator's nvidia-device-plugin-daemonset)"
         in comments(draft.text)
     )
+
+
+# What the API server accepts as a label value (and a taint's value): up to 63 characters.
+LABEL_VALUE = st.from_regex(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?", fullmatch=True).filter(
+    lambda value: len(value) <= 63
+)
+
+
+def drafted_with(value: str) -> tuple[dict[str, str], Any]:
+    """A draft on two GPU nodes of the product ``value``, one labelled and tainted ``value``
+    where the other is not: its pool selects on ``value`` and declares it as the taint's."""
+    other = "other" if value != "other" else "another"
+    labelled = {"nvidia.com/gpu.product": value, "example.com/pool": value}
+    taint = Taint("example.com/dedicated", value, "NoSchedule")
+    nodes = [
+        gpu_node("gpu-1", labelled, (taint,)),
+        gpu_node("gpu-2", {"nvidia.com/gpu.product": value, "example.com/pool": other}),
+    ]
+    return labelled, draft_policy(nodes, [], source="test")
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["true", "yes", "on", "Off", "null", "1", "1.0", "1e3", "0x1", "0o7", "1_000", "2001-12-14"],
+)
+def test_a_label_value_yaml_reads_otherwise_is_written_as_the_same_string(value: str) -> None:
+    labelled, draft = drafted_with(value)
+    pool = next(p for p in draft.policy.pools if p.taints)
+    assert dict(pool.node_selector) == labelled
+    assert [dict(t) for t in pool.taints] == [
+        {"key": "example.com/dedicated", "value": value, "effect": "NoSchedule"}
+    ]
+    assert f'nvidia.com/gpu.product: "{value}"\n' in draft.text
+
+
+@pytest.mark.parametrize("value", ["~", "*x", "a: b", "-a", "#x", "&a", "!x", "[a]", "a #b", '"'])
+def test_yaml_syntax_in_cluster_data_is_quoted(value: str) -> None:
+    """Values the API server refuses in a label, but a scalar the draft writes may hold."""
+    assert yaml.safe_load(f"k: {yaml_scalar(value)}") == {"k": value}
+    assert yaml.safe_load(f"[{yaml_scalar(value)}]") == [value]
+
+
+@settings(derandomize=True, max_examples=25, deadline=None)
+@given(LABEL_VALUE)
+def test_any_label_value_round_trips_through_the_draft(value: str) -> None:
+    labelled, draft = drafted_with(value)
+    loaded = webhook.parse_policy(draft.text)  # as the webhook loads it
+    pool = next(p for p in loaded.pools if p.taints)
+    assert dict(pool.node_selector) == labelled
+    assert [t.get("value", "") for t in pool.taints] == [value]
+    # The tenant to start from (commented out) names the product as labelled (an empty
+    # product label names none).
+    products = re.findall(r"^    #     products: (.*)$", draft.text, re.MULTILINE)
+    assert [yaml.safe_load(p) for p in products] == ([[value]] if value else [])

@@ -15,6 +15,8 @@ check`` compares them: what would still disagree is returned.
 
 from __future__ import annotations
 
+import json
+import re
 import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -52,6 +54,11 @@ from webhook.policy.mig import CATALOGUE, catalogued_as
 from webhook.policy.model import Policy
 
 WIDTH = 99
+# A scalar that may be written plain: the characters of label keys and values (the API server's
+# syntax, less its leading "-", "_", "."), none of them YAML syntax. Among them, those a YAML 1.2
+# reader takes for a number (PyYAML, YAML 1.1, does not: "1e3") are quoted too.
+_PLAIN = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_./]*\Z")
+_NUMBER_LIKE = re.compile(r"[0-9][0-9_]*(\.[0-9_]*)?([eE][-+]?[0-9]+)?\Z|0[xXoObB][0-9a-fA-F_]+\Z")
 # Where the default policy's text takes what is drafted: each start once in it, with its end
 # (the first after it) where the text from the start to the end is replaced.
 METADATA = "metadata:\n  name: default\n  description:"
@@ -202,23 +209,19 @@ def _comment(text: str, indent: int) -> str:
     )
 
 
-def _scalar(value: str) -> str:
-    """A YAML scalar that loads back as the string ``value``: plain where it can be."""
-    try:
-        plain = yaml.safe_load(value) == value and value.strip() == value and ": " not in value
-    except yaml.YAMLError:
-        plain = False
-    return (
-        value if plain and not value.startswith(("#", "{", "[", "*", "&", "!")) else _quoted(value)
-    )
-
-
-def _quoted(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def yaml_scalar(value: str) -> str:
+    """A YAML scalar that loads back as the string ``value``, whatever the cluster wrote: plain
+    where every YAML reader takes the plain form for that string, double-quoted (JSON's
+    escapes, which YAML reads alike) where it would be read as something else (``true``,
+    ``yes``, ``on``, ``null``, ``~``, ``1``, ``1.0``, ``1e3``, ``0x1``, a date) or as YAML
+    syntax (``*x``, ``a: b``, a leading ``-`` or ``#``)."""
+    if _PLAIN.match(value) and not _NUMBER_LIKE.match(value) and yaml.safe_load(value) == value:
+        return value
+    return json.dumps(value)
 
 
 def _flow(items: Iterable[str]) -> str:
-    return "[" + ", ".join(_scalar(i) for i in items) + "]"
+    return "[" + ", ".join(yaml_scalar(i) for i in items) + "]"
 
 
 def _header(
@@ -283,8 +286,10 @@ def _pool(draft: PoolDraft) -> str:
     said += _sharing_found(draft)
     said += [f"Guessed: {guess}." for guess in draft.guesses]
     lines = "".join(_comment(s, 4) for s in said)
-    lines += f"    - name: {draft.name}\n      nodeSelector:\n"
-    lines += "".join(f"        {_scalar(k)}: {_scalar(v)}\n" for k, v in draft.selector.items())
+    lines += f"    - name: {yaml_scalar(draft.name)}\n      nodeSelector:\n"
+    lines += "".join(
+        f"        {yaml_scalar(k)}: {yaml_scalar(v)}\n" for k, v in draft.selector.items()
+    )
     if draft.gpus_per_node is not None:
         lines += f"      gpusPerNode: {draft.gpus_per_node}\n"
     lines += "      resources:\n"
@@ -292,14 +297,14 @@ def _pool(draft: PoolDraft) -> str:
     if draft.taints:
         lines += "      taints:\n"
         for taint in draft.taints:
-            value = f"value: {_scalar(taint.value)}, " if taint.value else ""
-            lines += f"        - {{key: {_scalar(taint.key)}, {value}effect: {taint.effect}}}\n"
+            value = f"value: {yaml_scalar(taint.value)}, " if taint.value else ""
+            lines += f"        - {{key: {yaml_scalar(taint.key)}, {value}effect: {taint.effect}}}\n"
     return lines
 
 
 def _resource(resource: DraftResource) -> str:
     extra = ", failRequestsGreaterThanOne: true" if resource.fail_requests_greater_than_one else ""
-    return f"{{name: {_scalar(resource.name)}, sharing: {resource.sharing}{extra}}}"
+    return f"{{name: {yaml_scalar(resource.name)}, sharing: {resource.sharing}{extra}}}"
 
 
 def _sharing_found(draft: PoolDraft) -> list[str]:
@@ -358,7 +363,8 @@ def _device_plugins(plugins: Sequence[SeenDaemonSet]) -> str:
             f"{number(plugin.desired, 'Pod')} desired, {plugin.ready} ready.",
             4,
         )
-        lines += f"    - {{namespace: {_scalar(plugin.namespace)}, name: {_scalar(plugin.name)}}}\n"
+        namespace, name = yaml_scalar(plugin.namespace), yaml_scalar(plugin.name)
+        lines += f"    - {{namespace: {namespace}, name: {name}}}\n"
     return lines
 
 
@@ -412,7 +418,7 @@ def _mig_products(gpu_nodes: Sequence[NodeInfo]) -> str:
                 "are partitioned into. Add every profile nvidia-smi mig -lgip lists.",
                 6,
             )
-            lines += f"      - {{name: {_scalar(name)}, profiles: {_flow(sorted(profiles))}}}\n"
+            lines += f"      - {{name: {yaml_scalar(name)}, profiles: {_flow(sorted(profiles))}}}\n"
     return lines
 
 
@@ -466,7 +472,7 @@ def _agents_block(agents: Sequence[SeenDaemonSet], base: Policy) -> str:
     )
     lines = _comment(said, 4)
     lines += "    # - namespaces:\n"
-    lines += "".join(f"    #     - {ns}\n" for ns in proposed)
+    lines += "".join(f"    #     - {yaml_scalar(ns)}\n" for ns in proposed)
     lines += f"    #   exemptions:\n    #     - reason: {AGENT_REASON}\n"
     return lines
 
@@ -485,7 +491,7 @@ def _tenant_example(plan: PoolPlan) -> str:
     lines += "    #   entitlements:\n"
     product = gpu_product(first.nodes[0])
     if product is not None:
-        lines += f"    #     products: [{_scalar(product.name)}]\n"
-    lines += f"    #     maxGPUs: {{{_scalar(resource)}: 8}}\n"
-    lines += f"    #   reservedPools: [{first.name}]\n"
+        lines += f"    #     products: [{yaml_scalar(product.name)}]\n"
+    lines += f"    #     maxGPUs: {{{yaml_scalar(resource)}: 8}}\n"
+    lines += f"    #   reservedPools: {_flow([first.name])}\n"
     return lines
