@@ -708,12 +708,23 @@ def test_cluster_check_compares_the_device_plugins_drafted(
         ("nvdp-config", plugin_container("c", "config-manager"), None),
         ("mirrored", {"name": "c", "image": "mirror.example.com/k8s-device-plugin:v0.17.0"}, None),
         ("dcgm", {"name": "c", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3"}, None),
+        (
+            "gpu-plugin",
+            {"name": "c", "image": f"gke.gcr.io/nvidia-gpu-device-plugin@sha256:{'1' * 64}"},
+            f"its container c runs gke.gcr.io/nvidia-gpu-device-plugin@sha256:{'1' * 64} "
+            "(GKE's device plugin)",
+        ),
+        (
+            "nvidia-gpu-device-plugin-small-cos",
+            {"name": "c", "image": "i"},
+            None,
+        ),  # not kube-system
     ],
 )
 def test_a_device_plugin_is_known_by_its_image_or_the_operators_name(
     name: str, container: dict[str, Any], evidence: str | None
 ) -> None:
-    assert device_plugin_evidence(name, {"containers": [container]}) == evidence
+    assert device_plugin_evidence("tools", name, {"containers": [container]}) == evidence
 
 
 def test_without_a_device_plugin_found_the_setting_is_left_to_fill_in() -> None:
@@ -727,8 +738,8 @@ def test_without_a_device_plugin_found_the_setting_is_left_to_fill_in() -> None:
     assert "  # devicePluginDaemonSets:\n  #   - {namespace: NAMESPACE, name: NAME}\n" in draft.text
     assert (
         "Found: no DaemonSet that runs NVIDIA's device plugin (image "
-        "nvcr.io/nvidia/k8s-device-plugin, or the GPU Operator's nvidia-device-plugin-daemonset)"
-        in comments(draft.text)
+        "nvcr.io/nvidia/k8s-device-plugin, the GPU Operator's nvidia-device-plugin-daemonset, "
+        "or GKE's kube-system/nvidia-gpu-device-plugin*)" in comments(draft.text)
     )
 
 
@@ -784,3 +795,81 @@ def test_any_label_value_round_trips_through_the_draft(value: str) -> None:
     # product label names none).
     products = re.findall(r"^    #     products: (.*)$", draft.text, re.MULTILINE)
     assert [yaml.safe_load(p) for p in products] == ([[value]] if value else [])
+
+
+def gke_node(name: str, accelerator: str, extra: dict[str, str]) -> dict[str, Any]:
+    labels = {
+        "cloud.google.com/gke-nodepool": f"{name.rpartition('-')[0]}-pool",
+        "cloud.google.com/gke-accelerator": accelerator,
+        **extra,
+    }
+    return node(name, labels=labels, taints=(GPU_TAINT,), gpus={"nvidia.com/gpu": "4"})
+
+
+def test_gke_nodes_without_feature_discovery_make_pools_from_gkes_labels(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    time_sharing = {
+        "cloud.google.com/gke-gpu-sharing-strategy": "time-sharing",
+        "cloud.google.com/gke-max-shared-clients-per-gpu": "4",
+    }
+    mig = {"cloud.google.com/gke-gpu-partition-size": "1g.5gb"}
+    kube_api.add_all(
+        [
+            gke_node("a3-1", "nvidia-h100-80gb", {}),
+            gke_node("a3-2", "nvidia-h100-80gb", {}),
+            gke_node("l4ts-1", "nvidia-l4", time_sharing),
+            gke_node("mig-1", "nvidia-tesla-a100", mig),
+            node("cpu-1", labels={"cloud.google.com/gke-nodepool": "default-pool"}),
+            daemonset(
+                "kube-system",
+                "nvidia-gpu-device-plugin-small-cos",
+                EVERY_TAINT,
+                container={"name": "c", "image": "gke.gcr.io/nvidia-gpu-device-plugin:v1"},
+                desired=4,
+            ),
+        ]
+    )
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    path = tmp_path / "policy.yaml"
+    assert init(kubeconfig, "-o", str(path)) == 0
+    capsys.readouterr()
+    spec = yaml.safe_load(path.read_text())["spec"]
+    assert {p["name"]: (p["nodeSelector"], p["resources"]) for p in spec["pools"]} == {
+        "h100-80gb": (
+            {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
+            [{"name": "nvidia.com/gpu", "sharing": "Exclusive"}],
+        ),
+        "l4": (
+            {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+            [
+                {
+                    "name": "nvidia.com/gpu",
+                    "sharing": "TimeSlicing",
+                    "failRequestsGreaterThanOne": True,
+                }
+            ],
+        ),
+        "a100": (
+            {"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"},
+            [{"name": "nvidia.com/gpu", "sharing": "MIG"}],
+        ),
+    }
+    assert spec["devicePluginDaemonSets"] == [
+        {"namespace": "kube-system", "name": "nvidia-gpu-device-plugin-small-cos"}
+    ]
+    said = comments(path.read_text())
+    assert "GKE refuses a container that asks for more than one shared GPU" in said
+    assert "Found: GKE's MIG partitions (cloud.google.com/gke-gpu-partition-size)" in said
+    assert "keep tenants to this pool by reservedPools instead" in said
+    checked = main(["cluster", "check", "--policy", str(path), "--kubeconfig", str(kubeconfig)])
+    assert checked == 0, capsys.readouterr().out
+
+
+def test_gpu_nodes_no_pool_can_take_give_a_draft_without_pools() -> None:
+    gpu = Taint("nvidia.com/gpu", "", "NoSchedule")
+    nodes = [gpu_node("bare-1", {}, (gpu,)), gpu_node("bare-2", {}, (gpu,))]
+    draft = draft_policy(nodes, [], source="test")
+    assert draft.pools == () and draft.policy.pools == ()
+    assert len(draft.unpooled) == 2
+    assert "Found: no pool could be drafted" in comments(draft.text)

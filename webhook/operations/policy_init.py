@@ -36,13 +36,14 @@ from webhook.core.inventory import (
 from webhook.core.wording import count, names, number
 from webhook.operations.daemonset_drafts import (
     DEVICE_PLUGIN_IMAGE,
+    GKE_DEVICE_PLUGIN,
     GPU_OPERATOR_DEVICE_PLUGIN,
     SeenDaemonSet,
 )
 from webhook.operations.pool_drafts import (
+    GKE_PARTITION,
     GPU_COUNT,
-    MIG_STRATEGY,
-    SHARING_STRATEGY,
+    SHARING_LABELS,
     DraftResource,
     PoolDraft,
     PoolPlan,
@@ -50,7 +51,7 @@ from webhook.operations.pool_drafts import (
     seen_text,
 )
 from webhook.policy.load import default_policy_path, parse_policy
-from webhook.policy.mig import CATALOGUE, catalogued_as
+from webhook.policy.mig import CATALOGUE, GPU_PRODUCT, catalogued_as
 from webhook.policy.model import Policy
 
 WIDTH = 99
@@ -275,6 +276,12 @@ def _pools_block(plan: PoolPlan) -> str:
             + ". Label them apart and declare a pool for them.",
             2,
         )
+    if not plan.pools:
+        return lines + _comment(
+            "Found: no pool could be drafted: every GPU node is in no pool (above). They get "
+            "the tolerations of gpuNodeTaints below; declare pools once they are labelled apart.",
+            2,
+        )
     lines += "  pools:\n"
     for draft in plan.pools:
         lines += _pool(draft)
@@ -311,15 +318,12 @@ def _sharing_found(draft: PoolDraft) -> list[str]:
     """What the nodes' labels say of the pool's sharing and size."""
     said: list[str] = []
     labels = draft.nodes[0].labels
-    shown = [
-        f"{key}={labels[key]}"
-        for key in (SHARING_STRATEGY, "nvidia.com/gpu.replicas", MIG_STRATEGY)
-        if key in labels
-    ]
+    shown = [f"{key}={labels[key]}" for key in SHARING_LABELS if key in labels]
     modes = {r.sharing for r in draft.resources}
+    gke = any(key.startswith("cloud.google.com/") for key in SHARING_LABELS if key in labels)
     if shown:
         said.append(
-            f"Found: {', '.join(shown)} (GPU feature discovery): declared "
+            f"Found: {', '.join(shown)} ({'GKE' if gke else 'GPU feature discovery'}): declared "
             f"{', '.join(f'{r.name} {r.sharing}' for r in draft.resources)}."
         )
     product = gpu_product(draft.nodes[0])
@@ -328,11 +332,28 @@ def _sharing_found(draft: PoolDraft) -> list[str]:
             f"Found: the single MIG strategy (product label ...-MIG-{product.mig_profile}): "
             "each nvidia.com/gpu is one MIG instance."
         )
-    if modes - {"Exclusive", "MIG"}:
+    if GKE_PARTITION in labels:
+        said.append(
+            f"Found: GKE's MIG partitions ({GKE_PARTITION}): each nvidia.com/gpu is one MIG "
+            "instance."
+        )
+    if modes - {"Exclusive", "MIG"} and gke:
+        said.append(
+            "Found: failRequestsGreaterThanOne on the shared resources: GKE refuses a container "
+            "that asks for more than one shared GPU."
+        )
+    elif modes - {"Exclusive", "MIG"}:
         said.append(
             "Guessed: failRequestsGreaterThanOne on the shared resources, as the guide sets "
             "the device plugin's option of that name; no node shows it. Delete it if your "
             "sharing configuration lets a container take several replicas."
+        )
+    if draft.product_label != GPU_PRODUCT:
+        said.append(
+            f"Found: no GPU feature discovery labels: the product is the cloud's "
+            f"{draft.product_label}. The policy names products (a tenant's entitlements.products) "
+            f"as {GPU_PRODUCT} spells them, which these nodes lack: keep tenants to this pool "
+            "by reservedPools instead, or deploy GPU feature discovery and draft again."
         )
     if draft.gpus_per_node is not None:
         counts = sorted({int(n.labels[GPU_COUNT]) for n in draft.nodes})
@@ -347,7 +368,8 @@ def _device_plugins(plugins: Sequence[SeenDaemonSet]) -> str:
     if not plugins:
         return _comment(
             f"Found: no DaemonSet that runs NVIDIA's device plugin (image {DEVICE_PLUGIN_IMAGE}, "
-            f"or the GPU Operator's {GPU_OPERATOR_DEVICE_PLUGIN}): cluster check compares no "
+            f"the GPU Operator's {GPU_OPERATOR_DEVICE_PLUGIN}, or GKE's kube-system/"
+            f"{GKE_DEVICE_PLUGIN}*): cluster check compares no "
             "device plugin with the GPU nodes. Name yours:",
             2,
         ) + ("  # devicePluginDaemonSets:\n  #   - {namespace: NAMESPACE, name: NAME}\n")
@@ -478,8 +500,15 @@ def _agents_block(agents: Sequence[SeenDaemonSet], base: Policy) -> str:
 
 
 def _tenant_example(plan: PoolPlan) -> str:
-    """A tenant to start from, commented out: a team kept to the first pool's product."""
-    first = next((p for p in plan.pools if p.product is not None), plan.pools[0])
+    """A tenant to start from, commented out: a team kept to the first pool's product (to its
+    pool where the policy cannot name the product)."""
+    if not plan.pools:
+        return _comment(
+            "Tenants are yours to write: who may use which GPUs, whom they ask "
+            "(entitlements, reservedPools once pools are declared).",
+            4,
+        )
+    first = next((p for p in plan.pools if gpu_product(p.nodes[0]) is not None), plan.pools[0])
     resource = first.resources[0].name
     lines = _comment(
         "Tenants are yours to write: who may use which GPUs, whom they ask. For example, a team "
