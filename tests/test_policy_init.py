@@ -36,6 +36,7 @@ from webhook.cluster.connection import connect
 from webhook.core.inventory import NodeInfo, Taint, node_info
 from webhook.operations import policy_init
 from webhook.operations.daemonset_drafts import device_plugin_evidence, seen_daemonset
+from webhook.operations.draft_text import yaml_scalar
 from webhook.operations.policy_init import (
     AGENTS_END,
     DEFAULT_HEADER,
@@ -43,7 +44,6 @@ from webhook.operations.policy_init import (
     DefaultPolicyChanged,
     anchor_problems,
     draft_policy,
-    yaml_scalar,
 )
 from webhook.operations.policy_init_reading import read_cluster
 
@@ -277,8 +277,9 @@ def test_the_policy_drafted_validates_and_agrees_with_the_cluster(
     assert main(["policy", "validate", str(policy)]) == 0
     validated = capsys.readouterr().out
     assert validated.splitlines()[-1].startswith(f"{policy}: valid")
-    # nvidia.com/gpu is a full card, a time-slice and a MIG instance in different pools: said.
-    assert "denied as ambiguous" in validated
+    # nvidia.com/gpu is a full card, a time-slice and a MIG instance in different pools: the
+    # drafted poolPreference says which, so validate has no ambiguity to warn of.
+    assert "denied as ambiguous" not in validated and "warning" not in validated
 
     checked = main(["cluster", "check", "--policy", str(policy), "--kubeconfig", str(scripted)])
     out = capsys.readouterr().out
@@ -357,16 +358,30 @@ def test_pools_follow_products_taints_and_sharing(scripted: Path, tmp_path: Path
     assert spec["migCatalogue"]["customProducts"] == [
         {"name": "NVIDIA-A800-SXM4-80GB", "profiles": ["1g.10gb"]}
     ]
-    # The default policy's settings stay as shipped.
+    # The default policy's settings stay as shipped, but for a preference among the pools that
+    # share nvidia.com/gpu differently (whole GPUs first; the dedicated training pool left out).
     default = yaml.safe_load(webhook.default_policy_path().read_text())["spec"]
-    for key in ("resources", "gpuNodeTaints", "tenants", "rules", "newChecks", "mutation"):
+    for key in ("resources", "gpuNodeTaints", "rules", "newChecks", "mutation"):
         assert spec[key] == default[key], key
+    *tenants, preference = spec["tenants"]
+    assert tenants == default["tenants"]
+    assert preference == {
+        "namespaces": ["*"],
+        "poolPreference": [
+            "a100-80gb-pcie",
+            "h100-80gb-hbm3-general",
+            "a100-sxm4-40gb-mig-1g-5gb",
+            "l4-shared",
+        ],
+    }
 
 
 # A GPU Pod that asks for each product (nodeSelector on GPU feature discovery's label) and one
 # of the resources its nodes advertise; and the nodes it must land on.
 PRODUCT_PODS = [
-    ("NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", {"train-1", "train-2", "h100-1"}),
+    # The drafted poolPreference places it on the H100 pool that is not dedicated (tainted
+    # example.com/pool=training): a Pod that wants those nodes says so (the pool annotation).
+    ("NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", {"h100-1"}),
     ("NVIDIA-L4-SHARED", "nvidia.com/gpu", {"l4-1", "l4-2"}),
     ("NVIDIA-A10G", "nvidia.com/gpu.shared", {"a10g-1"}),
     ("NVIDIA-A100-80GB-PCIe", "nvidia.com/mig-3g.40gb", {"mig-mixed-1"}),
@@ -873,3 +888,54 @@ def test_gpu_nodes_no_pool_can_take_give_a_draft_without_pools() -> None:
     assert draft.pools == () and draft.policy.pools == ()
     assert len(draft.unpooled) == 2
     assert "Found: no pool could be drafted" in comments(draft.text)
+
+
+EKS_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}  # EKS' GPU node taint, no value
+
+
+def eks_mix() -> list[dict[str, Any]]:
+    """H100s and H200s, a MIG single-strategy A100 and time-sliced L4s, all offering
+    nvidia.com/gpu, tainted as EKS taints GPU node groups."""
+    shared = {"nvidia.com/gpu.replicas": "4", SHARING: "time-slicing"}
+    made = [
+        ("h100-1", {**H100}),
+        ("h100-2", {**H100}),
+        ("h200-1", {"nvidia.com/gpu.product": "NVIDIA-H200", "nvidia.com/gpu.count": "8"}),
+        ("mig-1", {**A100_SINGLE}),
+        ("l4-1", {"nvidia.com/gpu.product": "NVIDIA-L4-SHARED", **shared}),
+    ]
+    return [
+        node(name, labels=labels, taints=(EKS_TAINT,), gpus={"nvidia.com/gpu": "8"})
+        for name, labels in made
+    ] + [node("cpu-1")]
+
+
+def test_a_plain_gpu_pod_is_admitted_on_the_eks_mix_and_lands_on_whole_gpus() -> None:
+    raw = eks_mix()
+    default = webhook.parse_policy(webhook.default_policy_path().read_text())
+    draft = draft_policy([node_info(n, default, every_label=True) for n in raw], [], source="t")
+    assert draft.warnings == ()  # policy validate has nothing to say of it
+    said = comments(draft.text)
+    assert "Guessed: pools offer nvidia.com/gpu in different sharing modes" in said
+    assert "it goes to pool h100-80gb-hbm3 (whole GPUs first" in said
+    # gpuNodeTaints are the nodes' own, without the default's value.
+    assert [dict(t) for t in draft.policy.gpu_node_taints] == [EKS_TAINT]
+    assert "Found: every GPU node carries nvidia.com/gpu:NoSchedule" in said
+
+    pod = gpu_pod("", "nvidia.com/gpu")
+    del pod["spec"]["nodeSelector"]
+    decision = decide(pod, draft.policy)
+    assert decision.allowed, decision.response
+    mutated = apply_both(pod, decode_patch(decision))
+    validate_pod(mutated)
+    landing = {
+        n["metadata"]["name"]
+        for n in raw
+        if admits_node(mutated, n["metadata"]["labels"])
+        and all(tolerated(mutated, t) for t in n["spec"].get("taints", []))
+    }
+    assert landing == {"h100-1", "h100-2"}
+    assert decide(mutated, draft.policy, mutate=False).allowed
+    # Its tolerations tolerate each GPU node's taints.
+    for gpu_node_ in raw[:-1]:
+        assert all(tolerated(mutated, t) for t in gpu_node_["spec"]["taints"])
