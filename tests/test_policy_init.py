@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import webhook
 from tests.kubeapi import FakeKubeAPI
@@ -34,6 +36,7 @@ from webhook.cluster.connection import connect
 from webhook.core.inventory import NodeInfo, Taint, node_info
 from webhook.operations import policy_init
 from webhook.operations.daemonset_drafts import device_plugin_evidence, seen_daemonset
+from webhook.operations.draft_text import yaml_scalar
 from webhook.operations.policy_init import (
     AGENTS_END,
     DEFAULT_HEADER,
@@ -274,8 +277,9 @@ def test_the_policy_drafted_validates_and_agrees_with_the_cluster(
     assert main(["policy", "validate", str(policy)]) == 0
     validated = capsys.readouterr().out
     assert validated.splitlines()[-1].startswith(f"{policy}: valid")
-    # nvidia.com/gpu is a full card, a time-slice and a MIG instance in different pools: said.
-    assert "denied as ambiguous" in validated
+    # nvidia.com/gpu is a full card, a time-slice and a MIG instance in different pools: the
+    # drafted poolPreference says which, so validate has no ambiguity to warn of.
+    assert "denied as ambiguous" not in validated and "warning" not in validated
 
     checked = main(["cluster", "check", "--policy", str(policy), "--kubeconfig", str(scripted)])
     out = capsys.readouterr().out
@@ -354,16 +358,30 @@ def test_pools_follow_products_taints_and_sharing(scripted: Path, tmp_path: Path
     assert spec["migCatalogue"]["customProducts"] == [
         {"name": "NVIDIA-A800-SXM4-80GB", "profiles": ["1g.10gb"]}
     ]
-    # The default policy's settings stay as shipped.
+    # The default policy's settings stay as shipped, but for a preference among the pools that
+    # share nvidia.com/gpu differently (whole GPUs first; the dedicated training pool left out).
     default = yaml.safe_load(webhook.default_policy_path().read_text())["spec"]
-    for key in ("resources", "gpuNodeTaints", "tenants", "rules", "newChecks", "mutation"):
+    for key in ("resources", "gpuNodeTaints", "rules", "newChecks", "mutation"):
         assert spec[key] == default[key], key
+    *tenants, preference = spec["tenants"]
+    assert tenants == default["tenants"]
+    assert preference == {
+        "namespaces": ["*"],
+        "poolPreference": [
+            "a100-80gb-pcie",
+            "h100-80gb-hbm3-general",
+            "a100-sxm4-40gb-mig-1g-5gb",
+            "l4-shared",
+        ],
+    }
 
 
 # A GPU Pod that asks for each product (nodeSelector on GPU feature discovery's label) and one
 # of the resources its nodes advertise; and the nodes it must land on.
 PRODUCT_PODS = [
-    ("NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", {"train-1", "train-2", "h100-1"}),
+    # The drafted poolPreference places it on the H100 pool that is not dedicated (tainted
+    # example.com/pool=training): a Pod that wants those nodes says so (the pool annotation).
+    ("NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", {"h100-1"}),
     ("NVIDIA-L4-SHARED", "nvidia.com/gpu", {"l4-1", "l4-2"}),
     ("NVIDIA-A10G", "nvidia.com/gpu.shared", {"a10g-1"}),
     ("NVIDIA-A100-80GB-PCIe", "nvidia.com/mig-3g.40gb", {"mig-mixed-1"}),
@@ -705,12 +723,23 @@ def test_cluster_check_compares_the_device_plugins_drafted(
         ("nvdp-config", plugin_container("c", "config-manager"), None),
         ("mirrored", {"name": "c", "image": "mirror.example.com/k8s-device-plugin:v0.17.0"}, None),
         ("dcgm", {"name": "c", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3"}, None),
+        (
+            "gpu-plugin",
+            {"name": "c", "image": f"gke.gcr.io/nvidia-gpu-device-plugin@sha256:{'1' * 64}"},
+            f"its container c runs gke.gcr.io/nvidia-gpu-device-plugin@sha256:{'1' * 64} "
+            "(GKE's device plugin)",
+        ),
+        (
+            "nvidia-gpu-device-plugin-small-cos",
+            {"name": "c", "image": "i"},
+            None,
+        ),  # not kube-system
     ],
 )
 def test_a_device_plugin_is_known_by_its_image_or_the_operators_name(
     name: str, container: dict[str, Any], evidence: str | None
 ) -> None:
-    assert device_plugin_evidence(name, {"containers": [container]}) == evidence
+    assert device_plugin_evidence("tools", name, {"containers": [container]}) == evidence
 
 
 def test_without_a_device_plugin_found_the_setting_is_left_to_fill_in() -> None:
@@ -724,6 +753,189 @@ def test_without_a_device_plugin_found_the_setting_is_left_to_fill_in() -> None:
     assert "  # devicePluginDaemonSets:\n  #   - {namespace: NAMESPACE, name: NAME}\n" in draft.text
     assert (
         "Found: no DaemonSet that runs NVIDIA's device plugin (image "
-        "nvcr.io/nvidia/k8s-device-plugin, or the GPU Operator's nvidia-device-plugin-daemonset)"
-        in comments(draft.text)
+        "nvcr.io/nvidia/k8s-device-plugin, the GPU Operator's nvidia-device-plugin-daemonset, "
+        "or GKE's kube-system/nvidia-gpu-device-plugin*)" in comments(draft.text)
     )
+
+
+# What the API server accepts as a label value (and a taint's value): up to 63 characters.
+LABEL_VALUE = st.from_regex(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?", fullmatch=True).filter(
+    lambda value: len(value) <= 63
+)
+
+
+def drafted_with(value: str) -> tuple[dict[str, str], Any]:
+    """A draft on two GPU nodes of the product ``value``, one labelled and tainted ``value``
+    where the other is not: its pool selects on ``value`` and declares it as the taint's."""
+    other = "other" if value != "other" else "another"
+    labelled = {"nvidia.com/gpu.product": value, "example.com/pool": value}
+    taint = Taint("example.com/dedicated", value, "NoSchedule")
+    nodes = [
+        gpu_node("gpu-1", labelled, (taint,)),
+        gpu_node("gpu-2", {"nvidia.com/gpu.product": value, "example.com/pool": other}),
+    ]
+    return labelled, draft_policy(nodes, [], source="test")
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["true", "yes", "on", "Off", "null", "1", "1.0", "1e3", "0x1", "0o7", "1_000", "2001-12-14"],
+)
+def test_a_label_value_yaml_reads_otherwise_is_written_as_the_same_string(value: str) -> None:
+    labelled, draft = drafted_with(value)
+    pool = next(p for p in draft.policy.pools if p.taints)
+    assert dict(pool.node_selector) == labelled
+    assert [dict(t) for t in pool.taints] == [
+        {"key": "example.com/dedicated", "value": value, "effect": "NoSchedule"}
+    ]
+    assert f'nvidia.com/gpu.product: "{value}"\n' in draft.text
+
+
+@pytest.mark.parametrize("value", ["~", "*x", "a: b", "-a", "#x", "&a", "!x", "[a]", "a #b", '"'])
+def test_yaml_syntax_in_cluster_data_is_quoted(value: str) -> None:
+    """Values the API server refuses in a label, but a scalar the draft writes may hold."""
+    assert yaml.safe_load(f"k: {yaml_scalar(value)}") == {"k": value}
+    assert yaml.safe_load(f"[{yaml_scalar(value)}]") == [value]
+
+
+@settings(derandomize=True, max_examples=25, deadline=None)
+@given(LABEL_VALUE)
+def test_any_label_value_round_trips_through_the_draft(value: str) -> None:
+    labelled, draft = drafted_with(value)
+    loaded = webhook.parse_policy(draft.text)  # as the webhook loads it
+    pool = next(p for p in loaded.pools if p.taints)
+    assert dict(pool.node_selector) == labelled
+    assert [t.get("value", "") for t in pool.taints] == [value]
+    # The tenant to start from (commented out) names the product as labelled (an empty
+    # product label names none).
+    products = re.findall(r"^    #     products: (.*)$", draft.text, re.MULTILINE)
+    assert [yaml.safe_load(p) for p in products] == ([[value]] if value else [])
+
+
+def gke_node(name: str, accelerator: str, extra: dict[str, str]) -> dict[str, Any]:
+    labels = {
+        "cloud.google.com/gke-nodepool": f"{name.rpartition('-')[0]}-pool",
+        "cloud.google.com/gke-accelerator": accelerator,
+        **extra,
+    }
+    return node(name, labels=labels, taints=(GPU_TAINT,), gpus={"nvidia.com/gpu": "4"})
+
+
+def test_gke_nodes_without_feature_discovery_make_pools_from_gkes_labels(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    time_sharing = {
+        "cloud.google.com/gke-gpu-sharing-strategy": "time-sharing",
+        "cloud.google.com/gke-max-shared-clients-per-gpu": "4",
+    }
+    mig = {"cloud.google.com/gke-gpu-partition-size": "1g.5gb"}
+    kube_api.add_all(
+        [
+            gke_node("a3-1", "nvidia-h100-80gb", {}),
+            gke_node("a3-2", "nvidia-h100-80gb", {}),
+            gke_node("l4ts-1", "nvidia-l4", time_sharing),
+            gke_node("mig-1", "nvidia-tesla-a100", mig),
+            node("cpu-1", labels={"cloud.google.com/gke-nodepool": "default-pool"}),
+            daemonset(
+                "kube-system",
+                "nvidia-gpu-device-plugin-small-cos",
+                EVERY_TAINT,
+                container={"name": "c", "image": "gke.gcr.io/nvidia-gpu-device-plugin:v1"},
+                desired=4,
+            ),
+        ]
+    )
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    path = tmp_path / "policy.yaml"
+    assert init(kubeconfig, "-o", str(path)) == 0
+    capsys.readouterr()
+    spec = yaml.safe_load(path.read_text())["spec"]
+    assert {p["name"]: (p["nodeSelector"], p["resources"]) for p in spec["pools"]} == {
+        "h100-80gb": (
+            {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
+            [{"name": "nvidia.com/gpu", "sharing": "Exclusive"}],
+        ),
+        "l4": (
+            {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+            [
+                {
+                    "name": "nvidia.com/gpu",
+                    "sharing": "TimeSlicing",
+                    "failRequestsGreaterThanOne": True,
+                }
+            ],
+        ),
+        "a100": (
+            {"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"},
+            [{"name": "nvidia.com/gpu", "sharing": "MIG"}],
+        ),
+    }
+    assert spec["devicePluginDaemonSets"] == [
+        {"namespace": "kube-system", "name": "nvidia-gpu-device-plugin-small-cos"}
+    ]
+    said = comments(path.read_text())
+    assert "GKE refuses a container that asks for more than one shared GPU" in said
+    assert "Found: GKE's MIG partitions (cloud.google.com/gke-gpu-partition-size)" in said
+    assert "keep tenants to this pool by reservedPools instead" in said
+    checked = main(["cluster", "check", "--policy", str(path), "--kubeconfig", str(kubeconfig)])
+    assert checked == 0, capsys.readouterr().out
+
+
+def test_gpu_nodes_no_pool_can_take_give_a_draft_without_pools() -> None:
+    gpu = Taint("nvidia.com/gpu", "", "NoSchedule")
+    nodes = [gpu_node("bare-1", {}, (gpu,)), gpu_node("bare-2", {}, (gpu,))]
+    draft = draft_policy(nodes, [], source="test")
+    assert draft.pools == () and draft.policy.pools == ()
+    assert len(draft.unpooled) == 2
+    assert "Found: no pool could be drafted" in comments(draft.text)
+
+
+EKS_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}  # EKS' GPU node taint, no value
+
+
+def eks_mix() -> list[dict[str, Any]]:
+    """H100s and H200s, a MIG single-strategy A100 and time-sliced L4s, all offering
+    nvidia.com/gpu, tainted as EKS taints GPU node groups."""
+    shared = {"nvidia.com/gpu.replicas": "4", SHARING: "time-slicing"}
+    made = [
+        ("h100-1", {**H100}),
+        ("h100-2", {**H100}),
+        ("h200-1", {"nvidia.com/gpu.product": "NVIDIA-H200", "nvidia.com/gpu.count": "8"}),
+        ("mig-1", {**A100_SINGLE}),
+        ("l4-1", {"nvidia.com/gpu.product": "NVIDIA-L4-SHARED", **shared}),
+    ]
+    return [
+        node(name, labels=labels, taints=(EKS_TAINT,), gpus={"nvidia.com/gpu": "8"})
+        for name, labels in made
+    ] + [node("cpu-1")]
+
+
+def test_a_plain_gpu_pod_is_admitted_on_the_eks_mix_and_lands_on_whole_gpus() -> None:
+    raw = eks_mix()
+    default = webhook.parse_policy(webhook.default_policy_path().read_text())
+    draft = draft_policy([node_info(n, default, every_label=True) for n in raw], [], source="t")
+    assert draft.warnings == ()  # policy validate has nothing to say of it
+    said = comments(draft.text)
+    assert "Guessed: pools offer nvidia.com/gpu in different sharing modes" in said
+    assert "it goes to pool h100-80gb-hbm3 (whole GPUs first" in said
+    # gpuNodeTaints are the nodes' own, without the default's value.
+    assert [dict(t) for t in draft.policy.gpu_node_taints] == [EKS_TAINT]
+    assert "Found: every GPU node carries nvidia.com/gpu:NoSchedule" in said
+
+    pod = gpu_pod("", "nvidia.com/gpu")
+    del pod["spec"]["nodeSelector"]
+    decision = decide(pod, draft.policy)
+    assert decision.allowed, decision.response
+    mutated = apply_both(pod, decode_patch(decision))
+    validate_pod(mutated)
+    landing = {
+        n["metadata"]["name"]
+        for n in raw
+        if admits_node(mutated, n["metadata"]["labels"])
+        and all(tolerated(mutated, t) for t in n["spec"].get("taints", []))
+    }
+    assert landing == {"h100-1", "h100-2"}
+    assert decide(mutated, draft.policy, mutate=False).allowed
+    # Its tolerations tolerate each GPU node's taints.
+    for gpu_node_ in raw[:-1]:
+        assert all(tolerated(mutated, t) for t in gpu_node_["spec"]["taints"])

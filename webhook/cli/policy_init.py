@@ -22,15 +22,24 @@ examples:
   gpu-admission policy init --from-cluster -o policy.yaml --force   # overwrite policy.yaml
 
 What it drafts, on the default policy (its settings and comments kept):
-  pools             one per kind of GPU node: product (nvidia.com/gpu.product), taints, sharing
-                    (nvidia.com/gpu.sharing-strategy, nvidia.com/gpu.replicas, the MIG strategy)
+  pools             one per kind of GPU node: product (nvidia.com/gpu.product; without GPU
+                    feature discovery GKE's cloud.google.com/gke-accelerator or EKS'
+                    k8s.amazonaws.com/accelerator), taints, sharing (nvidia.com/gpu.sharing-
+                    strategy, nvidia.com/gpu.replicas, the MIG strategy; GKE's sharing and
+                    partition labels)
+  gpuNodeTaints     the taints every GPU node carries
+  tenants ["*"]     a poolPreference (whole GPUs first) where pools share a resource differently
   migCatalogue      the MIG-capable products found
+  devicePluginDaemonSets  the DaemonSets running the device plugin: image
+                    nvcr.io/nvidia/k8s-device-plugin, the GPU Operator's
+                    nvidia-device-plugin-daemonset, GKE's kube-system/nvidia-gpu-device-plugin*
   companionResources  vendor resources that are no GPU (a NIC's)
   tenants           commented out: the namespaces of DaemonSets that tolerate every taint, as an
                     exemption to consider, and a tenant to start from
 Comments that start with Found: say what was seen, Guessed: what was inferred. The draft is
-loaded as the webhook loads it, and compared with the nodes as `cluster check` compares them,
-before it is written: what would still disagree is printed on stderr.
+loaded as the webhook loads it, linted as `policy validate` lints it (each warning printed on
+stderr and written at the top of the draft), and compared with the nodes as `cluster check`
+compares them, before it is written: what would still disagree is printed on stderr.
 Needs list on nodes and daemonsets ({AUDITOR_ROLE} has them).
 
 exit status: 0 drafted, 1 the cluster has no GPU node, 2 could not run (unreachable cluster,
@@ -90,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
         f"read; check each comment marked Found: or Guessed:",
         file=sys.stderr,
     )
+    for warned in draft.warnings:
+        print(f"gpu-admission: policy validate will warn: {warned}", file=sys.stderr)
     for line in draft.unpooled:
         print(f"gpu-admission: in no pool: {line}", file=sys.stderr)
     for found in draft.drift:

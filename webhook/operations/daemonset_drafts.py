@@ -5,8 +5,10 @@ desired count ``cluster check`` compares with the GPU nodes each should cover).
 
 The device plugin is recognised by what a DaemonSet states, never by where it runs: a
 container runs its image (``nvcr.io/nvidia/k8s-device-plugin``, any tag or digest) and none of
-the image's other programs, or the DaemonSet has the name the GPU Operator gives its own (the
-operator's image may come from a mirror).
+the image's other programs, or GKE's (an image named ``nvidia-gpu-device-plugin``, any
+registry), or the DaemonSet has the name the GPU Operator gives its own or, in kube-system, the
+name GKE gives its own (``nvidia-gpu-device-plugin``, ``-<node image>``): their images may
+come from a mirror.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ from webhook.policy.model import DaemonSetName
 
 DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin"
 GPU_OPERATOR_DEVICE_PLUGIN = "nvidia-device-plugin-daemonset"
+# GKE's own device plugin: the kube-system DaemonSets nvidia-gpu-device-plugin-* (one per node
+# image: -small-cos, -large-cos, ...), whose image (gke.gcr.io/, registry.k8s.io/, a mirror)
+# is named nvidia-gpu-device-plugin.
+GKE_DEVICE_PLUGIN = "nvidia-gpu-device-plugin"
 # The image's other programs, which DaemonSets of their own run by command: GPU feature
 # discovery (in the image since v0.15), the MPS control daemon, the configuration sidecar.
 OTHER_PROGRAMS = frozenset({"gpu-feature-discovery", "mps-control-daemon", "config-manager"})
@@ -74,21 +80,29 @@ def seen_daemonset(obj: Mapping[str, Any]) -> SeenDaemonSet:
         {key: template[key] for key in PLACEMENT_FIELDS if key in template},
         _count(status.get("desiredNumberScheduled")),
         _count(status.get("numberReady")),
-        device_plugin_evidence(name, template),
+        device_plugin_evidence(str(metadata.get("namespace") or ""), name, template),
     )
 
 
-def device_plugin_evidence(name: str, template: Mapping[str, Any]) -> str | None:
-    """Why the DaemonSet of this name and Pod template runs NVIDIA's device plugin (see the
-    module's docstring); None when nothing says it does."""
+def device_plugin_evidence(namespace: str, name: str, template: Mapping[str, Any]) -> str | None:
+    """Why the DaemonSet of this namespace, name and Pod template runs NVIDIA's device plugin
+    (see the module's docstring); None when nothing says it does."""
     if name == GPU_OPERATOR_DEVICE_PLUGIN:
         return "its name is the one the GPU Operator gives its device plugin"
+    if namespace == "kube-system" and (
+        name == GKE_DEVICE_PLUGIN or name.startswith(f"{GKE_DEVICE_PLUGIN}-")
+    ):
+        return "its name and namespace are those GKE gives its device plugin"
     containers = template.get("containers")
     for container in containers if isinstance(containers, list) else ():
         if not isinstance(container, Mapping):
             continue
         image = container.get("image")
-        if not isinstance(image, str) or _repository(image) != DEVICE_PLUGIN_IMAGE:
+        if not isinstance(image, str):
+            continue
+        if _repository(image).rpartition("/")[2] == GKE_DEVICE_PLUGIN:
+            return f"its container {container.get('name')} runs {image} (GKE's device plugin)"
+        if _repository(image) != DEVICE_PLUGIN_IMAGE:
             continue
         command = container.get("command")
         program = str(command[0]) if isinstance(command, list) and command else ""

@@ -15,16 +15,14 @@ check`` compares them: what would still disagree is returned.
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-import yaml
 
 from webhook.audit.drift import find_drift
 from webhook.audit.drift_finding import Drift
 from webhook.core.inventory import (
     NodeInfo,
+    Taint,
     gpu_memory_mib,
     gpu_product,
     is_gpu_node,
@@ -34,24 +32,28 @@ from webhook.core.inventory import (
 from webhook.core.wording import count, names, number
 from webhook.operations.daemonset_drafts import (
     DEVICE_PLUGIN_IMAGE,
+    GKE_DEVICE_PLUGIN,
     GPU_OPERATOR_DEVICE_PLUGIN,
     SeenDaemonSet,
 )
+from webhook.operations.draft_text import comment, flow, yaml_scalar
 from webhook.operations.pool_drafts import (
+    GKE_PARTITION,
     GPU_COUNT,
-    MIG_STRATEGY,
-    SHARING_STRATEGY,
+    SHARING_LABELS,
     DraftResource,
     PoolDraft,
     PoolPlan,
     plan_pools,
+    pool_taints,
     seen_text,
+    taint_text,
 )
+from webhook.operations.tenant_drafts import agents_block, preference, tenant_example
 from webhook.policy.load import default_policy_path, parse_policy
-from webhook.policy.mig import CATALOGUE, catalogued_as
+from webhook.policy.mig import CATALOGUE, GPU_PRODUCT, catalogued_as
 from webhook.policy.model import Policy
 
-WIDTH = 99
 # Where the default policy's text takes what is drafted: each start once in it, with its end
 # (the first after it) where the text from the start to the end is replaced.
 METADATA = "metadata:\n  name: default\n  description:"
@@ -62,8 +64,10 @@ DEFAULT_HEADER = "# The default gpu-admission policy:"
 HEADER_END = "#\n"
 AGENTS_START = "    # Node agents that must mount host paths"
 AGENTS_END = "    #     - reason: Node agents that run on every node, GPU nodes included.\n"
-AGENT_REASON = "Node agents that run on every node, GPU nodes included."
+GPU_NODE_TAINTS = "  gpuNodeTaints:\n"
+GPU_NODE_TAINTS_END = "      effect: NoSchedule\n"
 ANCHORS: tuple[tuple[str, str | None], ...] = (
+    (GPU_NODE_TAINTS, GPU_NODE_TAINTS_END),
     (METADATA, "\n"),
     (DEFAULT_HEADER, HEADER_END),
     (MIG_CATALOGUE, None),
@@ -87,6 +91,7 @@ class Draft:
     gpu_nodes: int
     unpooled: tuple[str, ...]
     drift: tuple[Drift, ...]
+    warnings: tuple[str, ...]  # what policy validate warns of it, "path: message"
 
 
 class NoGpuNodes(Exception):
@@ -140,11 +145,19 @@ def draft_policy(
     drafted = _pools_block(plan) + _device_plugins(plugins)
     text = _edit(text, where, drafted + MIG_CATALOGUE, MIG_CATALOGUE)
     text = _edit(text, where, _mig_products(gpu_nodes), MIG_PRODUCTS)
+    common = [t for t in pool_taints(gpu_nodes[0]) if all(t in pool_taints(n) for n in gpu_nodes)]
+    if common:
+        text = _edit(text, where, _gpu_node_taints(common), GPU_NODE_TAINTS, GPU_NODE_TAINTS_END)
     if not any(t.effect in ("NoSchedule", "NoExecute") for n in gpu_nodes for t in n.taints):
         text = _edit(text, where, _untainted() + HOST_PATHS, HOST_PATHS)
-    tenants = _agents_block(agents, base_policy) + _tenant_example(plan)
+    tenants = agents_block(agents, base_policy) + tenant_example(plan) + preference(plan)
     text = _edit(text, where, tenants, AGENTS_START, AGENTS_END)
     policy = parse_policy(text, "drafted policy")
+    warned = tuple(f"{w.path}: {w.message}" for w in policy.warnings if w.level != "info")
+    if warned:
+        said = "policy validate warns of this draft (fix each before you serve it):\n"
+        text = comment(said + "\n".join(f"- {w}" for w in warned), 0) + "#\n" + text
+        policy = parse_policy(text, "drafted policy")
     compared = {plugin.named: plugin.as_read() for plugin in plugins}
     return Draft(
         text,
@@ -154,6 +167,7 @@ def draft_policy(
         len(gpu_nodes),
         tuple(f"{node.name}: {why}" for node, why in plan.unpooled),
         tuple(d for d in find_drift(policy, nodes, compared) if d.level == "drift"),
+        warned,
     )
 
 
@@ -186,41 +200,6 @@ def _locate(text: str, start: str, end: str | None) -> tuple[int, int] | str:
     return at, stop + len(end)
 
 
-def _comment(text: str, indent: int) -> str:
-    prefix = " " * indent + "# "
-    return "".join(
-        line + "\n"
-        for paragraph in text.rstrip("\n").split("\n")
-        for line in textwrap.wrap(
-            paragraph,
-            WIDTH,
-            initial_indent=prefix,
-            subsequent_indent=prefix,
-            break_on_hyphens=False,
-        )
-        or [prefix.rstrip()]
-    )
-
-
-def _scalar(value: str) -> str:
-    """A YAML scalar that loads back as the string ``value``: plain where it can be."""
-    try:
-        plain = yaml.safe_load(value) == value and value.strip() == value and ": " not in value
-    except yaml.YAMLError:
-        plain = False
-    return (
-        value if plain and not value.startswith(("#", "{", "[", "*", "&", "!")) else _quoted(value)
-    )
-
-
-def _quoted(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _flow(items: Iterable[str]) -> str:
-    return "[" + ", ".join(_scalar(i) for i in items) + "]"
-
-
 def _header(
     nodes: Sequence[NodeInfo], gpu_nodes: Sequence[NodeInfo], plan: PoolPlan, source: str
 ) -> str:
@@ -235,7 +214,7 @@ def _header(
         "each, then:\n"
         "  gpu-admission policy validate FILE && gpu-admission cluster check --policy FILE\n"
     )
-    return _comment(said, 0) + "#\n# Its modes are the default policy's:\n"
+    return comment(said, 0) + "#\n# Its modes are the default policy's:\n"
 
 
 def _metadata(gpu_nodes: int) -> str:
@@ -249,14 +228,14 @@ def _metadata(gpu_nodes: int) -> str:
 def _pools_block(plan: PoolPlan) -> str:
     lines = ""
     if plan.companions:
-        lines += _comment(
+        lines += comment(
             f"Found: {', '.join(plan.companions)} in the nodes' capacity: vendor resources that "
             "hand out no GPU (a NIC's, a companion of the GPUs): they go beside GPUs in any pool "
             "and choose none.",
             2,
         )
-        lines += f"  companionResources: {_flow(plan.companions)}\n"
-    lines += _comment(
+        lines += f"  companionResources: {flow(plan.companions)}\n"
+    lines += comment(
         "One pool per kind of GPU node found: a GPU Pod goes to the pool that offers what it "
         "asks for, and gets the pool's tolerations and required node affinity. Where several "
         "pools offer it (nvidia.com/gpu on nodes of several products), the Pod chooses by its "
@@ -266,10 +245,16 @@ def _pools_block(plan: PoolPlan) -> str:
         2,
     )
     if plan.unpooled:
-        lines += _comment(
+        lines += comment(
             "Found: GPU nodes no pool could take (cluster check names them as in no pool): "
             + "; ".join(f"{node.name}: {why}" for node, why in plan.unpooled)
             + ". Label them apart and declare a pool for them.",
+            2,
+        )
+    if not plan.pools:
+        return lines + comment(
+            "Found: no pool could be drafted: every GPU node is in no pool (above). They get "
+            "the tolerations of gpuNodeTaints below; declare pools once they are labelled apart.",
             2,
         )
     lines += "  pools:\n"
@@ -282,9 +267,11 @@ def _pool(draft: PoolDraft) -> str:
     said = [f"Found: {seen_text(draft)}."]
     said += _sharing_found(draft)
     said += [f"Guessed: {guess}." for guess in draft.guesses]
-    lines = "".join(_comment(s, 4) for s in said)
-    lines += f"    - name: {draft.name}\n      nodeSelector:\n"
-    lines += "".join(f"        {_scalar(k)}: {_scalar(v)}\n" for k, v in draft.selector.items())
+    lines = "".join(comment(s, 4) for s in said)
+    lines += f"    - name: {yaml_scalar(draft.name)}\n      nodeSelector:\n"
+    lines += "".join(
+        f"        {yaml_scalar(k)}: {yaml_scalar(v)}\n" for k, v in draft.selector.items()
+    )
     if draft.gpus_per_node is not None:
         lines += f"      gpusPerNode: {draft.gpus_per_node}\n"
     lines += "      resources:\n"
@@ -292,29 +279,26 @@ def _pool(draft: PoolDraft) -> str:
     if draft.taints:
         lines += "      taints:\n"
         for taint in draft.taints:
-            value = f"value: {_scalar(taint.value)}, " if taint.value else ""
-            lines += f"        - {{key: {_scalar(taint.key)}, {value}effect: {taint.effect}}}\n"
+            value = f"value: {yaml_scalar(taint.value)}, " if taint.value else ""
+            lines += f"        - {{key: {yaml_scalar(taint.key)}, {value}effect: {taint.effect}}}\n"
     return lines
 
 
 def _resource(resource: DraftResource) -> str:
     extra = ", failRequestsGreaterThanOne: true" if resource.fail_requests_greater_than_one else ""
-    return f"{{name: {_scalar(resource.name)}, sharing: {resource.sharing}{extra}}}"
+    return f"{{name: {yaml_scalar(resource.name)}, sharing: {resource.sharing}{extra}}}"
 
 
 def _sharing_found(draft: PoolDraft) -> list[str]:
     """What the nodes' labels say of the pool's sharing and size."""
     said: list[str] = []
     labels = draft.nodes[0].labels
-    shown = [
-        f"{key}={labels[key]}"
-        for key in (SHARING_STRATEGY, "nvidia.com/gpu.replicas", MIG_STRATEGY)
-        if key in labels
-    ]
+    shown = [f"{key}={labels[key]}" for key in SHARING_LABELS if key in labels]
     modes = {r.sharing for r in draft.resources}
+    gke = any(key.startswith("cloud.google.com/") for key in SHARING_LABELS if key in labels)
     if shown:
         said.append(
-            f"Found: {', '.join(shown)} (GPU feature discovery): declared "
+            f"Found: {', '.join(shown)} ({'GKE' if gke else 'GPU feature discovery'}): declared "
             f"{', '.join(f'{r.name} {r.sharing}' for r in draft.resources)}."
         )
     product = gpu_product(draft.nodes[0])
@@ -323,11 +307,28 @@ def _sharing_found(draft: PoolDraft) -> list[str]:
             f"Found: the single MIG strategy (product label ...-MIG-{product.mig_profile}): "
             "each nvidia.com/gpu is one MIG instance."
         )
-    if modes - {"Exclusive", "MIG"}:
+    if GKE_PARTITION in labels:
+        said.append(
+            f"Found: GKE's MIG partitions ({GKE_PARTITION}): each nvidia.com/gpu is one MIG "
+            "instance."
+        )
+    if modes - {"Exclusive", "MIG"} and gke:
+        said.append(
+            "Found: failRequestsGreaterThanOne on the shared resources: GKE refuses a container "
+            "that asks for more than one shared GPU."
+        )
+    elif modes - {"Exclusive", "MIG"}:
         said.append(
             "Guessed: failRequestsGreaterThanOne on the shared resources, as the guide sets "
             "the device plugin's option of that name; no node shows it. Delete it if your "
             "sharing configuration lets a container take several replicas."
+        )
+    if draft.product_label != GPU_PRODUCT:
+        said.append(
+            f"Found: no GPU feature discovery labels: the product is the cloud's "
+            f"{draft.product_label}. The policy names products (a tenant's entitlements.products) "
+            f"as {GPU_PRODUCT} spells them, which these nodes lack: keep tenants to this pool "
+            "by reservedPools instead, or deploy GPU feature discovery and draft again."
         )
     if draft.gpus_per_node is not None:
         counts = sorted({int(n.labels[GPU_COUNT]) for n in draft.nodes})
@@ -340,25 +341,27 @@ def _device_plugins(plugins: Sequence[SeenDaemonSet]) -> str:
     """``devicePluginDaemonSets``: the DaemonSets found running NVIDIA's device plugin, each
     with why; a commented-out entry to fill in where none is."""
     if not plugins:
-        return _comment(
+        return comment(
             f"Found: no DaemonSet that runs NVIDIA's device plugin (image {DEVICE_PLUGIN_IMAGE}, "
-            f"or the GPU Operator's {GPU_OPERATOR_DEVICE_PLUGIN}): cluster check compares no "
+            f"the GPU Operator's {GPU_OPERATOR_DEVICE_PLUGIN}, or GKE's kube-system/"
+            f"{GKE_DEVICE_PLUGIN}*): cluster check compares no "
             "device plugin with the GPU nodes. Name yours:",
             2,
         ) + ("  # devicePluginDaemonSets:\n  #   - {namespace: NAMESPACE, name: NAME}\n")
-    lines = _comment(
+    lines = comment(
         "The DaemonSets that run the device plugin: cluster check compares the Pods each "
         "wants with the GPU nodes its node selector, node affinity and tolerations admit.",
         2,
     )
     lines += "  devicePluginDaemonSets:\n"
     for plugin in plugins:
-        lines += _comment(
+        lines += comment(
             f"Found: {plugin.named} runs NVIDIA's device plugin ({plugin.device_plugin}): "
             f"{number(plugin.desired, 'Pod')} desired, {plugin.ready} ready.",
             4,
         )
-        lines += f"    - {{namespace: {_scalar(plugin.namespace)}, name: {_scalar(plugin.name)}}}\n"
+        namespace, name = yaml_scalar(plugin.namespace), yaml_scalar(plugin.name)
+        lines += f"    - {{namespace: {namespace}, name: {name}}}\n"
     return lines
 
 
@@ -383,7 +386,7 @@ def _mig_products(gpu_nodes: Sequence[NodeInfo]) -> str:
         else:
             unknown.setdefault(product.name, []).append(node.name)
     if not entries:
-        return _comment("Found: no MIG-capable GPU: every catalogued product's profiles.", 4) + (
+        return comment("Found: no MIG-capable GPU: every catalogued product's profiles.", 4) + (
             MIG_PRODUCTS
         )
     found = "; ".join(
@@ -391,14 +394,14 @@ def _mig_products(gpu_nodes: Sequence[NodeInfo]) -> str:
         f"{count(listed, 'node')}"
         for e, listed in sorted(entries.items())
     )
-    lines = _comment(
+    lines = comment(
         f"Found: the MIG-capable GPUs {found}. Only their products' MIG profiles are accepted; "
         '["*"] accepts every catalogued product\'s.',
         4,
     )
-    lines += f"    products: {_flow(sorted(entries))}\n"
+    lines += f"    products: {flow(sorted(entries))}\n"
     for name, listed in sorted(unknown.items()):
-        lines += _comment(
+        lines += comment(
             f"Found: {name}, MIG-capable and not in the catalogue, on {names(listed)}, not "
             "partitioned: add it to customProducts with the profiles nvidia-smi mig -lgip lists "
             "on one of them (cluster check names it until then).",
@@ -407,85 +410,36 @@ def _mig_products(gpu_nodes: Sequence[NodeInfo]) -> str:
     if custom:
         lines += "    customProducts:\n"
         for name, profiles in sorted(custom.items()):
-            lines += _comment(
+            lines += comment(
                 f"Guessed: {name} is not in the catalogue; its profiles are those its nodes "
                 "are partitioned into. Add every profile nvidia-smi mig -lgip lists.",
                 6,
             )
-            lines += f"      - {{name: {_scalar(name)}, profiles: {_flow(sorted(profiles))}}}\n"
+            lines += f"      - {{name: {yaml_scalar(name)}, profiles: {flow(sorted(profiles))}}}\n"
+    return lines
+
+
+def _gpu_node_taints(taints: Sequence[Taint]) -> str:
+    """``gpuNodeTaints``: the taints every GPU node carries, as they carry them."""
+    lines = comment(
+        f"Found: every GPU node carries {', '.join(taint_text(t) for t in taints)}: the "
+        "tolerations added to GPU Pods match them.",
+        2,
+    )
+    lines += GPU_NODE_TAINTS
+    for taint in taints:
+        lines += f"    - key: {yaml_scalar(taint.key)}\n"
+        if taint.value:
+            lines += f"      value: {yaml_scalar(taint.value)}\n"
+        lines += f"      effect: {taint.effect}\n"
     return lines
 
 
 def _untainted() -> str:
-    return _comment(
+    return comment(
         "Found: no GPU node carries a NoSchedule or NoExecute taint, so any Pod can land on "
         "one: the security rules judge every Pod as able to reach a GPU node. Taint them "
         "(kubectl taint nodes NODE nvidia.com/gpu=present:NoSchedule), add the taint to the "
         "pools and delete this setting.",
         2,
     ) + ("  gpuNodesTainted: false\n")
-
-
-def _agents_block(agents: Sequence[SeenDaemonSet], base: Policy) -> str:
-    """The namespaces of the DaemonSets that tolerate every taint: those the policy exempts
-    already named, the others proposed as an exemption, commented out."""
-    by_namespace: dict[str, list[str]] = {}
-    for agent in sorted(agents, key=lambda a: (a.namespace, a.name)):
-        by_namespace.setdefault(agent.namespace, []).append(agent.name)
-    exempt = {
-        ns
-        for ns in by_namespace
-        if any(
-            e.namespaces.matches(ns) and e.rules is None and e.service_accounts is None
-            for e in base.exemptions
-        )
-    }
-    proposed = [ns for ns in by_namespace if ns not in exempt]
-
-    def listed(namespaces: Iterable[str]) -> str:
-        return "; ".join(f"{ns} ({', '.join(by_namespace[ns])})" for ns in namespaces)
-
-    if not by_namespace:
-        return _comment(
-            "Found: no DaemonSet that tolerates every taint (operator: Exists without a key): "
-            "no node agent to exempt.",
-            4,
-        )
-    said = (
-        "Found: DaemonSets that tolerate every taint (operator: Exists without a key), whose "
-        "Pods run on GPU nodes too."
-    )
-    if exempt:
-        said += f" Exempt above already: {listed(sorted(exempt))}."
-    if not proposed:
-        return _comment(said, 4)
-    said += (
-        f" Not exempt, and warned (not denied) under this policy: {listed(proposed)}. An "
-        "exemption trusts everyone who may create Pods in its namespaces: uncomment it "
-        "knowingly."
-    )
-    lines = _comment(said, 4)
-    lines += "    # - namespaces:\n"
-    lines += "".join(f"    #     - {ns}\n" for ns in proposed)
-    lines += f"    #   exemptions:\n    #     - reason: {AGENT_REASON}\n"
-    return lines
-
-
-def _tenant_example(plan: PoolPlan) -> str:
-    """A tenant to start from, commented out: a team kept to the first pool's product."""
-    first = next((p for p in plan.pools if p.product is not None), plan.pools[0])
-    resource = first.resources[0].name
-    lines = _comment(
-        "Tenants are yours to write: who may use which GPUs, whom they ask. For example, a team "
-        f"kept to the GPUs of pool {first.name}:",
-        4,
-    )
-    lines += "    # - namespaces: [team-a-*]\n"
-    lines += '    #   contact: "#team-a-gpus"\n'
-    lines += "    #   entitlements:\n"
-    product = gpu_product(first.nodes[0])
-    if product is not None:
-        lines += f"    #     products: [{_scalar(product.name)}]\n"
-    lines += f"    #     maxGPUs: {{{_scalar(resource)}: 8}}\n"
-    lines += f"    #   reservedPools: [{first.name}]\n"
-    return lines

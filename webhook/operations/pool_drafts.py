@@ -33,8 +33,25 @@ from webhook.policy.mig import GPU_PRODUCT, MIG_PREFIX
 SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"
 MIG_STRATEGY = "nvidia.com/mig.strategy"
 GPU_COUNT = "nvidia.com/gpu.count"
-# GPU feature discovery's labels that tell nodes of one product apart by how they share.
-SHARING_LABELS = (SHARING_STRATEGY, MIG_STRATEGY, GPU_REPLICAS)
+# A managed cluster's own labels where GPU feature discovery does not run: GKE's accelerator
+# (nvidia-l4), sharing (time-sharing, mps; the clients per GPU) and MIG partition (1g.5gb), and
+# EKS's accelerator.
+GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
+GKE_SHARING = "cloud.google.com/gke-gpu-sharing-strategy"
+GKE_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
+GKE_PARTITION = "cloud.google.com/gke-gpu-partition-size"
+EKS_ACCELERATOR = "k8s.amazonaws.com/accelerator"
+# The labels that name a node's GPU product, GPU feature discovery's first.
+PRODUCT_LABELS = (GPU_PRODUCT, GKE_ACCELERATOR, EKS_ACCELERATOR)
+# The labels that tell nodes of one product apart by how they share.
+SHARING_LABELS = (
+    SHARING_STRATEGY,
+    MIG_STRATEGY,
+    GPU_REPLICAS,
+    GKE_SHARING,
+    GKE_CLIENTS,
+    GKE_PARTITION,
+)
 # Taints a node carries for a while (starting, cordoned, drained, being scaled down): never a
 # pool's.
 PASSING_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
@@ -87,8 +104,9 @@ class PoolDraft:
 
     name: str
     nodes: list[NodeInfo]
-    product: str | None
+    product: str | None  # the value of product_label
     taints: tuple[Taint, ...]
+    product_label: str = GPU_PRODUCT
     selector: dict[str, str] = field(default_factory=dict)
     resources: list[DraftResource] = field(default_factory=list)
     gpus_per_node: int | None = None
@@ -131,9 +149,10 @@ def node_sharing(node: NodeInfo) -> str | None:
     """How the device plugin shares the node's GPUs, as GPU feature discovery labels it: MPS,
     TimeSlicing, or None (not shared)."""
     strategy = node.labels.get(SHARING_STRATEGY)
-    if strategy == "mps":
+    gke = node.labels.get(GKE_SHARING)
+    if strategy == "mps" or gke == "mps":
         return "MPS"
-    if strategy == "time-slicing" or time_sliced(node):
+    if strategy == "time-slicing" or gke == "time-sharing" or time_sliced(node):
         return "TimeSlicing"
     return None
 
@@ -145,7 +164,8 @@ def resource_sharing(name: str, node: NodeInfo) -> str:
     product = gpu_product(node)
     if short.startswith(MIG_PREFIX):
         return "MIGTimeSlicing" if short.endswith(".shared") or sharing else "MIG"
-    if product is not None and product.mig_profile is not None:  # the single MIG strategy
+    if (product is not None and product.mig_profile is not None) or GKE_PARTITION in node.labels:
+        # The single MIG strategy, or GKE's partitions: each nvidia.com/gpu is a MIG instance.
         return "MIGTimeSlicing" if sharing else "MIG"
     if short.endswith(".shared"):
         return sharing or "TimeSlicing"
@@ -158,7 +178,8 @@ def plan_pools(nodes: Iterable[NodeInfo]) -> PoolPlan:
     gpu_nodes = [n for n in every if is_gpu_node(n)]
     companions = sorted({r for n in every for r in n.vendor_resources() if not is_gpu_resource(r)})
     unpooled: list[tuple[NodeInfo, str]] = []
-    groups: dict[tuple[str | None, tuple[Taint, ...], str | None, str | None], list[NodeInfo]] = {}
+    groups: dict[tuple[str, str | None, tuple[Taint, ...], str | None, str | None], list[NodeInfo]]
+    groups = {}
     for node in gpu_nodes:
         if not any(is_gpu_resource(r) for r in node.vendor_resources()) and node.vendor_resources():
             unpooled.append(
@@ -168,14 +189,16 @@ def plan_pools(nodes: Iterable[NodeInfo]) -> PoolPlan:
                 )
             )
             continue
+        label = next((k for k in PRODUCT_LABELS if k in node.labels), GPU_PRODUCT)
         key = (
-            node.labels.get(GPU_PRODUCT),
+            label,
+            node.labels.get(label),
             pool_taints(node),
             node_sharing(node),
-            node.labels.get(MIG_STRATEGY),
+            node.labels.get(MIG_STRATEGY) or node.labels.get(GKE_PARTITION),
         )
         groups.setdefault(key, []).append(node)
-    drafts = [PoolDraft("", members, key[0], key[1]) for key, members in groups.items()]
+    drafts = [PoolDraft("", members, key[1], key[2], key[0]) for key, members in groups.items()]
     drafts = _separate(drafts, every, unpooled)
     for draft in drafts:
         _describe(draft)
@@ -220,7 +243,7 @@ def _selector(draft: PoolDraft, others: list[NodeInfo]) -> tuple[dict[str, str],
     """The labels that select the draft's nodes, and the other nodes they select too."""
     selector: dict[str, str] = {}
     if draft.product is not None:
-        selector[GPU_PRODUCT] = draft.product
+        selector[draft.product_label] = draft.product
     common = dict(draft.nodes[0].labels)
     for node in draft.nodes[1:]:
         common = {k: v for k, v in common.items() if node.labels.get(k) == v}
@@ -235,7 +258,7 @@ def _selector(draft: PoolDraft, others: list[NodeInfo]) -> tuple[dict[str, str],
         (
             (k, v)
             for k, v in common.items()
-            if k != GPU_PRODUCT and not k.startswith(UNFIT_LABEL_PREFIXES)
+            if k != draft.product_label and not k.startswith(UNFIT_LABEL_PREFIXES)
         ),
         key=rank,
     )
@@ -272,7 +295,7 @@ def _matches(node: NodeInfo, selector: Mapping[str, str]) -> bool:
 def _merge(drafts: list[PoolDraft]) -> PoolDraft:
     nodes = sorted((n for d in drafts for n in d.nodes), key=lambda n: n.name)
     taints = tuple(t for t in drafts[0].taints if all(t in d.taints for d in drafts[1:]))
-    merged = PoolDraft("", nodes, drafts[0].product, taints)
+    merged = PoolDraft("", nodes, drafts[0].product, taints, drafts[0].product_label)
     differing = sorted({t for d in drafts for t in d.taints} - set(taints), key=str)
     for taint in differing:
         on = [n.name for n in nodes if taint in pool_taints(n)]
@@ -321,9 +344,10 @@ def _name(drafts: list[PoolDraft]) -> None:
     taken: set[str] = set()
     for draft in drafts:
         parts = [draft.product] if draft.product else []
-        parts += [v for k, v in draft.selector.items() if k != GPU_PRODUCT]
+        parts += [v for k, v in draft.selector.items() if k != draft.product_label]
         words = "-".join(parts).lower() or "gpu"
-        words = next((words[len(m) :] for m in _MAKERS if words.startswith(m)), words)
+        for maker in _MAKERS:  # nvidia-tesla-a100: a100
+            words = words.removeprefix(maker)
         base = _NAME_UNFIT.sub("-", words).strip("-")[:56].strip("-") or "gpu"
         name, suffix = base, 2
         while name in taken:
