@@ -126,7 +126,9 @@ class PoolPlan:
 def is_gpu_resource(name: str) -> bool:
     """A vendor resource that hands out a GPU: ``gpu``, ``gpu.shared``, a renamed ``gpu-*``,
     a MIG instance ``mig-<profile>``; anything else under the domain (the network operator's
-    ``hostdev``, ``rdma_shared_device_a``) goes beside GPUs."""
+    ``hostdev``, ``rdma_shared_device_a``) goes beside GPUs. By the name's shape, since no
+    policy says yet: ``core.inventory.is_gpu_resource`` reads ``companionResources``, which is
+    what this drafts."""
     short = name.partition("/")[2]
     return short.startswith("gpu") or short.startswith(MIG_PREFIX)
 
