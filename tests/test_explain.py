@@ -193,15 +193,18 @@ def test_insufficient_gpus_names_the_nodes_their_allocations_and_the_fix(
     assert kinds(record) == ["insufficient-gpus"]
     [cause] = record["causes"]
     assert cause["summary"] == (
-        "not enough free nvidia.com/gpu: it asks for 6 on one node; 2 GPU nodes offering it "
-        "have at most 4 free"
+        "not enough free nvidia.com/gpu: it asks for 6 on one node (spec.containers[0]); "
+        "2 GPU nodes offering it that nothing else blocks have at most 4 free"
     )
     assert cause["details"] == [
         'the scheduler: "2 Insufficient nvidia.com/gpu"',
         "gpu-1: 8 allocatable, 4 allocated, 4 free",
         "gpu-2: 8 allocatable, 6 allocated, 2 free",
     ]
-    assert "ask for 4 or fewer" in cause["fix"]
+    assert cause["fix"] == (
+        "wait for GPU Pods on these nodes to finish; or ask for 4 or fewer (the most free on "
+        "one node); or add GPU nodes (ask #ml-platform)"
+    )
     # The affinity reason concerns the CPU and MIG nodes: nothing to change for this Pod.
     assert any("didn't match Pod's node affinity/selector" in n for n in record["notes"])
     assert record["pools"] == [
@@ -338,9 +341,10 @@ def test_a_node_selector_no_gpu_node_matches_names_the_label_and_the_values_they
         "spec.nodeSelector[nvidia.com/gpu.product]: NVIDIA-B200: the GPU nodes have "
         "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3",
     ]
+    # The values are named; which hardware to run on is the user's to pick.
     assert cause["fix"] == (
-        "write nodeSelector nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3 (in the workload's "
-        "pod template)"
+        "change nodeSelector nvidia.com/gpu.product to one of the values the GPU nodes have "
+        "(above), or remove it (in the workload's pod template)"
     )
 
 
@@ -615,7 +619,7 @@ def test_scheduling_gates_come_first_and_cordoned_gpu_nodes_are_named(
         kube_api.replace(stored)
     status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
     assert status == 1
-    assert kinds(record) == ["scheduling-gated", "cordoned-nodes"]
+    assert kinds(record) == ["scheduling-gated", "unavailable-nodes"]
     assert record["headline"] == (
         "scheduling gates hold it before any node is considered: kueue.x-k8s.io/admission "
         "(and 1 more cause)"
@@ -623,7 +627,12 @@ def test_scheduling_gates_come_first_and_cordoned_gpu_nodes_are_named(
     assert record["causes"][1]["summary"] == (
         "2 GPU nodes offering nvidia.com/gpu are cordoned (gpu-1, gpu-2)"
     )
-    assert record["causes"][1]["fix"].startswith("uncordon them when maintenance is over")
+    # Node maintenance: the cluster's administrators, never a toleration of the cordon.
+    assert record["causes"][1]["fix"].startswith(
+        "node health or maintenance, nothing to change in the Pod"
+    )
+    assert "ask the cluster's administrators" in record["causes"][1]["fix"]
+    assert "tolerations" not in record["causes"][1]["fix"]
 
 
 def test_a_pod_for_a_custom_scheduler_that_said_nothing_names_the_scheduler(
@@ -1011,10 +1020,176 @@ def test_a_pod_that_asks_for_no_gpu_gets_the_schedulers_reasons_as_causes(
     )
     status, record = explain_json(kube_api, tmp_path, capsys, "web")
     assert status == 1
+    # The scheduler lists its reasons alphabetically: they are told in the guide's order,
+    # resources before taints.
     assert [c["summary"] for c in record["causes"]] == [
-        'the scheduler: "3 node(s) had untolerated taint {nvidia.com/gpu: present}"',
         'the scheduler: "3 Insufficient cpu"',
+        'the scheduler: "3 node(s) had untolerated taint {nvidia.com/gpu: present}"',
     ]
     assert (
-        "it asks for no GPU: the scheduler's reasons are told as it gives them" in record["notes"]
+        "it asks for no GPU: the scheduler's reasons are told in the guide's order"
+        in record["notes"]
     )
+
+
+# --- Answers an on-call engineer can trust: node health, the Pod's own hardware, free GPUs -
+
+
+def test_notready_cordoned_and_removed_gpu_nodes_send_to_the_admins_not_to_a_toleration(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "add to spec.tolerations: {key: node.kubernetes.io/unschedulable...}" and, for
+    # a NotReady node, "add toleration node.kubernetes.io/not-ready".
+    cordoned = training_node("gpu-1")
+    cordoned["spec"]["unschedulable"] = True
+    cordoned["spec"]["taints"].append(
+        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    )
+    not_ready = training_node("gpu-2")
+    not_ready["spec"]["taints"].append(
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+    )
+    not_ready["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    removed = training_node("gpu-3")
+    removed["spec"]["taints"].append(
+        {"key": "ToBeDeletedByClusterAutoscaler", "value": "1733400000", "effect": "NoSchedule"}
+    )
+    message = (
+        "0/7 nodes are available: 1 node(s) were unschedulable, 2 node(s) had untolerated "
+        "taint(s), 4 node(s) didn't match Pod's node affinity/selector."
+    )
+    kube_api.register("", "v1", "events", "Event")
+    kube_api.add_all([cordoned, not_ready, removed, node("cpu-1")])
+    kube_api.add_all([pod("trainer", 4), failed_scheduling("trainer", message)])
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["unavailable-nodes"]
+    [cause] = record["causes"]
+    assert cause["summary"] == (
+        "3 GPU nodes offering nvidia.com/gpu are cordoned (gpu-1) / NotReady (gpu-2) / being "
+        "removed (gpu-3)"
+    )
+    assert "ask the cluster's administrators" in cause["fix"]
+    assert "add to" not in cause["fix"] and "node.kubernetes.io" not in cause["fix"]
+    assert cause["details"] == [
+        'the scheduler: "1 node(s) were unschedulable"',
+        'the scheduler: "2 node(s) had untolerated taint(s)"',
+    ]
+
+
+def test_a_selector_some_gpu_nodes_match_is_no_cause_and_none_picks_no_hardware(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: the H100 nodes full, "its node selector matches none of the GPU nodes" and
+    # "write nodeSelector ...: NVIDIA-A100-SXM4-80GB" (the first value alphabetically).
+    a100 = training_node("a100-1")
+    a100["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-80GB"
+    h100 = {"example.com/pool": "training", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    message = (
+        "0/7 nodes are available: 2 Insufficient nvidia.com/gpu, 5 node(s) didn't match Pod's "
+        "node affinity/selector."
+    )
+    scripted(
+        kube_api,
+        a100,
+        running("busy-2", "gpu-2", 8),
+        pod("trainer", 8, nodeSelector=h100),
+        failed_scheduling("trainer", message),
+    )
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["insufficient-gpus"]
+    [cause] = record["causes"]
+    assert cause["details"][1:] == [
+        "gpu-1: 8 allocatable, 4 allocated, 4 free",
+        "gpu-2: 8 allocatable, 8 allocated, 0 free",
+    ]
+    assert "A100" not in json.dumps(record["causes"])
+
+
+def test_free_gpus_come_from_usable_nodes_and_the_fix_never_asks_for_0(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "have at most 8 free" (the 8 of a cordoned node) and "ask for 0 or fewer".
+    message = (
+        "0/6 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) were unschedulable."
+    )
+    scripted(
+        kube_api,
+        running("busy-2", "gpu-2", 8),
+        pod("trainer", 4),
+        failed_scheduling("trainer", message),
+    )
+    stored = kube_api.get("/api/v1/nodes/gpu-1")
+    assert stored is not None
+    stored["spec"]["unschedulable"] = True
+    kube_api.replace(stored)
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["insufficient-gpus", "unavailable-nodes"]
+    short = record["causes"][0]
+    assert short["summary"] == (
+        "not enough free nvidia.com/gpu: it asks for 4 on one node (spec.containers[0]); 1 GPU "
+        "node offering it that nothing else blocks has 0 free"
+    )
+    assert short["fix"] == (
+        "wait for GPU Pods on these nodes to finish; or add GPU nodes (ask #ml-platform)"
+    )
+
+
+def test_a_node_whose_gpus_are_not_allocatable_is_named_and_the_init_container_that_asks(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "ask for at most 0 per Pod" where a node has capacity 8, allocatable 0.
+    broken = training_node("gpu-1")
+    broken["status"]["allocatable"]["nvidia.com/gpu"] = "0"
+    setup = {
+        "name": "fetch",
+        "image": "registry.example/fetch:1",
+        "resources": {"limits": {"nvidia.com/gpu": "2"}},
+    }
+    kube_api.register("", "v1", "events", "Event")
+    kube_api.add_all([broken, node("cpu-1")])
+    kube_api.add_all(
+        [
+            pod("trainer", 1, initContainers=[setup]),
+            failed_scheduling("trainer", "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."),
+        ]
+    )
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    [cause] = record["causes"]
+    assert cause["summary"] == (
+        "not enough free nvidia.com/gpu: it asks for 2 on one node (spec.initContainers[0]); "
+        "1 GPU node offering it that nothing else blocks has 0 free"
+    )
+    assert cause["details"][1] == "gpu-1: 8 capacity but 0 allocatable, 0 allocated, 0 free"
+    assert cause["fix"] == (
+        "gpu-1: nvidia.com/gpu capacity above allocatable, its device plugin is down or reports "
+        "GPUs unhealthy: ask the cluster's administrators to repair it (`kubectl describe node "
+        "gpu-1`, the device plugin Pod's logs); or add GPU nodes (ask #ml-platform)"
+    )
+    assert "at most 0" not in cause["fix"]
+
+
+def test_nodes_that_pass_explains_checks_are_not_said_to_take_the_pod(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "2 GPU nodes can take it now ... the scheduler's last attempt is older", where
+    # topology spread (which explain does not read) kept it off them.
+    message = (
+        "0/6 nodes are available: 2 node(s) didn't match pod topology spread constraints, "
+        "4 node(s) didn't match Pod's node affinity/selector."
+    )
+    scripted(kube_api, pod("trainer", 2), failed_scheduling("trainer", message))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert [c["summary"] for c in record["causes"]] == [
+        'the scheduler: "2 node(s) didn\'t match pod topology spread constraints"'
+    ]
+    [note] = [n for n in record["notes"] if "checks explain makes" in n]
+    assert note.startswith(
+        "2 GPU nodes (gpu-1, gpu-2) pass the checks explain makes (resources, taints, selector, "
+        "affinity); the scheduler's reasons"
+    )
+    assert "can take it" not in json.dumps(record)

@@ -19,7 +19,7 @@ CAUSE_ORDER = (
     "scheduling-gated",
     "unadvertised-resource",
     "insufficient-gpus",
-    "cordoned-nodes",
+    "unavailable-nodes",
     "untolerated-taint",
     "node-affinity",
     "unallocatable-claim",

@@ -6,7 +6,7 @@ server offers them, each page reduced as it arrives:
 
 - every Node, kept as the node inventory keeps one (``webhook.core.inventory.NodeInfo``: the
   pools' label keys, GPU feature discovery's labels, taints, vendor resources) plus the label
-  keys the explained Pods select nodes by, and whether it is cordoned; only GPU nodes are kept
+  keys the explained Pods select nodes by, whether it is cordoned and Ready; only GPU nodes are kept
   (``webhook.core.inventory.has_gpus``), their GPU quantities parsed and pools found once;
 - when first needed (a Pod's free GPUs compared), the Pods bound to a node and not finished
   (``spec.nodeName!=``, ``status.phase!=Succeeded``, ``status.phase!=Failed``): of each,
@@ -43,6 +43,7 @@ from webhook.core.inventory import (
     node_info,
     pools_of,
 )
+from webhook.core.node_lifecycle import ready_status
 from webhook.core.requests import spec_requests
 from webhook.core.scheduling import selected_label_keys
 from webhook.operations.dra_facts import DRA_NOT_SERVED, DraFacts, read_dra
@@ -84,12 +85,14 @@ class Allocations:
 @dataclass(frozen=True, slots=True, eq=False)
 class GpuNode:
     """A GPU node (``webhook.core.inventory.has_gpus``): what the inventory keeps of it,
-    whether it is cordoned, its pools, its taints as the scheduling helpers read them, and
+    whether it is cordoned, its Ready condition's status ("True", "False", "Unknown", "" for
+    none), its pools, its taints as the scheduling helpers read them, and
     the capacity and allocatable of its GPU resources (``is_gpu_resource``), parsed once.
     Each is one node: compared (and hashed) by identity."""
 
     info: NodeInfo
     unschedulable: bool
+    ready: str
     pools: tuple[Pool, ...]
     taints: tuple[Mapping[str, str], ...]
     capacity: Mapping[str, Quantity]
@@ -249,7 +252,7 @@ def _read_nodes(
     core = k8s.CoreV1Api(cluster.api_client)
     kept = NodeFields(policy.gpu_label_keys | selected, policy.vendor_domains)
     shared = SharedParts()
-    found: dict[str, tuple[NodeInfo, bool]] = {}
+    found: dict[str, tuple[NodeInfo, bool, str]] = {}
     count = 0
     try:
         for page in lister.pages(core.list_node):
@@ -260,22 +263,25 @@ def _read_nodes(
                 info = node_info(obj, kept, shared)
                 if has_gpus(info, policy):
                     cordoned = _mapping(obj.get("spec")).get("unschedulable") is True
-                    found[info.name] = (info, cordoned)
+                    found[info.name] = (info, cordoned, ready_status(obj))
     except ApiException as exc:
         raise read_refused("cannot list nodes", '"list" on nodes', exc) from None
     names = frozenset(found)
     allocations = Allocations(partial(_allocated, cluster, lister, policy, names))
     return count, tuple(
-        gpu_node(info, cordoned, policy, allocations)
-        for _, (info, cordoned) in sorted(found.items())
+        gpu_node(info, cordoned, ready, policy, allocations)
+        for _, (info, cordoned, ready) in sorted(found.items())
     )
 
 
-def gpu_node(info: NodeInfo, cordoned: bool, policy: Policy, allocations: Allocations) -> GpuNode:
+def gpu_node(
+    info: NodeInfo, cordoned: bool, ready: str, policy: Policy, allocations: Allocations
+) -> GpuNode:
     """A GPU node's record, its quantities parsed and its pools found once."""
     return GpuNode(
         info,
         cordoned,
+        ready,
         pools_of(info, policy),
         tuple({"key": t.key, "value": t.value, "effect": t.effect} for t in info.taints),
         _gpu_quantities(info.capacity, policy),

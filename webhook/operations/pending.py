@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.core.inventory import is_gpu_resource
+from webhook.core.node_lifecycle import is_lifecycle_taint, node_state
 from webhook.core.pods import PodView, effective_requests
 from webhook.core.pools import select_pool
 from webhook.core.queues import DEFAULT_SCHEDULER
@@ -118,8 +119,9 @@ def pending_causes(
     causes += quota_causes(pod, view, facts, policy, requests)
     gpu_pod = bool(requests or view.spec.get("resourceClaims"))
     if not gpu_pod:
-        notes.append("it asks for no GPU: the scheduler's reasons are told as it gives them")
-    for reason in reasons:
+        notes.append("it asks for no GPU: the scheduler's reasons are told in the guide's order")
+    # The scheduler lists its reasons alphabetically; they are told in the guide's order.
+    for reason in sorted(reasons, key=lambda r: _GUIDE_ORDER.index(r.kind)):
         gpu_reason = reason.kind != "insufficient" or is_gpu_resource(reason.resource, policy)
         if reason.kind in found_kinds and gpu_reason:
             continue
@@ -216,14 +218,21 @@ def _on_nodes(
                 found = node_causes(view, policy, requests, offering, blocked, reasons)
                 causes += found
                 confirmed.update(_REASON_OF[c.kind] for c in found)
+                if any(c.kind == "unavailable-nodes" for c in found):
+                    # The scheduler counts a lifecycle taint among the untolerated taints.
+                    confirmed.add("taint")
             else:
                 fitting = [n.name for n, b in blocked.items() if not b]
                 said = [str(r) for r in reasons if r.kind in _NODE_REASONS]
                 if said:
                     notes.append(
-                        f"{number(len(fitting), 'GPU node')} can take it now ({names(fitting)}): "
-                        f'the scheduler\'s last attempt ("{", ".join(said)}") is older than '
-                        "that, and it tries again"
+                        f"{number(len(fitting), 'GPU node')} "
+                        f"({names(fitting)}) {'passes' if len(fitting) == 1 else 'pass'} the "
+                        "checks explain makes (resources, taints, selector, affinity); the "
+                        f'scheduler\'s reasons ("{", ".join(said)}") are what it saw: what '
+                        "explain does not read (pod affinity or anti-affinity, topology spread, "
+                        "volumes, host ports) may keep it off them, or its last attempt is older "
+                        "than a change (`kubectl describe pod` shows the latest)"
                     )
                 confirmed.update(_NODE_REASONS)
     if not compare_free and not missing:
@@ -232,12 +241,14 @@ def _on_nodes(
     return NodeFindings(tuple(causes), tuple(notes), pools, frozenset(confirmed))
 
 
+# The scheduler's reason kinds in the guide's order (``webhook.operations.causes``).
+_GUIDE_ORDER = ("insufficient", "unschedulable", "taint", "affinity", "claims", "other")
 # The scheduler's reasons about nodes, which the GPU nodes' facts confirm or not.
 _NODE_REASONS = frozenset({"insufficient", "taint", "affinity", "unschedulable"})
 # The scheduler's reason kind each node cause confirms.
 _REASON_OF = {
     "insufficient-gpus": "insufficient",
-    "cordoned-nodes": "unschedulable",
+    "unavailable-nodes": "unschedulable",
     "untolerated-taint": "taint",
     "node-affinity": "affinity",
 }
@@ -317,15 +328,20 @@ def _blockers(
     requests: Mapping[str, Quantity],
     compare_free: bool,
 ) -> dict[GpuNode, list[str]]:
-    """Per node that offers what the Pod asks for, what keeps the Pod off it: ``cordoned``,
-    ``taint``, ``affinity``, ``insufficient`` (with ``compare_free``; none: it fits)."""
+    """Per node that offers what the Pod asks for, what keeps the Pod off it, in the
+    scheduler's order of filters: ``unavailable`` (NotReady, cordoned, being removed:
+    ``webhook.core.node_lifecycle``), ``taint`` (another untolerated taint), ``affinity``,
+    ``insufficient`` (with ``compare_free``; none: it fits)."""
     tolerations = view.tolerations()
     found: dict[GpuNode, list[str]] = {}
     for node in offering:
         blockers = []
-        if node.unschedulable:
-            blockers.append("cordoned")
-        if untolerated(tolerations, node.taints):
+        if node_state(tolerations, node.taints, node.unschedulable, node.ready):
+            blockers.append("unavailable")
+        if any(
+            not is_lifecycle_taint(str(taint.get("key")))
+            for taint in untolerated(tolerations, node.taints)
+        ):
             blockers.append("taint")
         if not admits(view.spec, node.info.labels, node.name):
             blockers.append("affinity")
