@@ -406,62 +406,117 @@ def test_a_resource_name_no_node_advertises_gets_a_did_you_mean(
     assert "notes:" not in out.split("causes,")[1].split("fix:")[0]
 
 
-def test_an_exhausted_gpu_quota_names_the_quota_and_whom_to_ask(
-    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    quota = {
+def gpu_quota(name: str, hard: int, used: int, **spec: Any) -> dict[str, Any]:
+    entry = "requests.nvidia.com/gpu"
+    return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
-        "metadata": {"name": "gpus", "namespace": NAMESPACE},
-        "spec": {"hard": {"requests.nvidia.com/gpu": "8", "pods": "50"}},
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"hard": {entry: str(hard), "pods": "50"}, **spec},
         "status": {
-            "hard": {"requests.nvidia.com/gpu": "8", "pods": "50"},
-            "used": {"requests.nvidia.com/gpu": "8", "pods": "3"},
+            "hard": {entry: str(hard), "pods": "50"},
+            "used": {entry: str(used), "pods": "3"},
         },
     }
-    scripted(kube_api, quota, pod("trainer", 2))
+
+
+def test_an_exhausted_gpu_quota_is_named_with_its_fix_as_a_note_on_the_next_pods(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A quota is checked when a Pod is created: it cannot hold a Pod that exists. Before,
+    "ResourceQuota ... used up" was cause #1 of a Pod that fits, and a quota scoped to
+    PriorityClass high, which does not count the Pod, was cause #2."""
+    high = {
+        "scopeSelector": {
+            "matchExpressions": [
+                {"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}
+            ]
+        }
+    }
+    scripted(
+        kube_api,
+        gpu_quota("gpus", 8, 8),
+        gpu_quota("high-gpus", 8, 8, **high),
+        gpu_quota("roomy", 16, 4),
+        pod("trainer", 2),
+    )
     status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
-    assert status == 1
-    assert kinds(record) == ["quota-exhausted"]
-    [cause] = record["causes"]
-    assert cause["summary"] == (
-        "ResourceQuota gpus in ml: requests.nvidia.com/gpu is used up (8 of 8): no more GPU "
-        "Pods can be created in the namespace"
-    )
-    assert cause["fix"] == (
-        "free GPUs in ml (delete GPU Pods that are done or idle), or raise "
-        "spec.hard[requests.nvidia.com/gpu] of ResourceQuota gpus (ask #ml-platform)"
-    )
+    assert (status, record["causes"], record["headline"]) == (0, [], "nothing blocks it")
+    quota_notes = [n for n in record["notes"] if "ResourceQuota" in n]
+    assert quota_notes == [
+        "ResourceQuota gpus in ml: requests.nvidia.com/gpu is used up (8 of 8): it does not "
+        "hold this Pod (a quota is checked when a Pod is created), but the next Pod asking for "
+        "it is refused at creation; free GPUs in ml (delete GPU Pods that are done or idle), or "
+        "raise spec.hard[requests.nvidia.com/gpu] of ResourceQuota gpus (ask #ml-platform)"
+    ]
+    # The same Pod at priority high is counted by the scoped quota too.
+    kube_api.add(pod("urgent", 2, priorityClassName="high"))
+    _, urgent = explain_json(kube_api, tmp_path, capsys, "urgent")
+    assert [n.split(":")[0] for n in urgent["notes"] if "ResourceQuota" in n] == [
+        "ResourceQuota gpus in ml",
+        "ResourceQuota high-gpus in ml",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("scope", "spec", "counted"),
+    [
+        ({"scopes": ["BestEffort"]}, {}, "yes"),
+        ({"scopes": ["NotBestEffort"]}, {}, "no"),
+        ({"scopes": ["Terminating"]}, {"activeDeadlineSeconds": 600}, "yes"),
+        ({"scopes": ["NotTerminating"]}, {"activeDeadlineSeconds": 600}, "no"),
+        (
+            {
+                "scopeSelector": {
+                    "matchExpressions": [{"scopeName": "PriorityClass", "operator": "Exists"}]
+                }
+            },
+            {},
+            "no",
+        ),
+        ({"scopes": ["CrossNamespacePodAffinity"]}, {}, "may"),
+    ],
+)
+def test_a_quotas_scopes_say_whether_it_counts_the_pod(
+    kube_api: FakeKubeAPI,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    scope: dict[str, Any],
+    spec: dict[str, Any],
+    counted: str,
+) -> None:
+    scripted(kube_api, gpu_quota("scoped", 4, 4, **scope), pod("trainer", 2, **spec))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 0
+    notes = [n for n in record["notes"] if "ResourceQuota scoped" in n]
+    assert len(notes) == (0 if counted == "no" else 1)
+    if counted == "may":
+        assert notes[0].startswith(
+            "ResourceQuota scoped in ml (its scope CrossNamespacePodAffinity is not read here: "
+            "it may apply): "
+        )
 
 
 def test_a_quota_of_hard_0_forbids_the_resource_and_the_fix_is_an_entitlement(
     kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """0 of 0 is no shortage to wait out: the namespace may not have the resource at all."""
-    quota = {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {"name": "no-gpus", "namespace": NAMESPACE},
-        "spec": {"hard": {"requests.nvidia.com/gpu": "0"}},
-        "status": {
-            "hard": {"requests.nvidia.com/gpu": "0"},
-            "used": {"requests.nvidia.com/gpu": "0"},
-        },
-    }
-    scripted(kube_api, quota, pod("trainer", 2))
+    """0 of 0 is no shortage to wait out: the namespace may not have the resource at all. The
+    controller's next Pods are refused; this one exists, and the nodes say why it pends."""
+    trainer = pod("trainer", 2)
+    trainer["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u", "controller": True}
+    ]
+    scripted(kube_api, gpu_quota("no-gpus", 0, 0), trainer)
     status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
-    assert status == 1
-    assert kinds(record) == ["quota-forbids"]
-    [cause] = record["causes"]
-    assert cause["summary"] == (
-        "ResourceQuota no-gpus in ml: the quota forbids requests.nvidia.com/gpu (hard 0): no Pod "
-        "asking for it can be created in the namespace"
-    )
-    assert cause["fix"] == (
-        "the namespace is not entitled to requests.nvidia.com/gpu: ask for an entitlement (ask "
-        "#ml-platform), which raises spec.hard[requests.nvidia.com/gpu] of ResourceQuota "
-        "no-gpus, or ask for a GPU resource the namespace may use"
-    )
+    assert (status, record["causes"]) == (0, [])
+    assert (
+        "ResourceQuota no-gpus in ml forbids requests.nvidia.com/gpu (hard 0): it does not hold "
+        "this Pod (a quota is checked when a Pod is created), but its controller's next Pods "
+        "are refused (FailedCreate events on the controller); the namespace is not entitled to "
+        "it: ask for an entitlement (ask #ml-platform), which raises "
+        "spec.hard[requests.nvidia.com/gpu] of ResourceQuota no-gpus, or ask for a GPU resource "
+        "the namespace may use"
+    ) in record["notes"]
 
 
 BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"

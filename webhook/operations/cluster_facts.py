@@ -141,6 +141,10 @@ class QuotaUse:
     resource: str
     used: Quantity
     hard: Quantity
+    # ``spec.scopes`` and ``spec.scopeSelector.matchExpressions`` (scopeName, operator,
+    # values): the Pods it counts (``webhook.operations.namespace_causes.quota_applies``).
+    scopes: tuple[str, ...] = ()
+    scope_selector: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
 
     @property
     def forbids(self) -> bool:
@@ -445,6 +449,17 @@ def _keep_quota(quota: Mapping[str, Any], policy: Policy, found: dict[str, list[
     status = _mapping(quota.get("status"))
     hard = _mapping(status.get("hard")) or _mapping(_mapping(quota.get("spec")).get("hard"))
     used = _mapping(status.get("used"))
+    spec = _mapping(quota.get("spec"))
+    scopes = tuple(str(scope) for scope in _list(spec.get("scopes")))
+    selector = tuple(
+        (
+            str(expr.get("scopeName")),
+            str(expr.get("operator")),
+            tuple(str(v) for v in _list(expr.get("values"))),
+        )
+        for expr in _list(_mapping(spec.get("scopeSelector")).get("matchExpressions"))
+        if isinstance(expr, Mapping)
+    )
     for resource, value in hard.items():
         if not is_gpu_quota(str(resource), policy):
             continue
@@ -458,6 +473,8 @@ def _keep_quota(quota: Mapping[str, Any], policy: Policy, found: dict[str, list[
                 str(resource),
                 parse_quantity(used.get(resource, "0")) or 0,
                 limit,
+                scopes,
+                selector,
             )
         )
 

@@ -27,7 +27,7 @@ from webhook.core.scheduling import (
 from webhook.core.wording import names, number, plain_number
 from webhook.operations.causes import Cause
 from webhook.operations.cluster_facts import ClusterFacts, GpuNode
-from webhook.operations.namespace_causes import claim_causes, quota_causes
+from webhook.operations.namespace_causes import claim_causes, quota_notes
 from webhook.operations.node_causes import NODES_LISTED, node_causes
 from webhook.operations.scheduler_message import SchedulerMessage, SchedulerReason
 from webhook.policy.dra import DEVICE_CLASS_RESOURCE_PREFIX
@@ -116,7 +116,7 @@ def pending_causes(
     causes += claims
     if claims:
         found_kinds.add("claims")
-    causes += quota_causes(pod, view, facts, policy, requests)
+    notes += quota_notes(pod, view, facts, policy, requests)
     gpu_pod = bool(requests or view.spec.get("resourceClaims"))
     if not gpu_pod:
         notes.append("it asks for no GPU: the scheduler's reasons are told in the guide's order")
