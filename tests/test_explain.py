@@ -1248,3 +1248,55 @@ def test_nodes_that_pass_explains_checks_are_not_said_to_take_the_pod(
         "affinity); the scheduler's reasons"
     )
     assert "can take it" not in json.dumps(record)
+
+
+# --- Pods spec.nodeName binds: the kubelet's word ------------------------------------------
+
+
+def test_a_pod_nodename_pins_to_a_cpu_node_rejected_out_of_gpus_is_no_nothing_blocks_it(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "nothing blocks it", exit 0, for a Pod the kubelet rejected.
+    rejected = pod("trainer", 1, node_name="cpu-1", phase="Failed")
+    rejected["status"].update(
+        reason="OutOfnvidia.com/gpu",
+        message="Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, "
+        "requested: 1, used: 0, capacity: 0",
+    )
+    scripted(kube_api, rejected)
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    [cause] = record["causes"]
+    assert cause["kind"] == "kubelet-rejected"
+    assert cause["summary"] == (
+        "the kubelet of node cpu-1 rejected it, out of nvidia.com/gpu: node cpu-1 has no "
+        "nvidia.com/gpu (it is no GPU node), and spec.nodeName put it there without the "
+        "scheduler"
+    )
+    assert cause["fix"].startswith("remove spec.nodeName and let the scheduler choose a node")
+    assert cause["details"][0].startswith("status.reason OutOfnvidia.com/gpu: Pod was rejected")
+
+
+def test_a_pending_pod_nodename_binds_to_a_full_gpu_node_is_told_the_free_gpus(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # runtimeClassName as the training pool wants: only the GPUs are wrong.
+    scripted(
+        kube_api,
+        running("busy-2", "gpu-2", 6),
+        pod("trainer", 4, node_name="gpu-2", runtimeClassName="nvidia"),
+    )
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    [cause] = record["causes"]
+    assert (cause["kind"], cause["details"]) == (
+        "kubelet-rejected",
+        [
+            "nvidia.com/gpu: it asks for 4, the node has 8 allocatable, 6 taken by other Pods, "
+            "2 free"
+        ],
+    )
+    # On gpu-1 (4 of 8 taken, its own 4 among the allocations read) it fits.
+    kube_api.add(pod("fits", 4, node_name="gpu-1", runtimeClassName="nvidia"))
+    status, record = explain_json(kube_api, tmp_path, capsys, "fits")
+    assert (status, record["causes"]) == (0, [])

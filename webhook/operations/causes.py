@@ -5,10 +5,11 @@ gates), the GPU resource name (one no node advertises), node allocatable against
 allocations (not enough free GPUs), nodes out of use (NotReady, cordoned, being removed), then
 the rest of the scheduler's typical message (taints, node affinity and selectors), the devices
 its claims ask for, admission policies, a custom scheduler, and whatever else the scheduler
-said. (A quota is checked when a Pod is created and never holds one that exists: ``explain``
-tells one that refuses the next Pods as a note.) For a running Pod that cannot see its GPU: no
-GPU limit or claim, the runtime class, a privileged container, variables that override the
-devices it was given.
+said. A Pod ``spec.nodeName`` binds without the scheduler: what its node's kubelet rejected
+(``OutOf<resource>``), or more GPUs than its node has free, comes first. (A quota is checked
+when a Pod is created and never holds one that exists: ``explain`` tells one that refuses the
+next Pods as a note.) For a running Pod that cannot see its GPU: no GPU limit or claim, the
+runtime class, a privileged container, variables that override the devices it was given.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 # Every kind of cause, in the order an explanation lists them.
 CAUSE_ORDER = (
+    "kubelet-rejected",
     "scheduling-gated",
     "unadvertised-resource",
     "insufficient-gpus",

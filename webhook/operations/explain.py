@@ -20,6 +20,7 @@ from typing import Any
 from webhook.admission.objects import decide_object
 from webhook.cluster.ownership import controller_of
 from webhook.core.pods import PodView, build_view
+from webhook.operations.bound import bound_short, kubelet_rejection
 from webhook.operations.causes import Cause, ordered
 from webhook.operations.cluster_facts import ClusterFacts
 from webhook.operations.pending import PoolCapacity, pending_causes
@@ -138,10 +139,16 @@ def explain_pod(pod: Mapping[str, Any], facts: ClusterFacts | None, policy: Poli
         notes.append(LIVE_FORM)
     elif phase in ("Succeeded", "Failed"):
         state = "finished"
-        notes.append(f"it has finished ({phase}): nothing keeps it from a node or a GPU now")
+        rejected = kubelet_rejection(view, status, node_name, facts, policy)
+        if rejected is not None:
+            causes.append(rejected)
+        else:
+            notes.append(f"it has finished ({phase}): nothing keeps it from a node or a GPU now")
     elif node_name:
         state = "scheduled"
         node = next((n for n in facts.nodes if n.name == node_name), None)
+        if phase == "Pending":
+            causes += bound_short(view, node_name, node, policy)
         visible, more = visibility_causes(view, policy, node, frozenset())
         causes += visible
         notes += more
