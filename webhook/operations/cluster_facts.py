@@ -13,8 +13,8 @@ server offers them, each page reduced as it arrives:
   only what it requests of GPU resources, added to its node's ``allocated``;
 - the scheduler's ``FailedScheduling`` events of the explained Pods (``reason=FailedScheduling``,
   ``involvedObject.name`` for a single Pod): message, count, when last seen, who reported it;
-- the ResourceQuotas of the Pods' namespaces: their GPU entries (vendor resources, DRA's
-  ``<class>.deviceclass.resource.k8s.io/devices``), used and hard;
+- the ResourceQuotas of the Pods' namespaces: their GPU entries, used and hard, and their
+  scopes (``webhook.operations.quota_facts``);
 - where a Pod claims devices (DRA, ``resource.k8s.io/v1``): its namespace's claims, the
   DeviceClasses and the drivers that publish devices (``webhook.operations.dra_facts``).
 
@@ -47,12 +47,11 @@ from webhook.core.node_lifecycle import ready_status
 from webhook.core.requests import spec_requests
 from webhook.core.scheduling import selected_label_keys
 from webhook.operations.dra_facts import DRA_NOT_SERVED, DraFacts, read_dra
+from webhook.operations.quota_facts import QuotaUse, read_quotas
 from webhook.operations.refusals import read_refused
 from webhook.policy.model import Policy, Pool
 from webhook.policy.quantity import Quantity, parse_quantity
 
-# Quota entries of DRA devices: ``<class>.deviceclass.resource.k8s.io/devices``.
-DEVICE_CLASS_QUOTA = ".deviceclass.resource.k8s.io/devices"
 FAILED_SCHEDULING = "FailedScheduling"
 PodKey = tuple[str, str]  # (namespace, name)
 EMPTY: Mapping[str, Quantity] = MappingProxyType({})
@@ -126,33 +125,6 @@ class SchedulingEvent:
     count: int
     last_seen: str  # RFC 3339, "" when the event carries no time
     reporter: str  # the scheduler that wrote it (default-scheduler, or a custom one)
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaUse:
-    """One GPU entry of a ResourceQuota: ``resource`` as the quota names it
-    (``requests.nvidia.com/gpu``), used and hard as its status says. ``forbids``: hard 0,
-    the namespace may not have the resource at all (its tenant is not entitled to it: no
-    shortage, nothing to wait for); ``exhausted``: hard above 0 and used at or past it, the
-    next Pod asking for one more is refused."""
-
-    namespace: str
-    quota: str
-    resource: str
-    used: Quantity
-    hard: Quantity
-    # ``spec.scopes`` and ``spec.scopeSelector.matchExpressions`` (scopeName, operator,
-    # values): the Pods it counts (``webhook.operations.namespace_causes.quota_applies``).
-    scopes: tuple[str, ...] = ()
-    scope_selector: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
-
-    @property
-    def forbids(self) -> bool:
-        return self.hard == 0
-
-    @property
-    def exhausted(self) -> bool:
-        return self.hard > 0 and self.used >= self.hard
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +209,7 @@ def read_cluster_facts(
     )
     node_count, nodes = _read_nodes(cluster, lister, policy, selected)
     events = _read_events(cluster, lister, pods, namespaces)
-    quotas = _read_quotas(cluster, lister, policy, namespaces)
+    quotas = read_quotas(cluster, lister, policy, namespaces)
     facts = ClusterFacts(node_count, nodes, events, quotas, namespaces)
     if any(_mapping(pod.get("spec")).get("resourceClaims") for pod in pods):
         dra = read_dra(cluster, lister, namespaces)
@@ -416,76 +388,6 @@ def _keep_event(
             ),
         )
     )
-
-
-def _read_quotas(
-    cluster: Cluster, lister: Lister, policy: Policy, namespaces: frozenset[str] | None
-) -> Mapping[str, tuple[QuotaUse, ...]]:
-    from kubernetes import client as k8s
-    from kubernetes.client.exceptions import ApiException
-
-    core = k8s.CoreV1Api(cluster.api_client)
-    lists: list[tuple[str | None, Callable[..., Any]]] = (
-        [(None, core.list_resource_quota_for_all_namespaces)]
-        if namespaces is None
-        else [(ns, partial(core.list_namespaced_resource_quota, ns)) for ns in sorted(namespaces)]
-    )
-    found: dict[str, list[QuotaUse]] = {}
-    for namespace, list_quotas in lists:
-        try:
-            for page in lister.pages(list_quotas):
-                for quota in page.get("items") or ():
-                    if isinstance(quota, dict):
-                        _keep_quota(quota, policy, found)
-        except ApiException as exc:
-            raise read_refused(
-                f"cannot list resourcequotas {_scope(namespace)}", '"list" on resourcequotas', exc
-            ) from None
-    return {namespace: tuple(uses) for namespace, uses in found.items()}
-
-
-def _keep_quota(quota: Mapping[str, Any], policy: Policy, found: dict[str, list[QuotaUse]]) -> None:
-    metadata = _mapping(quota.get("metadata"))
-    status = _mapping(quota.get("status"))
-    hard = _mapping(status.get("hard")) or _mapping(_mapping(quota.get("spec")).get("hard"))
-    used = _mapping(status.get("used"))
-    spec = _mapping(quota.get("spec"))
-    scopes = tuple(str(scope) for scope in _list(spec.get("scopes")))
-    selector = tuple(
-        (
-            str(expr.get("scopeName")),
-            str(expr.get("operator")),
-            tuple(str(v) for v in _list(expr.get("values"))),
-        )
-        for expr in _list(_mapping(spec.get("scopeSelector")).get("matchExpressions"))
-        if isinstance(expr, Mapping)
-    )
-    for resource, value in hard.items():
-        if not is_gpu_quota(str(resource), policy):
-            continue
-        limit = parse_quantity(value)
-        if limit is None:
-            continue
-        found.setdefault(str(metadata.get("namespace") or ""), []).append(
-            QuotaUse(
-                str(metadata.get("namespace") or ""),
-                str(metadata.get("name") or ""),
-                str(resource),
-                parse_quantity(used.get(resource, "0")) or 0,
-                limit,
-                scopes,
-                selector,
-            )
-        )
-
-
-def is_gpu_quota(resource: str, policy: Policy) -> bool:
-    """Whether a quota entry limits GPUs: a vendor resource (``requests.nvidia.com/gpu``, or
-    the bare name) or DRA devices of a class."""
-    if resource.endswith(DEVICE_CLASS_QUOTA):
-        return True
-    name = resource.removeprefix("requests.").removeprefix("limits.")
-    return "/" in name and is_gpu_resource(name, policy)
 
 
 def _key(pod: Mapping[str, Any]) -> PodKey:

@@ -26,7 +26,7 @@ from typing import Any
 from webhook.audit.drift_finding import Drift
 from webhook.core.wording import plain_number
 from webhook.operations.causes import Cause
-from webhook.operations.cluster_facts import QuotaUse
+from webhook.operations.quota_facts import QuotaUse
 from webhook.policy.quantity import Quantity
 
 API_VERSION = "gpu-admission.io/v1alpha1"

@@ -23,7 +23,7 @@ from webhook.audit.device_plugin_drift import status_count
 from webhook.core.inventory import GPU_REPLICAS, gpu_product, is_gpu_resource, mig_profiles
 from webhook.core.requests import spec_requests
 from webhook.operations.causes import Cause
-from webhook.operations.cluster_facts import GpuNode, QuotaUse
+from webhook.operations.cluster_facts import GpuNode
 from webhook.operations.inspect_report import (
     DevicePlugin,
     DevicePlugins,
@@ -32,6 +32,7 @@ from webhook.operations.inspect_report import (
     NodeResource,
     PendingPod,
 )
+from webhook.operations.quota_facts import QuotaUse
 from webhook.policy.mig import GPU_PRODUCT
 from webhook.policy.model import DaemonSetName, Policy
 

@@ -11,7 +11,8 @@ from typing import Any
 from webhook.core.pods import PodView
 from webhook.core.wording import plain_number
 from webhook.operations.causes import Cause
-from webhook.operations.cluster_facts import DEVICE_CLASS_QUOTA, ClusterFacts, QuotaUse
+from webhook.operations.cluster_facts import ClusterFacts
+from webhook.operations.quota_facts import DEVICE_CLASS_QUOTA, QuotaUse
 from webhook.policy.model import Policy
 from webhook.policy.quantity import Quantity
 
