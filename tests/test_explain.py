@@ -1300,3 +1300,42 @@ def test_a_pending_pod_nodename_binds_to_a_full_gpu_node_is_told_the_free_gpus(
     kube_api.add(pod("fits", 4, node_name="gpu-1", runtimeClassName="nvidia"))
     status, record = explain_json(kube_api, tmp_path, capsys, "fits")
     assert (status, record["causes"]) == (0, [])
+
+
+def test_a_claims_nodes_are_those_publishing_its_devices_and_the_fix_counts_them(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: with no vendor request, every GPU node counted as offering the claim's devices,
+    # so the taint cause named gpu-1 and mig-1, which publish no ResourceSlice.
+    claimed_gpu_cluster(kube_api)
+    published = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "gpu-2-gpu.nvidia.com"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": "gpu-2",
+            "pool": {"name": "gpu-2", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}],
+        },
+    }
+    claim = kube_api.get("/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/trainer-gpu-x7k2p")
+    assert claim is not None
+    claim["spec"]["devices"]["requests"][0]["exactly"]["count"] = 4
+    kube_api.replace(claim)
+    trainer = kube_api.get("/api/v1/namespaces/ml/pods/trainer")
+    assert trainer is not None
+    trainer["spec"]["tolerations"] = []
+    kube_api.replace(trainer)
+    kube_api.add(published)
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["untolerated-taint", "unallocatable-claim"]
+    assert record["causes"][0]["summary"] == (
+        "taint nvidia.com/gpu=present:NoSchedule on 1 GPU node offering its claims' devices is "
+        "not tolerated (gpu-2)"
+    )
+    assert record["causes"][1]["fix"].startswith(
+        "it asks for 4 devices; the cluster's ResourceSlices publish 2 of driver gpu.nvidia.com "
+        "in all: free devices of its classes, or ask for fewer"
+    )

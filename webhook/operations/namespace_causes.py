@@ -59,11 +59,22 @@ def claim_causes(pod: Mapping[str, Any], view: PodView, facts: ClusterFacts) -> 
                     f"no ResourceSlice publishes devices of driver {', '.join(drivers)} "
                     f'(DeviceClass "{device_class}")'
                 )
+        asked = (
+            "all the devices of its classes"
+            if claim.devices == 0
+            else (f"{claim.devices} device{'' if claim.devices == 1 else 's'}")
+        )
+        published = sorted(
+            {d for c in claim.device_classes for d in dra.class_drivers.get(c) or ()}
+        )
+        have = ", ".join(f"{dra.driver_devices.get(d, 0)} of driver {d}" for d in published)
         fix = (
             "install the DRA driver whose kubelet plugin publishes these devices (it writes "
             "ResourceSlices), or ask for a DeviceClass whose devices exist"
             if details
-            else "free devices of its classes, or ask for fewer; `kubectl describe "
+            else f"it asks for {asked}"
+            + (f"; the cluster's ResourceSlices publish {have} in all" if have else "")
+            + ": free devices of its classes, or ask for fewer; `kubectl describe "
             f"resourceclaim {claim_name} -n {view.namespace}` shows the scheduler's view"
         )
         causes.append(

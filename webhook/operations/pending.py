@@ -27,7 +27,7 @@ from webhook.core.scheduling import (
 from webhook.core.wording import names, number, plain_number
 from webhook.operations.causes import Cause
 from webhook.operations.cluster_facts import ClusterFacts, GpuNode
-from webhook.operations.namespace_causes import claim_causes, quota_notes
+from webhook.operations.namespace_causes import claim_causes, pod_claims, quota_notes
 from webhook.operations.node_causes import NODES_LISTED, node_causes
 from webhook.operations.scheduler_message import SchedulerMessage, SchedulerReason
 from webhook.policy.dra import DEVICE_CLASS_RESOURCE_PREFIX
@@ -108,7 +108,8 @@ def pending_causes(
     """The causes that keep an unscheduled Pod Pending (see the module's docstring)."""
     requests = gpu_requests(view, policy)
     reasons = message.reasons if message is not None else ()
-    on_nodes = node_findings(view, facts, policy, requests, reasons)
+    classes = claimed_classes_of(pod, view, facts)
+    on_nodes = node_findings(view, facts, policy, requests, reasons, classes)
     causes = list(on_nodes.causes)
     notes = list(on_nodes.notes)
     found_kinds = set(on_nodes.confirmed)
@@ -153,14 +154,31 @@ def node_findings(
     policy: Policy,
     requests: Mapping[str, Quantity],
     reasons: tuple[SchedulerReason, ...],
+    classes: tuple[str, ...] = (),
 ) -> NodeFindings:
     """What the GPU nodes say of the Pod: worked out once per scheduling shape (see
-    :func:`scheduling_shape`) and kept in ``facts.shapes`` for the next Pod of that shape."""
-    shape = scheduling_shape(view, requests, reasons)
+    :func:`scheduling_shape`, with the device classes its claims ask for) and kept in
+    ``facts.shapes`` for the next Pod of that shape."""
+    shape = (scheduling_shape(view, requests, reasons), classes)
     found = facts.shapes.get(shape)
     if not isinstance(found, NodeFindings):
-        found = facts.shapes[shape] = _on_nodes(view, facts, policy, requests, reasons)
+        found = facts.shapes[shape] = _on_nodes(view, facts, policy, requests, reasons, classes)
     return found
+
+
+def claimed_classes_of(
+    pod: Mapping[str, Any], view: PodView, facts: ClusterFacts
+) -> tuple[str, ...]:
+    """The device classes the Pod's ResourceClaims ask for, as read (none without DRA)."""
+    if facts.dra is None:
+        return ()
+    found: list[str] = []
+    for _, claim_name, _ in pod_claims(pod):
+        claim = facts.dra.claims.get((view.namespace, claim_name))
+        for device_class in claim.device_classes if claim is not None else ():
+            if device_class not in found:
+                found.append(device_class)
+    return tuple(found)
 
 
 def scheduling_shape(
@@ -194,6 +212,7 @@ def _on_nodes(
     policy: Policy,
     requests: Mapping[str, Quantity],
     reasons: Sequence[SchedulerReason],
+    classes: tuple[str, ...],
 ) -> NodeFindings:
     causes: list[Cause] = []
     notes: list[str] = []
@@ -209,6 +228,12 @@ def _on_nodes(
         compare_free = False
     elif requests or view.spec.get("resourceClaims"):
         offering = [n for n in reach if all(n.info.advertises(r) for r in requests)]
+        if not requests and facts.dra is not None:
+            # Its claims' devices: on the nodes whose ResourceSlices publish them, where known.
+            for device_class in classes:
+                published = facts.dra.nodes_of(device_class)
+                if published is not None:
+                    offering = [n for n in offering if n.name in published]
         if requests and not offering:
             causes.append(_offered_nowhere(requests, reach))
             confirmed.add("insufficient")
