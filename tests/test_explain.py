@@ -1339,3 +1339,22 @@ def test_a_claims_nodes_are_those_publishing_its_devices_and_the_fix_counts_them
         "it asks for 4 devices; the cluster's ResourceSlices publish 2 of driver gpu.nvidia.com "
         "in all: free devices of its classes, or ask for fewer"
     )
+
+
+def test_the_policy_that_judged_is_named_and_the_packaged_default_says_so(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: without --policy, the packaged default judged in silence (pools "in no pool",
+    # no tenant contacts).
+    scripted(kube_api, pod("trainer", 4))
+    kubeconfig = str(kube_api.write_kubeconfig(tmp_path / "kubeconfig"))
+    main(["explain", "pod", "trainer", "-n", NAMESPACE, "--kubeconfig", kubeconfig])
+    out = capsys.readouterr().out
+    assert out.splitlines()[1] == (
+        "  policy: the packaged default (pass --policy with the deployed one)"
+    )
+    main(["explain", "pod", "trainer", "-n", NAMESPACE, "--kubeconfig", kubeconfig, "-o", "json"])
+    [record] = json.loads(capsys.readouterr().out)
+    assert record["policy"] == "the packaged default (pass --policy with the deployed one)"
+    status, out, _ = explain(kube_api, tmp_path, capsys, "pod", "trainer", "-n", NAMESPACE)
+    assert out.splitlines()[1] == f"  policy: {tmp_path / 'policy.yaml'}"

@@ -616,3 +616,17 @@ def test_a_node_that_advertises_only_companion_resources_is_no_gpu_node(
     # train-1's NICs are not among its GPU resources.
     [train_1] = [n for n in document["nodes"] if n["name"] == "train-1"]
     assert [r["name"] for r in train_1["resources"]] == ["nvidia.com/gpu"]
+
+
+def test_the_policy_that_judged_is_named_in_every_form(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripted(kube_api)
+    kubeconfig = str(kube_api.write_kubeconfig(tmp_path / "kubeconfig"))
+    default = "the packaged default (pass --policy with the deployed one)"
+    main(["inspect", "--kubeconfig", kubeconfig, "-o", "markdown"])
+    assert f"policy: {default};" in capsys.readouterr().out.splitlines()[0]
+    main(["inspect", "--kubeconfig", kubeconfig, "-o", "json"])
+    assert json.loads(capsys.readouterr().out)["policy"] == default
+    _, out, _ = inspect(kube_api, tmp_path, capsys)
+    assert f"policy: {tmp_path / 'policy.yaml'};" in out.splitlines()[0]

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             error(str(reason))
             return 2
     with connect(args.kubeconfig, args.context) as cluster:
-        report = inspect_cluster(cluster, policy, now(), previous, pending_after)
+        report = inspect_cluster(cluster, policy, now(), previous, pending_after, args.policy)
     if args.output == "json":
         print(json.dumps(report_document(report), indent=2))
     elif args.output == "markdown":

@@ -49,7 +49,7 @@ def sections(report: InspectReport) -> list[Section]:
 
 def headline(report: InspectReport) -> str:
     return (
-        f"GPU inspection at {timestamp(report.generated)} against {report.policy}: "
+        f"GPU inspection at {timestamp(report.generated)}, policy: {report.policy}; "
         f"{number(report.nodes_read, 'node')} read, "
         f"{count(report.gpu_nodes, 'GPU node')}"
     )

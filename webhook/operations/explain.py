@@ -33,6 +33,7 @@ from webhook.operations.visibility import visibility_causes
 from webhook.policy.model import Policy
 
 NOTHING_BLOCKS = "nothing blocks it"
+PACKAGED_DEFAULT = "the packaged default (pass --policy with the deployed one)"
 LIVE_FORM = (
     "offline: the policy's verdict and what the Pod spec shows; causes in the cluster (free "
     "GPUs, taints, node labels, quotas, claims) need the live form: "
@@ -186,6 +187,12 @@ def explain_pod(pod: Mapping[str, Any], facts: ClusterFacts | None, policy: Poli
         ordered(causes),
         tuple(notes),
     )
+
+
+def policy_named(path: str | None) -> str:
+    """Which policy judged, as the reports say it: the file ``--policy`` named, else the
+    packaged default, whose pools and tenant contacts are not the cluster's."""
+    return path or PACKAGED_DEFAULT
 
 
 def _verdict(obj: dict[str, Any], policy: Policy, namespace: str) -> Verdict:

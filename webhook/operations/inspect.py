@@ -38,7 +38,7 @@ from webhook.core.inventory import is_gpu_resource
 from webhook.core.requests import spec_requests
 from webhook.operations.causes import Cause
 from webhook.operations.cluster_facts import ClusterFacts, pending_pods, read_cluster_facts
-from webhook.operations.explain import explain_pod
+from webhook.operations.explain import explain_pod, policy_named
 from webhook.operations.inspect_changes import compare
 from webhook.operations.inspect_report import InspectReport
 from webhook.operations.inspect_sections import (
@@ -76,11 +76,13 @@ def inspect_cluster(
     now: datetime,
     previous: Mapping[str, Any] | None = None,
     pending_after: int = PENDING_AFTER_SECONDS,
+    policy_file: str | None = None,
 ) -> InspectReport:
     """The inspection of the cluster at ``now``; with ``previous`` (a report document checked
     by ``inspect_changes.check_previous``), what changed since. A Pending GPU Pod is a
     finding once Pending ``pending_after`` seconds with a cause. A refused list or read, or
-    an unreachable server, raises ``ClusterError``."""
+    an unreachable server, raises ``ClusterError``. ``policy_file``: the file ``--policy``
+    named (None: the packaged default)."""
     waiting = [reduced(pod) for pod in pending_pods(cluster, None) if waits_for_gpu(pod, policy)]
     facts = read_cluster_facts(cluster, policy, waiting, all_namespaces=True)
     lister = Lister(cluster, None)
@@ -101,7 +103,7 @@ def inspect_cluster(
     )
     report = InspectReport(
         generated=now,
-        policy=policy.source,
+        policy=policy_named(policy_file),
         nodes_read=facts.node_count,
         gpu_nodes=inspected_nodes(facts.nodes),
         pending=tuple(pod for pod in pods if not pod.gates),
