@@ -164,9 +164,7 @@ def _offline(
     return explained, unreadable
 
 
-def render(
-    explanation: Explanation, document: Document | None = None, judged_by: str = ""
-) -> str:
+def render(explanation: Explanation, document: Document | None = None, judged_by: str = "") -> str:
     """The explanation as text for a terminal: the Pod and what was read, then the causes,
     each with its fix, then the notes; ``document``: where an offline Pod was read;
     ``judged_by``: which policy judged (``policy_named``)."""
