@@ -338,11 +338,13 @@ def _mixed(report: InspectReport) -> Section:
             f"{product}: {names(nodes)}" for product, nodes in mixed.products.items()
         )
         section.lines.append(
-            f"{where} mixes {number(len(mixed.products), 'product')} ({products}); a Pod "
-            "that lands there gets either: pin it with nvidia.com/gpu.product, or split the pool"
+            f"{where} mixes {number(len(mixed.products), 'product')} offering "
+            f"{names(mixed.resources)} ({products}); a Pod asking for "
+            f"{'it' if len(mixed.resources) == 1 else 'one of them'} there gets either: pin it "
+            "with nvidia.com/gpu.product, or split the pool"
         )
     if not report.mixed_pools:
-        section.lines.append("each pool's nodes carry one product")
+        section.lines.append("in each pool, each GPU resource is offered by one product")
     return section
 
 

@@ -103,11 +103,13 @@ class DevicePlugins:
 
 @dataclass(frozen=True, slots=True)
 class MixedPool:
-    """A pool whose nodes carry different GPU products: ``pool`` None for the GPU nodes in
-    no pool; ``products`` each product and its nodes."""
+    """A pool where nodes of different GPU products offer the same GPU resource: ``pool``
+    None for the GPU nodes in no pool; ``products`` each product and its nodes that offer
+    one of ``resources``."""
 
     pool: str | None
     products: Mapping[str, tuple[str, ...]]
+    resources: tuple[str, ...] = ()  # the GPU resources nodes of different products offer
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +275,7 @@ def report_document(report: InspectReport) -> dict[str, Any]:
             {
                 "pool": mixed.pool,
                 "products": {product: list(nodes) for product, nodes in mixed.products.items()},
+                "resources": list(mixed.resources),
             }
             for mixed in report.mixed_pools
         ],

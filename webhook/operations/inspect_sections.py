@@ -4,9 +4,9 @@
 - GPU nodes: those ``ClusterFacts`` keeps (a vendor resource in the capacity, or GPU feature
   discovery's ``nvidia.com/gpu.present=true``); per resource its capacity, allocatable and
   what the Pods bound to it that have not ended request;
-- mixed pools: a pool (or the GPU nodes in none) whose nodes carry different products, by
-  the product GPU feature discovery labels (its MIG and ``-SHARED`` suffixes left out: a
-  MIG-partitioned A100 is still an A100);
+- mixed pools: a pool (or the GPU nodes in none) where nodes of different products offer
+  the same GPU resource, by the product GPU feature discovery labels (its MIG and
+  ``-SHARED`` suffixes left out: a MIG-partitioned A100 is still an A100);
 - device plugins: the DaemonSets the policy names, and the GPU nodes none of them has a Pod
   on (uncovered: the kubelet advertises no GPU there, or stale ones);
 - GPU quotas: the GPU entries of the quotas ``ClusterFacts`` read, used against hard.
@@ -69,24 +69,41 @@ def inspected_nodes(nodes: Iterable[GpuNode]) -> tuple[InspectedNode, ...]:
 
 
 def mixed_pools(nodes: Iterable[GpuNode], policy: Policy) -> tuple[MixedPool, ...]:
-    """The pools (in the policy's order, then the GPU nodes in none) whose nodes carry more
-    than one product; nodes without a product label are not counted."""
-    by_pool: dict[str | None, dict[str, list[str]]] = {}
+    """The pools (in the policy's order, then the GPU nodes in none) where one GPU resource is
+    offered by nodes of more than one product: a Pod asking for it there gets either. Nodes
+    that offer different resources (an A100 partitioned into MIG instances beside H100s
+    offering whole GPUs) are no mix: a Pod asks for one or the other. Nodes without a
+    product label are not counted."""
+    by_pool: dict[str | None, dict[str, dict[str, list[str]]]] = {}
     for node in sorted(nodes, key=lambda n: n.name):
         product = gpu_product(node.info)
         if product is None:
             continue
         pools: list[str | None] = [pool.name for pool in node.pools] or [None]
         for pool in pools:
-            by_pool.setdefault(pool, {}).setdefault(product.name, []).append(node.name)
+            for resource in node.resources:
+                offered = by_pool.setdefault(pool, {}).setdefault(resource, {})
+                offered.setdefault(product.name, []).append(node.name)
     order = {pool.name: index for index, pool in enumerate(policy.pools)}
-    return tuple(
-        MixedPool(pool, {name: tuple(nodes) for name, nodes in sorted(products.items())})
-        for pool, products in sorted(
-            by_pool.items(), key=lambda item: order.get(item[0] or "", len(order))
+    found = []
+    for pool, by_resource in sorted(
+        by_pool.items(), key=lambda item: order.get(item[0] or "", len(order))
+    ):
+        mixed = sorted(resource for resource, products in by_resource.items() if len(products) > 1)
+        if not mixed:
+            continue
+        products: dict[str, set[str]] = {}
+        for resource in mixed:
+            for product, on in by_resource[resource].items():
+                products.setdefault(product, set()).update(on)
+        found.append(
+            MixedPool(
+                pool,
+                {name: tuple(sorted(on)) for name, on in sorted(products.items())},
+                tuple(mixed),
+            )
         )
-        if len(products) > 1
-    )
+    return tuple(found)
 
 
 def device_plugins(
