@@ -94,8 +94,8 @@ def mixed_pools(nodes: Iterable[GpuNode], policy: Policy) -> tuple[MixedPool, ..
             continue
         products: dict[str, set[str]] = {}
         for resource in mixed:
-            for product, on in by_resource[resource].items():
-                products.setdefault(product, set()).update(on)
+            for offering, on in by_resource[resource].items():
+                products.setdefault(offering, set()).update(on)
         found.append(
             MixedPool(
                 pool,
