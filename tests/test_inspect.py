@@ -225,7 +225,9 @@ def test_the_table_prints_every_section(
         "gpu-operator/nvidia-device-plugin-daemonset", "7", "6", "(not", "all", "ready)", "6"
     ]  # fmt: skip
     assert row("kube-system/nvidia-gpu-device-plugin")[1:] == ["2", "2", "2"]
-    assert "1 GPU node without a device plugin Pod, whose GPUs no Pod can be given: mig-2" in out
+    assert (
+        "1 GPU node without a Ready device plugin Pod, whose GPUs no Pod can be given: mig-2" in out
+    )
     # Quotas: team-a's used up.
     assert row("team-a", "gpus")[2:] == ["requests.nvidia.com/gpu", "8", "8", "USED", "UP"]
     assert row("team-b", "gpus")[-1] == "ok"
@@ -264,7 +266,10 @@ def test_markdown_has_a_heading_and_a_table_per_section(
     assert "| NODE | POOLS | PRODUCT | MIG CONFIG | MIG PROFILES | REPLICAS |" in out
     assert "| team-a | train-big | 3h | nvidia.com/gpu=8 | yes | insufficient-gpus: " in out
     assert "| team-a | gpus | requests.nvidia.com/gpu | 8 | 8 | USED UP |" in out
-    assert "- 1 GPU node without a device plugin Pod, whose GPUs no Pod can be given: mig-2" in out
+    assert (
+        "- 1 GPU node without a Ready device plugin Pod, whose GPUs no Pod can be given: mig-2"
+        in out
+    )
 
 
 def test_json_validates_and_since_reports_lost_gpus_gone_nodes_and_new_products(
@@ -344,7 +349,7 @@ def test_a_healthy_cluster_is_clean(
         "nothing to act on: 0 GPU Pods Pending over 5m with a cause, 0 GPU nodes without a "
         "device plugin Pod, 0 GPU quotas used up, 0 drift findings"
     )
-    assert "every GPU node has a device plugin Pod" in out
+    assert "every GPU node has a Ready device plugin Pod" in out
     assert "no GPU Pod waits for a node" in out
 
 
@@ -631,3 +636,42 @@ def test_the_policy_that_judged_is_named_in_every_form(
     assert json.loads(capsys.readouterr().out)["policy"] == default
     _, out, _ = inspect(kube_api, tmp_path, capsys)
     assert f"policy: {tmp_path / 'policy.yaml'};" in out.splitlines()[0]
+
+
+def test_a_crash_looping_plugin_pod_covers_nothing_and_the_well_known_plugins_are_found(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: a crash-looping plugin Pod counted as covering its node; without
+    # devicePluginDaemonSets, the section said "not compared".
+    scripted(kube_api)
+    crashing = kube_api.get(
+        "/api/v1/namespaces/gpu-operator/pods/nvidia-device-plugin-daemonset-train-2"
+    )
+    assert crashing is not None
+    crashing["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    kube_api.replace(crashing)
+    status, out, _ = inspect(kube_api, tmp_path, capsys, "-o", "json")
+    plugins = json.loads(out)["devicePlugins"]
+    assert (plugins["uncoveredNodes"], plugins["notReadyNodes"]) == (
+        ["mig-2", "train-2"],
+        ["train-2"],
+    )
+    unnamed = POLICY.split("  devicePluginDaemonSets:")[0]
+    policy = tmp_path / "unnamed.yaml"
+    policy.write_text(unnamed)
+    kubeconfig = str(kube_api.write_kubeconfig(tmp_path / "kubeconfig"))
+    main(["inspect", "--policy", str(policy), "--kubeconfig", kubeconfig, "-o", "json"])
+    plugins = json.loads(capsys.readouterr().out)["devicePlugins"]
+    assert (plugins["compared"], plugins["discovered"]) == (True, True)
+    assert {(ds["name"], ds["foundBy"]) for ds in plugins["daemonSets"]} == {
+        (
+            "nvidia-device-plugin-daemonset",
+            "its name is the one the GPU Operator gives its device plugin",
+        ),
+        ("nvidia-gpu-device-plugin", "its name is the one GKE gives its device plugin"),
+    }
+    assert plugins["uncoveredNodes"] == ["mig-2", "train-2"]
+    main(["inspect", "--policy", str(policy), "--kubeconfig", kubeconfig])
+    out = capsys.readouterr().out
+    assert "the policy names no devicePluginDaemonSets: these were found by name or image (" in out
+    assert "of these, 1 node has a plugin Pod that is not Ready (crash-looping?): train-2" in out

@@ -133,6 +133,15 @@ def daemonset_pod_nodes(
 ) -> frozenset[str]:
     """The nodes a DaemonSet's Pods are on or bound for: its namespace's Pods listed by its
     selector, kept if it controls them. A list refused raises ``RequestRefused``."""
+    return frozenset(daemonset_pods(lister, named, daemonset))
+
+
+def daemonset_pods(
+    lister: Lister, named: DaemonSetName, daemonset: Mapping[str, Any]
+) -> dict[str, bool]:
+    """Per node a DaemonSet's Pods are on or bound for, whether one of them there is Ready
+    (its ``Ready`` condition True: a crash-looping Pod is on its node and covers nothing).
+    A list refused raises ``RequestRefused``."""
     from kubernetes import client as k8s
     from kubernetes.client.exceptions import ApiException
 
@@ -142,17 +151,26 @@ def daemonset_pod_nodes(
     spec = daemonset.get("spec")
     selector = selector_text(spec.get("selector") if isinstance(spec, Mapping) else None)
     pods = partial(core.list_namespaced_pod, named.namespace, label_selector=selector)
+    found: dict[str, bool] = {}
     try:
-        return frozenset(
-            node
-            for page in lister.pages(pods)
-            for pod in page.get("items") or ()
-            if isinstance(pod, dict) and uid is not None and controller_uid(pod) == uid
-            for node in (assigned_node(_mapping(pod.get("spec"))),)
-            if node
-        )
+        for page in lister.pages(pods):
+            for pod in page.get("items") or ():
+                if not isinstance(pod, dict) or uid is None or controller_uid(pod) != uid:
+                    continue
+                node = assigned_node(_mapping(pod.get("spec")))
+                if node:
+                    found[node] = found.get(node, False) or _pod_ready(pod)
     except ApiException as exc:
         raise RequestRefused(f"cannot list the Pods of DaemonSet {named}", exc) from None
+    return found
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    conditions = _mapping(pod.get("status")).get("conditions")
+    return any(
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (conditions if isinstance(conditions, list) else ())
+    )
 
 
 def find_drift(

@@ -262,10 +262,17 @@ def _device_plugins(report: InspectReport) -> Section:
     )
     if not plugins.compared:
         section.lines.append(
-            "the policy names no devicePluginDaemonSets: device plugins not compared (name "
-            "yours, e.g. gpu-operator/nvidia-device-plugin-daemonset)"
+            "the policy names no devicePluginDaemonSets and none was found by name or image: "
+            "device plugins not compared (name yours, e.g. "
+            "gpu-operator/nvidia-device-plugin-daemonset)"
         )
         return section
+    if plugins.discovered:
+        section.lines.append(
+            "the policy names no devicePluginDaemonSets: these were found by name or image ("
+            + "; ".join(f"{ds.namespace}/{ds.name}: {ds.found_by}" for ds in plugins.daemonsets)
+            + "); name them in the policy"
+        )
     for ds in plugins.daemonsets:
         if not ds.found:
             section.rows.append((f"{ds.namespace}/{ds.name}", "not found", NONE, NONE))
@@ -276,12 +283,18 @@ def _device_plugins(report: InspectReport) -> Section:
         )
     if plugins.uncovered:
         section.lines.append(
-            f"{count(plugins.uncovered, 'GPU node')} without a device plugin Pod, whose GPUs "
-            f"no Pod can be given: {names(plugins.uncovered)}; see why with kubectl describe "
-            "daemonset, and the drift below"
+            f"{count(plugins.uncovered, 'GPU node')} without a Ready device plugin Pod, whose "
+            f"GPUs no Pod can be given: {names(plugins.uncovered)}; see why with kubectl "
+            "describe daemonset, and the drift below"
         )
+        if plugins.not_ready:
+            has = "has" if len(plugins.not_ready) == 1 else "have"
+            section.lines.append(
+                f"of these, {count(plugins.not_ready, 'node')} {has} a plugin Pod that is not "
+                f"Ready (crash-looping?): {names(plugins.not_ready)}; kubectl logs it"
+            )
     else:
-        section.lines.append("every GPU node has a device plugin Pod")
+        section.lines.append("every GPU node has a Ready device plugin Pod")
     return section
 
 

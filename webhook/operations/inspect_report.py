@@ -86,6 +86,7 @@ class DevicePlugin:
     desired: int
     ready: int
     on_gpu_nodes: int
+    found_by: str | None = None  # what says it runs the device plugin, where found by it
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,8 @@ class DevicePlugins:
     daemonsets: tuple[DevicePlugin, ...]
     gpu_nodes: int
     uncovered: tuple[str, ...]
+    not_ready: tuple[str, ...] = ()  # of ``uncovered``, those whose plugin Pod is not Ready
+    discovered: bool = False  # the policy names none: the DaemonSets were found by name/image
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,11 +245,14 @@ def report_document(report: InspectReport) -> dict[str, Any]:
                     "desired": ds.desired,
                     "ready": ds.ready,
                     "onGpuNodes": ds.on_gpu_nodes,
+                    "foundBy": ds.found_by,
                 }
                 for ds in plugins.daemonsets
             ],
             "gpuNodes": plugins.gpu_nodes,
             "uncoveredNodes": list(plugins.uncovered),
+            "notReadyNodes": list(plugins.not_ready),
+            "discovered": plugins.discovered,
         },
         "quotas": [
             {

@@ -7,8 +7,9 @@
 - mixed pools: a pool (or the GPU nodes in none) where nodes of different products offer
   the same GPU resource, by the product GPU feature discovery labels (its MIG and
   ``-SHARED`` suffixes left out: a MIG-partitioned A100 is still an A100);
-- device plugins: the DaemonSets the policy names, and the GPU nodes none of them has a Pod
-  on (uncovered: the kubelet advertises no GPU there, or stale ones);
+- device plugins: the DaemonSets the policy names (else the well-known ones, found by name
+  or image), and the GPU nodes none of them has a Ready Pod on (uncovered: the kubelet
+  advertises no GPU there, or stale ones), those whose Pod is there and not Ready named;
 - GPU quotas: the GPU entries of the quotas ``ClusterFacts`` read, used against hard.
 """
 
@@ -109,16 +110,21 @@ def mixed_pools(nodes: Iterable[GpuNode], policy: Policy) -> tuple[MixedPool, ..
 def device_plugins(
     nodes: Iterable[GpuNode],
     daemonsets: Mapping[DaemonSetName, Mapping[str, Any] | None],
-    placed: Mapping[DaemonSetName, frozenset[str]],
+    placed: Mapping[DaemonSetName, Mapping[str, bool]],
+    found_by: Mapping[DaemonSetName, str] | None = None,
 ) -> DevicePlugins:
-    """Each named DaemonSet (``daemonsets`` as read, None: not found) and the nodes its Pods
-    are on (``placed``), against the GPU nodes."""
+    """Each DaemonSet compared (``daemonsets`` as read, None: not found) and, per node its
+    Pods are on, whether one there is Ready (``placed``), against the GPU nodes. Only a Ready
+    Pod covers its node. ``found_by``: what says each runs the device plugin, where the
+    policy names none and they were found by name or image."""
     gpu = sorted(node.name for node in nodes)
     rows = []
     covered: set[str] = set()
+    present: set[str] = set()
     for named, daemonset in daemonsets.items():
-        on = placed.get(named, frozenset())
-        covered |= on
+        on = placed.get(named, {})
+        present |= set(on)
+        covered |= {node for node, ready in on.items() if ready}
         rows.append(
             DevicePlugin(
                 named.namespace,
@@ -127,11 +133,20 @@ def device_plugins(
                 status_count(daemonset, "desiredNumberScheduled") if daemonset else 0,
                 status_count(daemonset, "numberReady") if daemonset else 0,
                 sum(1 for name in gpu if name in on),
+                (found_by or {}).get(named),
             )
         )
     compared = bool(daemonsets)
     uncovered = tuple(name for name in gpu if name not in covered) if compared else ()
-    return DevicePlugins(compared, tuple(rows), len(gpu), uncovered)
+    not_ready = tuple(name for name in uncovered if name in present)
+    return DevicePlugins(
+        compared,
+        tuple(rows),
+        len(gpu),
+        uncovered,
+        not_ready,
+        found_by is not None and bool(found_by),
+    )
 
 
 def gpu_quotas(quotas: Mapping[str, Iterable[QuotaUse]]) -> tuple[QuotaUse, ...]:
