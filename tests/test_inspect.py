@@ -622,6 +622,8 @@ def test_a_node_that_advertises_only_companion_resources_is_no_gpu_node(
     # train-1's NICs are not among its GPU resources.
     [train_1] = [n for n in document["nodes"] if n["name"] == "train-1"]
     assert [r["name"] for r in train_1["resources"]] == ["nvidia.com/gpu"]
+    # Before: cluster check's drift counted it a GPU node in no pool, without the GPU taint.
+    assert not [d["kind"] for d in document["drift"] if "nic-1" in d["nodes"]]
 
 
 def test_the_policy_that_judged_is_named_in_every_form(

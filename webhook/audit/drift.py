@@ -42,7 +42,7 @@ from webhook.core.inventory import (
     NodeFields,
     NodeInfo,
     SharedParts,
-    is_gpu_node,
+    has_gpus,
     node_info,
     pools_of,
     time_sliced,
@@ -201,7 +201,10 @@ def find_drift(
             )
 
     if policy.pools:
-        unpooled = tuple(node.name for node in nodes if is_gpu_node(node) and not pools[node.name])
+        # A node with only companion resources (a NIC's nvidia.com/hostdev) has no GPU.
+        unpooled = tuple(
+            node.name for node in nodes if has_gpus(node, policy) and not pools[node.name]
+        )
         if unpooled:
             found.append(
                 Drift(
@@ -272,7 +275,7 @@ def find_drift(
             )
 
     if policy.gpu_nodes_tainted:
-        outside = [node for node in nodes if is_gpu_node(node) and not pools[node.name]]
+        outside = [node for node in nodes if has_gpus(node, policy) and not pools[node.name]]
         for taint in policy.gpu_node_taints:
             lacking = _lacking(outside, taint)
             if lacking:
