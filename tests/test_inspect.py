@@ -184,7 +184,7 @@ def test_the_table_prints_every_section(
     kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     scripted(kube_api)
-    status, out, err = inspect(kube_api, tmp_path, capsys)
+    status, out, err = inspect(kube_api, tmp_path, capsys, "--nodes")
     assert (status, err) == (1, "")
     lines = out.splitlines()
     assert lines[0].endswith("12 nodes read, 9 GPU nodes")
@@ -203,18 +203,21 @@ def test_the_table_prints_every_section(
         return next(line.split() for line in lines if line.split()[: len(cells)] == list(cells))
 
     assert row("train-1") == [
-        "train-1", "training", "NVIDIA-H100-80GB-HBM3", "-", "-", "-", "nvidia.com/gpu", "8", "8"
+        "train-1", "training", "NVIDIA-H100-80GB-HBM3", "-", "-", "-", "nvidia.com/gpu", "8", "8",
+        "-",
     ]  # fmt: skip
-    assert row("train-2")[-3:] == ["nvidia.com/gpu", "8", "8"]  # the Pod still starting counts
-    assert row("train-3")[-3:] == ["nvidia.com/gpu", "8", "4"]  # the finished one does not
+    assert row("train-2")[-4:-1] == ["nvidia.com/gpu", "8", "8"]  # the Pod still starting counts
+    assert row("train-3")[-4:-1] == ["nvidia.com/gpu", "8", "4"]  # the finished one does not
     assert row("infer-1")[1:] == [
-        "inference", "NVIDIA-L4-SHARED", "-", "-", "4", "nvidia.com/gpu.shared", "8", "0"
+        "inference", "NVIDIA-L4-SHARED", "-", "-", "4", "nvidia.com/gpu.shared", "8", "0", "-"
     ]  # fmt: skip
     assert row("mig-1")[3:] == [
-        "all-balanced", "1g.10gb,2g.20gb", "-", "nvidia.com/mig-1g.10gb", "8", "3"
+        "all-balanced", "1g.10gb,2g.20gb", "-", "nvidia.com/mig-1g.10gb", "8", "3", "-"
     ]  # fmt: skip
     assert row("mig-2")[2:5] == ["NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "-", "1g.5gb"]
-    assert "nvidia.com/gpu: 96 allocatable, 20 allocated" in out  # 3×8 + 2×8 (GKE) + 56 (MIG)
+    # Whole GPUs (3×8 + 2×8 on GKE) and mig-2's 56 MIG instances are not added together.
+    assert "nvidia.com/gpu (whole): 40 allocatable, 20 allocated (5 nodes)" in out
+    assert "nvidia.com/gpu (MIG): 56 allocatable, 0 allocated (1 node)" in out
     # Pending, oldest first, each with its age and explain's first cause.
     pending = [line.split()[:3] for line in lines if line.startswith("team-")][:2]
     assert pending == [["team-a", "train-big", "3h"], ["team-b", "typo", "10m"]]
@@ -255,7 +258,7 @@ def test_markdown_has_a_heading_and_a_table_per_section(
     assert headings[0].startswith("# GPU inspection at ")
     assert [h.split(" (")[0] for h in headings[1:]] == [
         "## GPU pools",
-        "## GPU nodes",
+        "## GPU nodes needing attention",
         "## Pending GPU Pods",
         "## Gated GPU Pods",
         "## Device plugins",
@@ -592,13 +595,19 @@ def test_a_large_cluster_prints_a_summary_per_pool_and_at_most_max_rows_rows(
     status, out, err = inspect(kube_api, tmp_path, capsys)
     lines = out.splitlines()
     pools = lines[lines.index("GPU POOLS") + 1 :]
-    assert pools[0].split() == ["POOL", "NODES", "PRODUCTS", "RESOURCE", "ALLOCATABLE", "ALLOCATED"]
-    assert next(line.split() for line in pools if line.startswith("training")) == [
-        "training", "63", "NVIDIA-H100-80GB-HBM3,NVIDIA-H200", "nvidia.com/gpu", "504", "20"
+    assert pools[0].split() == [
+        "POOL", "PRODUCT", "RESOURCE", "SHARING", "NODES", "ALLOCATABLE", "ALLOCATED", "FREE",
+        "OUT", "OF", "USE",
     ]  # fmt: skip
-    node_rows = lines[lines.index("GPU NODES (69)") + 1 :]
+    assert [line.split() for line in pools if line.startswith("training")] == [
+        ["training", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", "whole", "62", "496", "16",
+         "480", "-"],
+        ["training", "NVIDIA-H200", "nvidia.com/gpu", "whole", "1", "8", "4", "4", "-"],
+    ]  # fmt: skip
+    # The 60 new nodes have no device plugin Pod: they need attention, with mig-2.
+    node_rows = lines[lines.index("GPU NODES NEEDING ATTENTION (61 OF 69)") + 1 :]
     assert node_rows[51] == (
-        "... 20 more rows left out (of 70): see them all with --max-rows 0, or -o json"
+        "... 11 more rows left out (of 61): see them all with --max-rows 0, or -o json"
     )
     status, out, err = inspect(kube_api, tmp_path, capsys, "--max-rows", "0")
     assert "left out" not in out
@@ -677,3 +686,46 @@ def test_a_crash_looping_plugin_pod_covers_nothing_and_the_well_known_plugins_ar
     out = capsys.readouterr().out
     assert "the policy names no devicePluginDaemonSets: these were found by name or image (" in out
     assert "of these, 1 node has a plugin Pod that is not Ready (crash-looping?): train-2" in out
+
+
+def test_out_of_use_nodes_are_counted_apart_and_only_nodes_needing_attention_are_listed(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: every node listed (1,816 lines at 2,000 nodes), a cordoned or NotReady node's
+    # GPUs counted as usable, whole GPUs and MIG instances added into one number.
+    nodes = {n["metadata"]["name"]: n for n in scripted_nodes()}
+    nodes["train-2"]["spec"]["unschedulable"] = True
+    nodes["train-2"]["spec"].setdefault("taints", []).append(
+        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    )
+    nodes["train-3"]["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    nodes["infer-1"]["status"]["allocatable"]["nvidia.com/gpu.shared"] = "4"
+    nodes["mig-1"]["metadata"]["labels"]["nvidia.com/mig.config.state"] = "failed"
+    scripted(kube_api, list(nodes.values()))
+    status, out, err = inspect(kube_api, tmp_path, capsys)
+    lines = out.splitlines()
+    pools = [line.split() for line in lines if line.startswith("training ")]
+    assert pools == [
+        ["training", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", "whole", "1", "8", "8", "0",
+         "1", "node,", "8"],
+        ["training", "NVIDIA-H200", "nvidia.com/gpu", "whole", "0", "0", "0", "0", "1",
+         "node,", "8"],
+    ]  # fmt: skip
+    title = "GPU NODES NEEDING ATTENTION (5 OF 9)"
+    listed = lines[lines.index(title) + 2 : lines.index(title) + 8]
+    attention = {line.split()[0]: line for line in listed if line and not line[0].isspace()}
+    assert sorted(attention) == ["infer-1", "mig-1", "mig-2", "train-2", "train-3"]
+    assert attention["train-2"].endswith("cordoned")
+    assert attention["train-3"].endswith("NotReady")
+    assert attention["infer-1"].endswith("capacity above allocatable (nvidia.com/gpu.shared)")
+    assert attention["mig-1"].endswith(
+        "MIG configuration failed (nvidia.com/mig.config.state=failed)"
+    )
+    assert "train-1" not in attention
+    assert "nvidia.com/gpu (out of use): 16 allocatable, 12 allocated (2 nodes)" in out
+    assert "nvidia.com/gpu (whole): 24 allocatable, 8 allocated (3 nodes)" in out
+    status, out, err = inspect(kube_api, tmp_path, capsys, "-o", "json")
+    document = json.loads(out)
+    assert len(document["nodes"]) == 9
+    [train_2] = [n for n in document["nodes"] if n["name"] == "train-2"]
+    assert (train_2["state"], train_2["sharing"]) == ("cordoned", "whole")

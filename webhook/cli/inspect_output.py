@@ -30,11 +30,12 @@ class Section:
     lines: list[str] = field(default_factory=list)
 
 
-def sections(report: InspectReport) -> list[Section]:
-    """The report's sections, in the guide's checklist order."""
+def sections(report: InspectReport, every_node: bool = False) -> list[Section]:
+    """The report's sections, in the guide's checklist order; the GPU nodes that need
+    attention, or with ``every_node`` all of them."""
     found = [
         _pools(report),
-        _nodes(report),
+        _nodes(report, every_node),
         _pending(report),
         _gated(report),
         _device_plugins(report),
@@ -69,9 +70,11 @@ def summary(report: InspectReport) -> str:
     return f"{verdict}: {', '.join(parts)}"
 
 
-def render_table(report: InspectReport, max_rows: int | None = MAX_ROWS) -> str:
+def render_table(
+    report: InspectReport, max_rows: int | None = MAX_ROWS, every_node: bool = False
+) -> str:
     out = [headline(report), ""]
-    for section in sections(report):
+    for section in sections(report, every_node):
         out.append(section.title.upper())
         rows, left_out = _shown(section.rows, max_rows)
         if rows:
@@ -85,9 +88,11 @@ def render_table(report: InspectReport, max_rows: int | None = MAX_ROWS) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_markdown(report: InspectReport, max_rows: int | None = MAX_ROWS) -> str:
+def render_markdown(
+    report: InspectReport, max_rows: int | None = MAX_ROWS, every_node: bool = False
+) -> str:
     out = [f"# {headline(report)}", "", f"**{summary(report)}**", ""]
-    for section in sections(report):
+    for section in sections(report, every_node):
         out += [f"## {section.title}", ""]
         rows, left_out = _shown(section.rows, max_rows)
         if rows:
@@ -114,28 +119,53 @@ def _shown(rows: list[tuple[str, ...]], max_rows: int | None) -> tuple[list[tupl
 
 
 def _pools(report: InspectReport) -> Section:
-    """Per pool (a GPU node in several counts in each; "-": the GPU nodes in none): its
-    nodes, its products and, per resource, the GPUs allocatable and allocated."""
+    """Per pool (a GPU node in several counts in each; "-": the GPU nodes in none), product,
+    resource and sharing (whole GPUs, MIG instances and time-sliced replicas are not added
+    together): the usable nodes and their GPUs allocatable, allocated and free; the nodes
+    out of use (NotReady, cordoned, being removed) apart, with their allocatable."""
     section = Section(
         "GPU pools",
-        ("POOL", "NODES", "PRODUCTS", "RESOURCE", "ALLOCATABLE", "ALLOCATED"),
+        (
+            "POOL",
+            "PRODUCT",
+            "RESOURCE",
+            "SHARING",
+            "NODES",
+            "ALLOCATABLE",
+            "ALLOCATED",
+            "FREE",
+            "OUT OF USE",
+        ),
     )
-    by_pool: dict[str, list[InspectedNode]] = {}
+    groups: dict[tuple[str, str, str, str], list[InspectedNode]] = {}
     for node in report.gpu_nodes:
         for pool in node.pools or (NONE,):
-            by_pool.setdefault(pool, []).append(node)
-    for pool, nodes in sorted(by_pool.items(), key=lambda item: (item[0] == NONE, item[0])):
-        products = ",".join(sorted({n.product for n in nodes if n.product})) or NONE
-        described = (pool, str(len(nodes)), products)
-        totals = _totals(nodes)
-        for index, (name, (allocatable, allocated)) in enumerate(sorted(totals.items())):
-            first = described if index == 0 else ("",) * len(described)
-            section.rows.append((*first, name, _plain(allocatable), _plain(allocated)))
-        if not totals:
-            section.rows.append((*described, NONE, "0", "0"))
+            for resource in node.resources or ():
+                key = (pool, node.product or NONE, resource.name, node.sharing)
+                groups.setdefault(key, []).append(node)
+    for key, nodes in sorted(groups.items(), key=lambda item: (item[0][0] == NONE, item[0])):
+        name = key[2]
+        usable = [n for n in nodes if not n.state]
+        out = [n for n in nodes if n.state]
+        allocatable, allocated = _totals(usable).get(name, (0, 0))
+        out_allocatable = _totals(out).get(name, (0, 0))[0]
+        section.rows.append(
+            (
+                *key,
+                str(len(usable)),
+                _plain(allocatable),
+                _plain(allocated),
+                _plain(max(allocatable - allocated, 0)),
+                f"{number(len(out), 'node')}, {_plain(out_allocatable)}" if out else NONE,
+            )
+        )
     if not report.gpu_nodes:
         section.lines.append("no GPU node")
     return section
+
+
+def _offers(node: InspectedNode, name: str) -> bool:
+    return any(resource.name == name for resource in node.resources)
 
 
 def _totals(nodes: Iterable[InspectedNode]) -> dict[str, tuple[Quantity, Quantity]]:
@@ -151,9 +181,18 @@ def _totals(nodes: Iterable[InspectedNode]) -> dict[str, tuple[Quantity, Quantit
     return totals
 
 
-def _nodes(report: InspectReport) -> Section:
+def _nodes(report: InspectReport, every_node: bool) -> Section:
+    """The GPU nodes that need attention (out of use, capacity above allocatable, a failed MIG
+    configuration, no Ready device plugin Pod), or with ``every_node`` all of them; then the
+    totals per resource and sharing, usable nodes only."""
+    listed = report.gpu_nodes if every_node else [n for n in report.gpu_nodes if n.attention]
+    title = (
+        f"GPU nodes ({len(report.gpu_nodes)})"
+        if every_node
+        else f"GPU nodes needing attention ({len(listed)} of {len(report.gpu_nodes)})"
+    )
     section = Section(
-        f"GPU nodes ({len(report.gpu_nodes)})",
+        title,
         (
             "NODE",
             "POOLS",
@@ -164,9 +203,10 @@ def _nodes(report: InspectReport) -> Section:
             "RESOURCE",
             "ALLOCATABLE",
             "ALLOCATED",
+            "ATTENTION",
         ),
     )
-    for node in report.gpu_nodes:
+    for node in listed:
         described = (
             node.name,
             ",".join(node.pools) or NONE,
@@ -175,6 +215,7 @@ def _nodes(report: InspectReport) -> Section:
             ",".join(node.mig_profiles) or NONE,
             str(node.replicas) if node.replicas is not None else NONE,
         )
+        attention = "; ".join(node.attention) or NONE
         for index, resource in enumerate(node.resources or ()):
             first = described if index == 0 else ("",) * len(described)
             section.rows.append(
@@ -188,14 +229,25 @@ def _nodes(report: InspectReport) -> Section:
                         else f" of {_plain(resource.capacity)}"
                     ),
                     _plain(resource.allocated),
+                    attention if index == 0 else "",
                 )
             )
         if not node.resources:
-            section.rows.append((*described, NONE, "0", "0"))
-    section.lines += [
-        f"{name}: {_plain(allocatable)} allocatable, {_plain(allocated)} allocated"
-        for name, (allocatable, allocated) in sorted(_totals(report.gpu_nodes).items())
-    ]
+            section.rows.append((*described, NONE, "0", "0", attention))
+    by_sharing: dict[str, list[InspectedNode]] = {}
+    for node in report.gpu_nodes:
+        by_sharing.setdefault("out of use" if node.state else node.sharing, []).append(node)
+    for sharing, nodes in sorted(by_sharing.items()):
+        section.lines += [
+            f"{name} ({sharing}): {_plain(allocatable)} allocatable, {_plain(allocated)} "
+            f"allocated ({number(sum(1 for n in nodes if _offers(n, name)), 'node')})"
+            for name, (allocatable, allocated) in sorted(_totals(nodes).items())
+        ]
+    if not every_node:
+        section.lines.append(
+            f"{number(len(report.gpu_nodes) - len(listed), 'GPU node')} with nothing to look "
+            "at not listed: see them all with --nodes, or -o json"
+        )
     if not report.gpu_nodes:
         section.lines.append(
             "no GPU node (no vendor resource advertised, no nvidia.com/gpu.present)"

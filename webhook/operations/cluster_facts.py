@@ -53,6 +53,8 @@ from webhook.policy.model import Policy, Pool
 from webhook.policy.quantity import Quantity, parse_quantity
 
 FAILED_SCHEDULING = "FailedScheduling"
+# The MIG manager's state of its last configuration (success, pending, failed): inspect's.
+MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
 PodKey = tuple[str, str]  # (namespace, name)
 EMPTY: Mapping[str, Quantity] = MappingProxyType({})
 
@@ -226,7 +228,7 @@ def _read_nodes(
     from kubernetes.client.exceptions import ApiException
 
     core = k8s.CoreV1Api(cluster.api_client)
-    kept = NodeFields(policy.gpu_label_keys | selected, policy.vendor_domains)
+    kept = NodeFields(policy.gpu_label_keys | selected | {MIG_CONFIG_STATE}, policy.vendor_domains)
     shared = SharedParts()
     found: dict[str, tuple[NodeInfo, bool, str]] = {}
     count = 0

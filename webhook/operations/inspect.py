@@ -109,17 +109,18 @@ def inspect_cluster(
         (pending_pod(pod, first_cause(pod, facts, policy), now, policy) for pod in waiting),
         key=lambda pod: (-pod.age_seconds, pod.namespace, pod.name),
     )
+    plugins = device_plugins(
+        facts.nodes, compared, placed, {named: why for named, (_, why) in found_by.items()}
+    )
     report = InspectReport(
         generated=now,
         policy=policy_named(policy_file),
         nodes_read=facts.node_count,
-        gpu_nodes=inspected_nodes(facts.nodes),
+        gpu_nodes=inspected_nodes(facts.nodes, plugins.uncovered),
         pending=tuple(pod for pod in pods if not pod.gates),
         gated=tuple(pod for pod in pods if pod.gates),
         pending_after=pending_after,
-        device_plugins=device_plugins(
-            facts.nodes, compared, placed, {named: why for named, (_, why) in found_by.items()}
-        ),
+        device_plugins=plugins,
         quotas=gpu_quotas(facts.quotas),
         drift=tuple(checked.drift),
         mixed_pools=mixed_pools(facts.nodes, policy),

@@ -48,7 +48,11 @@ class NodeResource:
 class InspectedNode:
     """One GPU node: its pools, product (``nvidia.com/gpu.product``, None without it), MIG
     layout (``nvidia.com/mig.config`` and the profiles it advertises), time-slicing replicas
-    (``nvidia.com/gpu.replicas``) and its GPU resources."""
+    (``nvidia.com/gpu.replicas``) and its GPU resources. ``state``: why it is out of use
+    ("" where usable: ``webhook.core.node_lifecycle``, NotReady, cordoned, being removed);
+    ``sharing``: how its GPUs are handed out (``whole``, ``MIG``, ``time-sliced``);
+    ``attention``: what about it needs a look (out of use, capacity above allocatable, a
+    failed MIG configuration, no Ready device plugin Pod)."""
 
     name: str
     pools: tuple[str, ...]
@@ -57,6 +61,9 @@ class InspectedNode:
     mig_profiles: tuple[str, ...]
     replicas: int | None
     resources: tuple[NodeResource, ...]
+    state: str = ""
+    sharing: str = "whole"
+    attention: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +206,9 @@ def report_document(report: InspectReport) -> dict[str, Any]:
                 "migConfig": node.mig_config,
                 "migProfiles": list(node.mig_profiles),
                 "replicas": node.replicas,
+                "state": node.state or None,
+                "sharing": node.sharing,
+                "attention": list(node.attention),
                 "resources": [
                     {
                         "name": resource.name,

@@ -21,10 +21,17 @@ from functools import partial
 from typing import Any
 
 from webhook.audit.device_plugin_drift import status_count
-from webhook.core.inventory import GPU_REPLICAS, gpu_product, is_gpu_resource, mig_profiles
+from webhook.core.inventory import (
+    GPU_REPLICAS,
+    gpu_product,
+    is_gpu_resource,
+    mig_profiles,
+    time_sliced,
+)
+from webhook.core.node_lifecycle import node_state
 from webhook.core.requests import spec_requests
 from webhook.operations.causes import Cause
-from webhook.operations.cluster_facts import GpuNode
+from webhook.operations.cluster_facts import MIG_CONFIG_STATE, GpuNode
 from webhook.operations.inspect_report import (
     DevicePlugin,
     DevicePlugins,
@@ -40,13 +47,27 @@ from webhook.policy.model import DaemonSetName, Policy
 MIG_CONFIG = "nvidia.com/mig.config"  # the MIG manager's layout, by the name of its config
 
 
-def inspected_nodes(nodes: Iterable[GpuNode]) -> tuple[InspectedNode, ...]:
-    """The GPU nodes, by name, with what their GPU resources hold."""
+def inspected_nodes(
+    nodes: Iterable[GpuNode], uncovered: Iterable[str] = ()
+) -> tuple[InspectedNode, ...]:
+    """The GPU nodes, by name, with what their GPU resources hold, whether they are usable,
+    and what about each needs attention (``uncovered``: the GPU nodes without a Ready device
+    plugin Pod)."""
+    without_plugin = set(uncovered)
     rows = []
     for node in sorted(nodes, key=lambda n: n.name):
         info = node.info
         replicas = info.labels.get(GPU_REPLICAS, "")
         allocated = node.allocated
+        state = node_state((), node.taints, node.unschedulable, node.ready)
+        attention = [state] if state else []
+        short = [r for r in node.capacity if node.capacity[r] > node.allocatable.get(r, 0)]
+        if short:
+            attention.append(f"capacity above allocatable ({', '.join(sorted(short))})")
+        if info.labels.get(MIG_CONFIG_STATE) == "failed":
+            attention.append(f"MIG configuration failed ({MIG_CONFIG_STATE}=failed)")
+        if node.name in without_plugin:
+            attention.append("no Ready device plugin Pod")
         rows.append(
             InspectedNode(
                 name=node.name,
@@ -64,9 +85,22 @@ def inspected_nodes(nodes: Iterable[GpuNode]) -> tuple[InspectedNode, ...]:
                     )
                     for name in sorted({*node.capacity, *node.allocatable, *allocated})
                 ),
+                state=state,
+                sharing=_sharing(node),
+                attention=tuple(attention),
             )
         )
     return tuple(rows)
+
+
+def _sharing(node: GpuNode) -> str:
+    """How the node hands out its GPUs: MIG instances (a ``mig-`` resource, or the single
+    strategy's ``-MIG-`` product), time-sliced replicas, or whole GPUs."""
+    if mig_profiles(node.info) or "-MIG-" in node.info.labels.get(GPU_PRODUCT, ""):
+        return "MIG"
+    if time_sliced(node.info):
+        return "time-sliced"
+    return "whole"
 
 
 def mixed_pools(nodes: Iterable[GpuNode], policy: Policy) -> tuple[MixedPool, ...]:
