@@ -291,11 +291,24 @@ def test_json_validates_and_since_reports_lost_gpus_gone_nodes_and_new_products(
     previous = tmp_path / "yesterday.json"
     previous.write_text(out)
 
-    # A day later: train-2 lost two GPUs, infer-2 is gone, a B200 node joined.
+    # A day later: train-2 lost two GPUs, infer-2 is gone, a B200 node joined; mig-1 was
+    # re-partitioned (its 1g.10gb and 2g.20gb instances became two 3g.40gb), train-1
+    # re-boarded with H200s under the same name.
     train_2 = kube_api.get("/api/v1/nodes/train-2")
     assert train_2 is not None
     train_2["status"]["allocatable"]["nvidia.com/gpu"] = "6"
     kube_api.replace(train_2)
+    mig_1 = kube_api.get("/api/v1/nodes/mig-1")
+    assert mig_1 is not None
+    for part in ("capacity", "allocatable"):
+        del mig_1["status"][part]["nvidia.com/mig-1g.10gb"]
+        del mig_1["status"][part]["nvidia.com/mig-2g.20gb"]
+        mig_1["status"][part]["nvidia.com/mig-3g.40gb"] = "2"
+    kube_api.replace(mig_1)
+    train_1 = kube_api.get("/api/v1/nodes/train-1")
+    assert train_1 is not None
+    train_1["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-H200"
+    kube_api.replace(train_1)
     kube_api.remove("/api/v1/nodes/infer-2")
     kube_api.add(
         node(
@@ -314,6 +327,27 @@ def test_json_validates_and_since_reports_lost_gpus_gone_nodes_and_new_products(
         "nodesAdded": ["train-4"],
         "gpusLost": [{"node": "train-2", "resource": "nvidia.com/gpu", "before": 8, "after": 6}],
         "newProducts": ["NVIDIA-B200"],
+        "gpusGained": [],
+        # Before: reported as 8 and 6 instances lost, without the gain.
+        "reshaped": [
+            {
+                "node": "mig-1",
+                "before": {"nvidia.com/mig-1g.10gb": 8, "nvidia.com/mig-2g.20gb": 6},
+                "after": {"nvidia.com/mig-3g.40gb": 2},
+            }
+        ],
+        "productsChanged": [
+            {"node": "train-1", "before": "NVIDIA-H100-80GB-HBM3", "after": "NVIDIA-H200"}
+        ],
+        "net": [
+            net("inference", "NVIDIA-L4-SHARED", "nvidia.com/gpu.shared", 16, 8),
+            net("partitioned", "NVIDIA-A100-80GB-PCIe", "nvidia.com/mig-1g.10gb", 8, 0),
+            net("partitioned", "NVIDIA-A100-80GB-PCIe", "nvidia.com/mig-2g.20gb", 6, 0),
+            net("partitioned", "NVIDIA-A100-80GB-PCIe", "nvidia.com/mig-3g.40gb", 0, 2),
+            net("training", "NVIDIA-B200", "nvidia.com/gpu", 0, 8),
+            net("training", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", 16, 6),
+            net("training", "NVIDIA-H200", "nvidia.com/gpu", 8, 16),
+        ],
     }
     status, out, err = inspect(kube_api, tmp_path, capsys, "--since", str(previous))
     lines = out.splitlines()
@@ -322,6 +356,26 @@ def test_json_validates_and_since_reports_lost_gpus_gone_nodes_and_new_products(
     assert changes[1].split() == ["train-2", "nvidia.com/gpu", "8", "6"]
     assert "GPU nodes gone (1): infer-2" in out
     assert "new products (1): NVIDIA-B200" in out
+    assert (
+        "re-shaped, not lost (a MIG re-partition or a rename), 1 node: nvidia.com/mig-1g.10gb 8, "
+        "nvidia.com/mig-2g.20gb 6 -> nvidia.com/mig-3g.40gb 2: mig-1"
+    ) in out
+    assert (
+        "product changed (re-boarded), 1 node: NVIDIA-H100-80GB-HBM3 -> NVIDIA-H200: train-1"
+    ) in out
+    assert changes[2] == "1 node lost GPUs (allocatable went down): " + (
+        "check nvidia-smi and the kernel log for Xid errors there"
+    )
+
+
+def net(pool: str, product: str, resource: str, before: int, after: int) -> dict[str, Any]:
+    return {
+        "pool": pool,
+        "product": product,
+        "resource": resource,
+        "before": before,
+        "after": after,
+    }
 
 
 def test_since_refuses_a_file_that_is_no_report(
@@ -729,3 +783,39 @@ def test_out_of_use_nodes_are_counted_apart_and_only_nodes_needing_attention_are
     assert len(document["nodes"]) == 9
     [train_2] = [n for n in document["nodes"] if n["name"] == "train-2"]
     assert (train_2["state"], train_2["sharing"]) == ("cordoned", "whole")
+
+
+def test_since_a_time_slicing_rename_is_one_change_and_replaced_nodes_net_to_nothing(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: a rename was a "16 -> 0 lost" row per node, and an autoscaler's replacement
+    # nodes a list gone and a list added with no net.
+    scripted(kube_api)
+    status, out, err = inspect(kube_api, tmp_path, capsys, "-o", "json")
+    previous = tmp_path / "day-1.json"
+    previous.write_text(out)
+    infer_1 = kube_api.get("/api/v1/nodes/infer-1")
+    assert infer_1 is not None
+    for part in ("capacity", "allocatable"):
+        infer_1["status"][part]["nvidia.com/gpu"] = infer_1["status"][part].pop(
+            "nvidia.com/gpu.shared"
+        )
+    kube_api.replace(infer_1)
+    replacement = kube_api.get("/api/v1/nodes/reserved-2")
+    assert replacement is not None
+    kube_api.remove("/api/v1/nodes/reserved-2")
+    replacement["metadata"]["name"] = "reserved-3"
+    kube_api.add(replacement)
+    status, out, err = inspect(kube_api, tmp_path, capsys, "--since", str(previous))
+    lines = out.splitlines()
+    changes = lines[lines.index(next(line for line in lines if line.startswith("CHANGES"))) + 1 :]
+    assert changes[0] == (
+        "re-shaped, not lost (a MIG re-partition or a rename), 1 node: nvidia.com/gpu.shared 8 "
+        "-> nvidia.com/gpu 8: infer-1"
+    )
+    assert "GPU nodes gone (1): reserved-2" in out and "GPU nodes added (1): reserved-3" in out
+    net = next(line for line in changes if line.startswith("net allocatable"))
+    assert net == (
+        "net allocatable per pool and product: inference/NVIDIA-L4-SHARED nvidia.com/gpu 0 -> 8, "
+        "inference/NVIDIA-L4-SHARED nvidia.com/gpu.shared 16 -> 8"
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from webhook.cli.inspect_changes_output import change_lines, lost_rows
 from webhook.core.wording import count, names, number, plain_number
 from webhook.operations.inspect_report import InspectedNode, InspectReport, PendingPod, timestamp
 from webhook.policy.quantity import Quantity
@@ -417,22 +418,8 @@ def _changes(report: InspectReport) -> Section:
     changes = report.changes
     assert changes is not None  # sections() asks for it only then
     section = Section(f"Changes since {changes.since}", ("NODE", "RESOURCE", "BEFORE", "NOW"))
-    section.rows += [
-        (lost.node, lost.resource, _plain(lost.before), _plain(lost.after))
-        for lost in changes.gpus_lost
-    ]
-    if changes.gpus_lost:
-        section.lines.append(
-            f"{count({lost.node for lost in changes.gpus_lost}, 'node')} lost GPUs (allocatable "
-            "went down): check nvidia-smi and the kernel log for Xid errors there"
-        )
-    for what, listed in (
-        ("GPU nodes gone", changes.nodes_gone),
-        ("GPU nodes added", changes.nodes_added),
-        ("new products", changes.new_products),
-    ):
-        if listed:
-            section.lines.append(f"{what} ({len(listed)}): {names(listed)}")
+    section.rows += lost_rows(changes)
+    section.lines += change_lines(changes)
     if not section.rows and not section.lines:
         section.lines.append("no GPU node lost, gained or changed GPUs")
     return section

@@ -133,14 +133,53 @@ class GpusLost:
 
 
 @dataclass(frozen=True, slots=True)
+class Reshaped:
+    """A node that lost some GPU resources and gained others: a MIG re-partition
+    (``mig-1g.10gb`` 56 to ``mig-3g.40gb`` 16) or a rename (``nvidia.com/gpu`` to
+    ``nvidia.com/gpu.shared``), one change, not a loss. ``before`` and ``after``: the
+    resources that changed, with their allocatable."""
+
+    node: str
+    before: tuple[tuple[str, Quantity], ...]
+    after: tuple[tuple[str, Quantity], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProductChange:
+    """A node of the same name that now carries another product (re-boarded)."""
+
+    node: str
+    before: str | None
+    after: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NetChange:
+    """A pool's product's GPU resource whose allocatable over its nodes went up or down
+    (nodes gone and added, GPUs lost or gained): ``pool`` None for the nodes in none."""
+
+    pool: str | None
+    product: str | None
+    resource: str
+    before: Quantity
+    after: Quantity
+
+
+@dataclass(frozen=True, slots=True)
 class Changes:
-    """What changed since a previous report (``--since``), made at ``since``."""
+    """What changed since a previous report (``--since``), made at ``since``: GPUs lost
+    (a node's resource down, nothing gained beside it), gained, re-shaped (lost and gained
+    on one node), products changed per node, and the net per pool and product."""
 
     since: str
     nodes_gone: tuple[str, ...]
     nodes_added: tuple[str, ...]
     gpus_lost: tuple[GpusLost, ...]
     new_products: tuple[str, ...]
+    gpus_gained: tuple[GpusLost, ...] = ()
+    reshaped: tuple[Reshaped, ...] = ()
+    products_changed: tuple[ProductChange, ...] = ()
+    net: tuple[NetChange, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +350,37 @@ def report_document(report: InspectReport) -> dict[str, Any]:
                 for lost in changes.gpus_lost
             ],
             "newProducts": list(changes.new_products),
+            "gpusGained": [
+                {
+                    "node": gained.node,
+                    "resource": gained.resource,
+                    "before": plain_number(gained.before),
+                    "after": plain_number(gained.after),
+                }
+                for gained in changes.gpus_gained
+            ],
+            "reshaped": [
+                {
+                    "node": reshaped.node,
+                    "before": {name: plain_number(q) for name, q in reshaped.before},
+                    "after": {name: plain_number(q) for name, q in reshaped.after},
+                }
+                for reshaped in changes.reshaped
+            ],
+            "productsChanged": [
+                {"node": changed.node, "before": changed.before, "after": changed.after}
+                for changed in changes.products_changed
+            ],
+            "net": [
+                {
+                    "pool": net.pool,
+                    "product": net.product,
+                    "resource": net.resource,
+                    "before": plain_number(net.before),
+                    "after": plain_number(net.after),
+                }
+                for net in changes.net
+            ],
         },
         "notes": list(report.notes),
     }
