@@ -166,11 +166,18 @@ def daemonset_pods(
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
-    conditions = _mapping(pod.get("status")).get("conditions")
-    return any(
-        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+    """Its Ready condition is True; a Pod whose status has no Ready condition (written by
+    nothing but a kubelet) counts as Ready when Running."""
+    status = _mapping(pod.get("status"))
+    conditions = status.get("conditions")
+    ready = [
+        c
         for c in (conditions if isinstance(conditions, list) else ())
-    )
+        if isinstance(c, Mapping) and c.get("type") == "Ready"
+    ]
+    if not ready:
+        return status.get("phase") == "Running"
+    return any(c.get("status") == "True" for c in ready)
 
 
 def find_drift(
