@@ -193,15 +193,18 @@ def test_insufficient_gpus_names_the_nodes_their_allocations_and_the_fix(
     assert kinds(record) == ["insufficient-gpus"]
     [cause] = record["causes"]
     assert cause["summary"] == (
-        "not enough free nvidia.com/gpu: it asks for 6 on one node; 2 GPU nodes offering it "
-        "have at most 4 free"
+        "not enough free nvidia.com/gpu: it asks for 6 on one node (spec.containers[0]); "
+        "2 GPU nodes offering it that nothing else blocks have at most 4 free"
     )
     assert cause["details"] == [
         'the scheduler: "2 Insufficient nvidia.com/gpu"',
         "gpu-1: 8 allocatable, 4 allocated, 4 free",
         "gpu-2: 8 allocatable, 6 allocated, 2 free",
     ]
-    assert "ask for 4 or fewer" in cause["fix"]
+    assert cause["fix"] == (
+        "wait for GPU Pods on these nodes to finish; or ask for 4 or fewer (the most free on "
+        "one node); or add GPU nodes (ask #ml-platform)"
+    )
     # The affinity reason concerns the CPU and MIG nodes: nothing to change for this Pod.
     assert any("didn't match Pod's node affinity/selector" in n for n in record["notes"])
     assert record["pools"] == [
@@ -338,9 +341,10 @@ def test_a_node_selector_no_gpu_node_matches_names_the_label_and_the_values_they
         "spec.nodeSelector[nvidia.com/gpu.product]: NVIDIA-B200: the GPU nodes have "
         "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3",
     ]
+    # The values are named; which hardware to run on is the user's to pick.
     assert cause["fix"] == (
-        "write nodeSelector nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3 (in the workload's "
-        "pod template)"
+        "change nodeSelector nvidia.com/gpu.product to one of the values the GPU nodes have "
+        "(above), or remove it (in the workload's pod template)"
     )
 
 
@@ -402,62 +406,117 @@ def test_a_resource_name_no_node_advertises_gets_a_did_you_mean(
     assert "notes:" not in out.split("causes,")[1].split("fix:")[0]
 
 
-def test_an_exhausted_gpu_quota_names_the_quota_and_whom_to_ask(
-    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    quota = {
+def gpu_quota(name: str, hard: int, used: int, **spec: Any) -> dict[str, Any]:
+    entry = "requests.nvidia.com/gpu"
+    return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
-        "metadata": {"name": "gpus", "namespace": NAMESPACE},
-        "spec": {"hard": {"requests.nvidia.com/gpu": "8", "pods": "50"}},
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"hard": {entry: str(hard), "pods": "50"}, **spec},
         "status": {
-            "hard": {"requests.nvidia.com/gpu": "8", "pods": "50"},
-            "used": {"requests.nvidia.com/gpu": "8", "pods": "3"},
+            "hard": {entry: str(hard), "pods": "50"},
+            "used": {entry: str(used), "pods": "3"},
         },
     }
-    scripted(kube_api, quota, pod("trainer", 2))
+
+
+def test_an_exhausted_gpu_quota_is_named_with_its_fix_as_a_note_on_the_next_pods(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A quota is checked when a Pod is created: it cannot hold a Pod that exists. Before,
+    "ResourceQuota ... used up" was cause #1 of a Pod that fits, and a quota scoped to
+    PriorityClass high, which does not count the Pod, was cause #2."""
+    high = {
+        "scopeSelector": {
+            "matchExpressions": [
+                {"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}
+            ]
+        }
+    }
+    scripted(
+        kube_api,
+        gpu_quota("gpus", 8, 8),
+        gpu_quota("high-gpus", 8, 8, **high),
+        gpu_quota("roomy", 16, 4),
+        pod("trainer", 2),
+    )
     status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
-    assert status == 1
-    assert kinds(record) == ["quota-exhausted"]
-    [cause] = record["causes"]
-    assert cause["summary"] == (
-        "ResourceQuota gpus in ml: requests.nvidia.com/gpu is used up (8 of 8): no more GPU "
-        "Pods can be created in the namespace"
-    )
-    assert cause["fix"] == (
-        "free GPUs in ml (delete GPU Pods that are done or idle), or raise "
-        "spec.hard[requests.nvidia.com/gpu] of ResourceQuota gpus (ask #ml-platform)"
-    )
+    assert (status, record["causes"], record["headline"]) == (0, [], "nothing blocks it")
+    quota_notes = [n for n in record["notes"] if "ResourceQuota" in n]
+    assert quota_notes == [
+        "ResourceQuota gpus in ml: requests.nvidia.com/gpu is used up (8 of 8): it does not "
+        "hold this Pod (a quota is checked when a Pod is created), but the next Pod asking for "
+        "it is refused at creation; free GPUs in ml (delete GPU Pods that are done or idle), or "
+        "raise spec.hard[requests.nvidia.com/gpu] of ResourceQuota gpus (ask #ml-platform)"
+    ]
+    # The same Pod at priority high is counted by the scoped quota too.
+    kube_api.add(pod("urgent", 2, priorityClassName="high"))
+    _, urgent = explain_json(kube_api, tmp_path, capsys, "urgent")
+    assert [n.split(":")[0] for n in urgent["notes"] if "ResourceQuota" in n] == [
+        "ResourceQuota gpus in ml",
+        "ResourceQuota high-gpus in ml",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("scope", "spec", "counted"),
+    [
+        ({"scopes": ["BestEffort"]}, {}, "yes"),
+        ({"scopes": ["NotBestEffort"]}, {}, "no"),
+        ({"scopes": ["Terminating"]}, {"activeDeadlineSeconds": 600}, "yes"),
+        ({"scopes": ["NotTerminating"]}, {"activeDeadlineSeconds": 600}, "no"),
+        (
+            {
+                "scopeSelector": {
+                    "matchExpressions": [{"scopeName": "PriorityClass", "operator": "Exists"}]
+                }
+            },
+            {},
+            "no",
+        ),
+        ({"scopes": ["CrossNamespacePodAffinity"]}, {}, "may"),
+    ],
+)
+def test_a_quotas_scopes_say_whether_it_counts_the_pod(
+    kube_api: FakeKubeAPI,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    scope: dict[str, Any],
+    spec: dict[str, Any],
+    counted: str,
+) -> None:
+    scripted(kube_api, gpu_quota("scoped", 4, 4, **scope), pod("trainer", 2, **spec))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 0
+    notes = [n for n in record["notes"] if "ResourceQuota scoped" in n]
+    assert len(notes) == (0 if counted == "no" else 1)
+    if counted == "may":
+        assert notes[0].startswith(
+            "ResourceQuota scoped in ml (its scope CrossNamespacePodAffinity is not read here: "
+            "it may apply): "
+        )
 
 
 def test_a_quota_of_hard_0_forbids_the_resource_and_the_fix_is_an_entitlement(
     kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """0 of 0 is no shortage to wait out: the namespace may not have the resource at all."""
-    quota = {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {"name": "no-gpus", "namespace": NAMESPACE},
-        "spec": {"hard": {"requests.nvidia.com/gpu": "0"}},
-        "status": {
-            "hard": {"requests.nvidia.com/gpu": "0"},
-            "used": {"requests.nvidia.com/gpu": "0"},
-        },
-    }
-    scripted(kube_api, quota, pod("trainer", 2))
+    """0 of 0 is no shortage to wait out: the namespace may not have the resource at all. The
+    controller's next Pods are refused; this one exists, and the nodes say why it pends."""
+    trainer = pod("trainer", 2)
+    trainer["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u", "controller": True}
+    ]
+    scripted(kube_api, gpu_quota("no-gpus", 0, 0), trainer)
     status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
-    assert status == 1
-    assert kinds(record) == ["quota-forbids"]
-    [cause] = record["causes"]
-    assert cause["summary"] == (
-        "ResourceQuota no-gpus in ml: the quota forbids requests.nvidia.com/gpu (hard 0): no Pod "
-        "asking for it can be created in the namespace"
-    )
-    assert cause["fix"] == (
-        "the namespace is not entitled to requests.nvidia.com/gpu: ask for an entitlement (ask "
-        "#ml-platform), which raises spec.hard[requests.nvidia.com/gpu] of ResourceQuota "
-        "no-gpus, or ask for a GPU resource the namespace may use"
-    )
+    assert (status, record["causes"]) == (0, [])
+    assert (
+        "ResourceQuota no-gpus in ml forbids requests.nvidia.com/gpu (hard 0): it does not hold "
+        "this Pod (a quota is checked when a Pod is created), but its controller's next Pods "
+        "are refused (FailedCreate events on the controller); the namespace is not entitled to "
+        "it: ask for an entitlement (ask #ml-platform), which raises "
+        "spec.hard[requests.nvidia.com/gpu] of ResourceQuota no-gpus, or ask for a GPU resource "
+        "the namespace may use"
+    ) in record["notes"]
 
 
 BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
@@ -615,7 +674,7 @@ def test_scheduling_gates_come_first_and_cordoned_gpu_nodes_are_named(
         kube_api.replace(stored)
     status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
     assert status == 1
-    assert kinds(record) == ["scheduling-gated", "cordoned-nodes"]
+    assert kinds(record) == ["scheduling-gated", "unavailable-nodes"]
     assert record["headline"] == (
         "scheduling gates hold it before any node is considered: kueue.x-k8s.io/admission "
         "(and 1 more cause)"
@@ -623,7 +682,12 @@ def test_scheduling_gates_come_first_and_cordoned_gpu_nodes_are_named(
     assert record["causes"][1]["summary"] == (
         "2 GPU nodes offering nvidia.com/gpu are cordoned (gpu-1, gpu-2)"
     )
-    assert record["causes"][1]["fix"].startswith("uncordon them when maintenance is over")
+    # Node maintenance: the cluster's administrators, never a toleration of the cordon.
+    assert record["causes"][1]["fix"].startswith(
+        "node health or maintenance, nothing to change in the Pod"
+    )
+    assert "ask the cluster's administrators" in record["causes"][1]["fix"]
+    assert "tolerations" not in record["causes"][1]["fix"]
 
 
 def test_a_pod_for_a_custom_scheduler_that_said_nothing_names_the_scheduler(
@@ -1011,10 +1075,286 @@ def test_a_pod_that_asks_for_no_gpu_gets_the_schedulers_reasons_as_causes(
     )
     status, record = explain_json(kube_api, tmp_path, capsys, "web")
     assert status == 1
+    # The scheduler lists its reasons alphabetically: they are told in the guide's order,
+    # resources before taints.
     assert [c["summary"] for c in record["causes"]] == [
-        'the scheduler: "3 node(s) had untolerated taint {nvidia.com/gpu: present}"',
         'the scheduler: "3 Insufficient cpu"',
+        'the scheduler: "3 node(s) had untolerated taint {nvidia.com/gpu: present}"',
     ]
     assert (
-        "it asks for no GPU: the scheduler's reasons are told as it gives them" in record["notes"]
+        "it asks for no GPU: the scheduler's reasons are told in the guide's order"
+        in record["notes"]
     )
+
+
+# --- Answers an on-call engineer can trust: node health, the Pod's own hardware, free GPUs -
+
+
+def test_notready_cordoned_and_removed_gpu_nodes_send_to_the_admins_not_to_a_toleration(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "add to spec.tolerations: {key: node.kubernetes.io/unschedulable...}" and, for
+    # a NotReady node, "add toleration node.kubernetes.io/not-ready".
+    cordoned = training_node("gpu-1")
+    cordoned["spec"]["unschedulable"] = True
+    cordoned["spec"]["taints"].append(
+        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    )
+    not_ready = training_node("gpu-2")
+    not_ready["spec"]["taints"].append(
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+    )
+    not_ready["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    removed = training_node("gpu-3")
+    removed["spec"]["taints"].append(
+        {"key": "ToBeDeletedByClusterAutoscaler", "value": "1733400000", "effect": "NoSchedule"}
+    )
+    message = (
+        "0/7 nodes are available: 1 node(s) were unschedulable, 2 node(s) had untolerated "
+        "taint(s), 4 node(s) didn't match Pod's node affinity/selector."
+    )
+    kube_api.register("", "v1", "events", "Event")
+    kube_api.add_all([cordoned, not_ready, removed, node("cpu-1")])
+    kube_api.add_all([pod("trainer", 4), failed_scheduling("trainer", message)])
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["unavailable-nodes"]
+    [cause] = record["causes"]
+    assert cause["summary"] == (
+        "3 GPU nodes offering nvidia.com/gpu are cordoned (gpu-1) / NotReady (gpu-2) / being "
+        "removed (gpu-3)"
+    )
+    assert "ask the cluster's administrators" in cause["fix"]
+    assert "add to" not in cause["fix"] and "node.kubernetes.io" not in cause["fix"]
+    assert cause["details"] == [
+        'the scheduler: "1 node(s) were unschedulable"',
+        'the scheduler: "2 node(s) had untolerated taint(s)"',
+    ]
+
+
+def test_a_selector_some_gpu_nodes_match_is_no_cause_and_none_picks_no_hardware(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: the H100 nodes full, "its node selector matches none of the GPU nodes" and
+    # "write nodeSelector ...: NVIDIA-A100-SXM4-80GB" (the first value alphabetically).
+    a100 = training_node("a100-1")
+    a100["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-80GB"
+    h100 = {"example.com/pool": "training", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    message = (
+        "0/7 nodes are available: 2 Insufficient nvidia.com/gpu, 5 node(s) didn't match Pod's "
+        "node affinity/selector."
+    )
+    scripted(
+        kube_api,
+        a100,
+        running("busy-2", "gpu-2", 8),
+        pod("trainer", 8, nodeSelector=h100),
+        failed_scheduling("trainer", message),
+    )
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["insufficient-gpus"]
+    [cause] = record["causes"]
+    assert cause["details"][1:] == [
+        "gpu-1: 8 allocatable, 4 allocated, 4 free",
+        "gpu-2: 8 allocatable, 8 allocated, 0 free",
+    ]
+    assert "A100" not in json.dumps(record["causes"])
+
+
+def test_free_gpus_come_from_usable_nodes_and_the_fix_never_asks_for_0(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "have at most 8 free" (the 8 of a cordoned node) and "ask for 0 or fewer".
+    message = (
+        "0/6 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) were unschedulable."
+    )
+    scripted(
+        kube_api,
+        running("busy-2", "gpu-2", 8),
+        pod("trainer", 4),
+        failed_scheduling("trainer", message),
+    )
+    stored = kube_api.get("/api/v1/nodes/gpu-1")
+    assert stored is not None
+    stored["spec"]["unschedulable"] = True
+    kube_api.replace(stored)
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["insufficient-gpus", "unavailable-nodes"]
+    short = record["causes"][0]
+    assert short["summary"] == (
+        "not enough free nvidia.com/gpu: it asks for 4 on one node (spec.containers[0]); 1 GPU "
+        "node offering it that nothing else blocks has 0 free"
+    )
+    assert short["fix"] == (
+        "wait for GPU Pods on these nodes to finish; or add GPU nodes (ask #ml-platform)"
+    )
+
+
+def test_a_node_whose_gpus_are_not_allocatable_is_named_and_the_init_container_that_asks(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "ask for at most 0 per Pod" where a node has capacity 8, allocatable 0.
+    broken = training_node("gpu-1")
+    broken["status"]["allocatable"]["nvidia.com/gpu"] = "0"
+    setup = {
+        "name": "fetch",
+        "image": "registry.example/fetch:1",
+        "resources": {"limits": {"nvidia.com/gpu": "2"}},
+    }
+    kube_api.register("", "v1", "events", "Event")
+    kube_api.add_all([broken, node("cpu-1")])
+    kube_api.add_all(
+        [
+            pod("trainer", 1, initContainers=[setup]),
+            failed_scheduling("trainer", "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."),
+        ]
+    )
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    [cause] = record["causes"]
+    assert cause["summary"] == (
+        "not enough free nvidia.com/gpu: it asks for 2 on one node (spec.initContainers[0]); "
+        "1 GPU node offering it that nothing else blocks has 0 free"
+    )
+    assert cause["details"][1] == "gpu-1: 8 capacity but 0 allocatable, 0 allocated, 0 free"
+    assert cause["fix"] == (
+        "gpu-1: nvidia.com/gpu capacity above allocatable, its device plugin is down or reports "
+        "GPUs unhealthy: ask the cluster's administrators to repair it (`kubectl describe node "
+        "gpu-1`, the device plugin Pod's logs); or add GPU nodes (ask #ml-platform)"
+    )
+    assert "at most 0" not in cause["fix"]
+
+
+def test_nodes_that_pass_explains_checks_are_not_said_to_take_the_pod(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "2 GPU nodes can take it now ... the scheduler's last attempt is older", where
+    # topology spread (which explain does not read) kept it off them.
+    message = (
+        "0/6 nodes are available: 2 node(s) didn't match pod topology spread constraints, "
+        "4 node(s) didn't match Pod's node affinity/selector."
+    )
+    scripted(kube_api, pod("trainer", 2), failed_scheduling("trainer", message))
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert [c["summary"] for c in record["causes"]] == [
+        'the scheduler: "2 node(s) didn\'t match pod topology spread constraints"'
+    ]
+    [note] = [n for n in record["notes"] if "checks explain makes" in n]
+    assert note.startswith(
+        "2 GPU nodes (gpu-1, gpu-2) pass the checks explain makes (resources, taints, selector, "
+        "affinity); the scheduler's reasons"
+    )
+    assert "can take it" not in json.dumps(record)
+
+
+# --- Pods spec.nodeName binds: the kubelet's word ------------------------------------------
+
+
+def test_a_pod_nodename_pins_to_a_cpu_node_rejected_out_of_gpus_is_no_nothing_blocks_it(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "nothing blocks it", exit 0, for a Pod the kubelet rejected.
+    rejected = pod("trainer", 1, node_name="cpu-1", phase="Failed")
+    rejected["status"].update(
+        reason="OutOfnvidia.com/gpu",
+        message="Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, "
+        "requested: 1, used: 0, capacity: 0",
+    )
+    scripted(kube_api, rejected)
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    [cause] = record["causes"]
+    assert cause["kind"] == "kubelet-rejected"
+    assert cause["summary"] == (
+        "the kubelet of node cpu-1 rejected it, out of nvidia.com/gpu: node cpu-1 has no "
+        "nvidia.com/gpu (it is no GPU node), and spec.nodeName put it there without the "
+        "scheduler"
+    )
+    assert cause["fix"].startswith("remove spec.nodeName and let the scheduler choose a node")
+    assert cause["details"][0].startswith("status.reason OutOfnvidia.com/gpu: Pod was rejected")
+
+
+def test_a_pending_pod_nodename_binds_to_a_full_gpu_node_is_told_the_free_gpus(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # runtimeClassName as the training pool wants: only the GPUs are wrong.
+    scripted(
+        kube_api,
+        running("busy-2", "gpu-2", 6),
+        pod("trainer", 4, node_name="gpu-2", runtimeClassName="nvidia"),
+    )
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    [cause] = record["causes"]
+    assert (cause["kind"], cause["details"]) == (
+        "kubelet-rejected",
+        [
+            "nvidia.com/gpu: it asks for 4, the node has 8 allocatable, 6 taken by other Pods, "
+            "2 free"
+        ],
+    )
+    # On gpu-1 (4 of 8 taken, its own 4 among the allocations read) it fits.
+    kube_api.add(pod("fits", 4, node_name="gpu-1", runtimeClassName="nvidia"))
+    status, record = explain_json(kube_api, tmp_path, capsys, "fits")
+    assert (status, record["causes"]) == (0, [])
+
+
+def test_a_claims_nodes_are_those_publishing_its_devices_and_the_fix_counts_them(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: with no vendor request, every GPU node counted as offering the claim's devices,
+    # so the taint cause named gpu-1 and mig-1, which publish no ResourceSlice.
+    claimed_gpu_cluster(kube_api)
+    published = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "gpu-2-gpu.nvidia.com"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": "gpu-2",
+            "pool": {"name": "gpu-2", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}],
+        },
+    }
+    claim = kube_api.get("/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/trainer-gpu-x7k2p")
+    assert claim is not None
+    claim["spec"]["devices"]["requests"][0]["exactly"]["count"] = 4
+    kube_api.replace(claim)
+    trainer = kube_api.get("/api/v1/namespaces/ml/pods/trainer")
+    assert trainer is not None
+    trainer["spec"]["tolerations"] = []
+    kube_api.replace(trainer)
+    kube_api.add(published)
+    status, record = explain_json(kube_api, tmp_path, capsys, "trainer")
+    assert status == 1
+    assert kinds(record) == ["untolerated-taint", "unallocatable-claim"]
+    assert record["causes"][0]["summary"] == (
+        "taint nvidia.com/gpu=present:NoSchedule on 1 GPU node offering its claims' devices is "
+        "not tolerated (gpu-2)"
+    )
+    assert record["causes"][1]["fix"].startswith(
+        "it asks for 4 devices; the cluster's ResourceSlices publish 2 of driver gpu.nvidia.com "
+        "in all: free devices of its classes, or ask for fewer"
+    )
+
+
+def test_the_policy_that_judged_is_named_and_the_packaged_default_says_so(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: without --policy, the packaged default judged in silence (pools "in no pool",
+    # no tenant contacts).
+    scripted(kube_api, pod("trainer", 4))
+    kubeconfig = str(kube_api.write_kubeconfig(tmp_path / "kubeconfig"))
+    main(["explain", "pod", "trainer", "-n", NAMESPACE, "--kubeconfig", kubeconfig])
+    out = capsys.readouterr().out
+    assert out.splitlines()[1] == (
+        "  policy: the packaged default (pass --policy with the deployed one)"
+    )
+    main(["explain", "pod", "trainer", "-n", NAMESPACE, "--kubeconfig", kubeconfig, "-o", "json"])
+    [record] = json.loads(capsys.readouterr().out)
+    assert record["policy"] == "the packaged default (pass --policy with the deployed one)"
+    status, out, _ = explain(kube_api, tmp_path, capsys, "pod", "trainer", "-n", NAMESPACE)
+    assert out.splitlines()[1] == f"  policy: {tmp_path / 'policy.yaml'}"

@@ -184,7 +184,7 @@ def test_the_table_prints_every_section(
     kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     scripted(kube_api)
-    status, out, err = inspect(kube_api, tmp_path, capsys)
+    status, out, err = inspect(kube_api, tmp_path, capsys, "--nodes")
     assert (status, err) == (1, "")
     lines = out.splitlines()
     assert lines[0].endswith("12 nodes read, 9 GPU nodes")
@@ -193,7 +193,7 @@ def test_the_table_prints_every_section(
         "PENDING GPU PODS (2)",
         "DEVICE PLUGINS (9 GPU NODES TO COVER)",
         "GPU QUOTAS (2)",
-        "MIXED HARDWARE POOLS (2)",
+        "MIXED HARDWARE POOLS (1)",
     ):
         assert title in lines, title
     assert any(line.startswith("POLICY DRIFT (") for line in lines)
@@ -203,18 +203,21 @@ def test_the_table_prints_every_section(
         return next(line.split() for line in lines if line.split()[: len(cells)] == list(cells))
 
     assert row("train-1") == [
-        "train-1", "training", "NVIDIA-H100-80GB-HBM3", "-", "-", "-", "nvidia.com/gpu", "8", "8"
+        "train-1", "training", "NVIDIA-H100-80GB-HBM3", "-", "-", "-", "nvidia.com/gpu", "8", "8",
+        "-",
     ]  # fmt: skip
-    assert row("train-2")[-3:] == ["nvidia.com/gpu", "8", "8"]  # the Pod still starting counts
-    assert row("train-3")[-3:] == ["nvidia.com/gpu", "8", "4"]  # the finished one does not
+    assert row("train-2")[-4:-1] == ["nvidia.com/gpu", "8", "8"]  # the Pod still starting counts
+    assert row("train-3")[-4:-1] == ["nvidia.com/gpu", "8", "4"]  # the finished one does not
     assert row("infer-1")[1:] == [
-        "inference", "NVIDIA-L4-SHARED", "-", "-", "4", "nvidia.com/gpu.shared", "8", "0"
+        "inference", "NVIDIA-L4-SHARED", "-", "-", "4", "nvidia.com/gpu.shared", "8", "0", "-"
     ]  # fmt: skip
     assert row("mig-1")[3:] == [
-        "all-balanced", "1g.10gb,2g.20gb", "-", "nvidia.com/mig-1g.10gb", "8", "3"
+        "all-balanced", "1g.10gb,2g.20gb", "-", "nvidia.com/mig-1g.10gb", "8", "3", "-"
     ]  # fmt: skip
     assert row("mig-2")[2:5] == ["NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "-", "1g.5gb"]
-    assert "nvidia.com/gpu: 96 allocatable, 20 allocated" in out  # 3×8 + 2×8 (GKE) + 56 (MIG)
+    # Whole GPUs (3×8 + 2×8 on GKE) and mig-2's 56 MIG instances are not added together.
+    assert "nvidia.com/gpu (whole): 40 allocatable, 20 allocated (5 nodes)" in out
+    assert "nvidia.com/gpu (MIG): 56 allocatable, 0 allocated (1 node)" in out
     # Pending, oldest first, each with its age and explain's first cause.
     pending = [line.split()[:3] for line in lines if line.startswith("team-")][:2]
     assert pending == [["team-a", "train-big", "3h"], ["team-b", "typo", "10m"]]
@@ -225,16 +228,19 @@ def test_the_table_prints_every_section(
         "gpu-operator/nvidia-device-plugin-daemonset", "7", "6", "(not", "all", "ready)", "6"
     ]  # fmt: skip
     assert row("kube-system/nvidia-gpu-device-plugin")[1:] == ["2", "2", "2"]
-    assert "1 GPU node without a device plugin Pod, whose GPUs no Pod can be given: mig-2" in out
+    assert (
+        "1 GPU node without a Ready device plugin Pod, whose GPUs no Pod can be given: mig-2" in out
+    )
     # Quotas: team-a's used up.
     assert row("team-a", "gpus")[2:] == ["requests.nvidia.com/gpu", "8", "8", "USED", "UP"]
     assert row("team-b", "gpus")[-1] == "ok"
-    # The mixed pools: training's H200 among H100s, partitioned's two A100 boards.
+    # The mixed pools: training's H200 among H100s. Partitioned's two A100 boards offer
+    # different MIG profiles: a Pod asks for one or the other, it does not get either.
     assert (
-        "pool training mixes 2 products (NVIDIA-H100-80GB-HBM3: train-1, train-2; "
-        "NVIDIA-H200: train-3)" in out
+        "pool training mixes 2 products offering nvidia.com/gpu (NVIDIA-H100-80GB-HBM3: "
+        "train-1, train-2; NVIDIA-H200: train-3)" in out
     )
-    assert "pool partitioned mixes 2 products (NVIDIA-A100-80GB-PCIe: mig-1; " in out
+    assert "pool partitioned mixes" not in out
     assert lines[-1].startswith(
         "to act on: 2 GPU Pods Pending over 5m with a cause, 1 GPU node without a device "
         "plugin Pod, "
@@ -252,7 +258,7 @@ def test_markdown_has_a_heading_and_a_table_per_section(
     assert headings[0].startswith("# GPU inspection at ")
     assert [h.split(" (")[0] for h in headings[1:]] == [
         "## GPU pools",
-        "## GPU nodes",
+        "## GPU nodes needing attention",
         "## Pending GPU Pods",
         "## Gated GPU Pods",
         "## Device plugins",
@@ -263,7 +269,10 @@ def test_markdown_has_a_heading_and_a_table_per_section(
     assert "| NODE | POOLS | PRODUCT | MIG CONFIG | MIG PROFILES | REPLICAS |" in out
     assert "| team-a | train-big | 3h | nvidia.com/gpu=8 | yes | insufficient-gpus: " in out
     assert "| team-a | gpus | requests.nvidia.com/gpu | 8 | 8 | USED UP |" in out
-    assert "- 1 GPU node without a device plugin Pod, whose GPUs no Pod can be given: mig-2" in out
+    assert (
+        "- 1 GPU node without a Ready device plugin Pod, whose GPUs no Pod can be given: mig-2"
+        in out
+    )
 
 
 def test_json_validates_and_since_reports_lost_gpus_gone_nodes_and_new_products(
@@ -282,11 +291,24 @@ def test_json_validates_and_since_reports_lost_gpus_gone_nodes_and_new_products(
     previous = tmp_path / "yesterday.json"
     previous.write_text(out)
 
-    # A day later: train-2 lost two GPUs, infer-2 is gone, a B200 node joined.
+    # A day later: train-2 lost two GPUs, infer-2 is gone, a B200 node joined; mig-1 was
+    # re-partitioned (its 1g.10gb and 2g.20gb instances became two 3g.40gb), train-1
+    # re-boarded with H200s under the same name.
     train_2 = kube_api.get("/api/v1/nodes/train-2")
     assert train_2 is not None
     train_2["status"]["allocatable"]["nvidia.com/gpu"] = "6"
     kube_api.replace(train_2)
+    mig_1 = kube_api.get("/api/v1/nodes/mig-1")
+    assert mig_1 is not None
+    for part in ("capacity", "allocatable"):
+        del mig_1["status"][part]["nvidia.com/mig-1g.10gb"]
+        del mig_1["status"][part]["nvidia.com/mig-2g.20gb"]
+        mig_1["status"][part]["nvidia.com/mig-3g.40gb"] = "2"
+    kube_api.replace(mig_1)
+    train_1 = kube_api.get("/api/v1/nodes/train-1")
+    assert train_1 is not None
+    train_1["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-H200"
+    kube_api.replace(train_1)
     kube_api.remove("/api/v1/nodes/infer-2")
     kube_api.add(
         node(
@@ -305,6 +327,27 @@ def test_json_validates_and_since_reports_lost_gpus_gone_nodes_and_new_products(
         "nodesAdded": ["train-4"],
         "gpusLost": [{"node": "train-2", "resource": "nvidia.com/gpu", "before": 8, "after": 6}],
         "newProducts": ["NVIDIA-B200"],
+        "gpusGained": [],
+        # Before: reported as 8 and 6 instances lost, without the gain.
+        "reshaped": [
+            {
+                "node": "mig-1",
+                "before": {"nvidia.com/mig-1g.10gb": 8, "nvidia.com/mig-2g.20gb": 6},
+                "after": {"nvidia.com/mig-3g.40gb": 2},
+            }
+        ],
+        "productsChanged": [
+            {"node": "train-1", "before": "NVIDIA-H100-80GB-HBM3", "after": "NVIDIA-H200"}
+        ],
+        "net": [
+            net("inference", "NVIDIA-L4-SHARED", "nvidia.com/gpu.shared", 16, 8),
+            net("partitioned", "NVIDIA-A100-80GB-PCIe", "nvidia.com/mig-1g.10gb", 8, 0),
+            net("partitioned", "NVIDIA-A100-80GB-PCIe", "nvidia.com/mig-2g.20gb", 6, 0),
+            net("partitioned", "NVIDIA-A100-80GB-PCIe", "nvidia.com/mig-3g.40gb", 0, 2),
+            net("training", "NVIDIA-B200", "nvidia.com/gpu", 0, 8),
+            net("training", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", 16, 6),
+            net("training", "NVIDIA-H200", "nvidia.com/gpu", 8, 16),
+        ],
     }
     status, out, err = inspect(kube_api, tmp_path, capsys, "--since", str(previous))
     lines = out.splitlines()
@@ -313,6 +356,26 @@ def test_json_validates_and_since_reports_lost_gpus_gone_nodes_and_new_products(
     assert changes[1].split() == ["train-2", "nvidia.com/gpu", "8", "6"]
     assert "GPU nodes gone (1): infer-2" in out
     assert "new products (1): NVIDIA-B200" in out
+    assert (
+        "re-shaped, not lost (a MIG re-partition or a rename), 1 node: nvidia.com/mig-1g.10gb 8, "
+        "nvidia.com/mig-2g.20gb 6 -> nvidia.com/mig-3g.40gb 2: mig-1"
+    ) in out
+    assert (
+        "product changed (re-boarded), 1 node: NVIDIA-H100-80GB-HBM3 -> NVIDIA-H200: train-1"
+    ) in out
+    assert changes[2] == "1 node lost GPUs (allocatable went down): " + (
+        "check nvidia-smi and the kernel log for Xid errors there"
+    )
+
+
+def net(pool: str, product: str, resource: str, before: int, after: int) -> dict[str, Any]:
+    return {
+        "pool": pool,
+        "product": product,
+        "resource": resource,
+        "before": before,
+        "after": after,
+    }
 
 
 def test_since_refuses_a_file_that_is_no_report(
@@ -343,7 +406,7 @@ def test_a_healthy_cluster_is_clean(
         "nothing to act on: 0 GPU Pods Pending over 5m with a cause, 0 GPU nodes without a "
         "device plugin Pod, 0 GPU quotas used up, 0 drift findings"
     )
-    assert "every GPU node has a device plugin Pod" in out
+    assert "every GPU node has a Ready device plugin Pod" in out
     assert "no GPU Pod waits for a node" in out
 
 
@@ -586,13 +649,19 @@ def test_a_large_cluster_prints_a_summary_per_pool_and_at_most_max_rows_rows(
     status, out, err = inspect(kube_api, tmp_path, capsys)
     lines = out.splitlines()
     pools = lines[lines.index("GPU POOLS") + 1 :]
-    assert pools[0].split() == ["POOL", "NODES", "PRODUCTS", "RESOURCE", "ALLOCATABLE", "ALLOCATED"]
-    assert next(line.split() for line in pools if line.startswith("training")) == [
-        "training", "63", "NVIDIA-H100-80GB-HBM3,NVIDIA-H200", "nvidia.com/gpu", "504", "20"
+    assert pools[0].split() == [
+        "POOL", "PRODUCT", "RESOURCE", "SHARING", "NODES", "ALLOCATABLE", "ALLOCATED", "FREE",
+        "OUT", "OF", "USE",
     ]  # fmt: skip
-    node_rows = lines[lines.index("GPU NODES (69)") + 1 :]
+    assert [line.split() for line in pools if line.startswith("training")] == [
+        ["training", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", "whole", "62", "496", "16",
+         "480", "-"],
+        ["training", "NVIDIA-H200", "nvidia.com/gpu", "whole", "1", "8", "4", "4", "-"],
+    ]  # fmt: skip
+    # The 60 new nodes have no device plugin Pod: they need attention, with mig-2.
+    node_rows = lines[lines.index("GPU NODES NEEDING ATTENTION (61 OF 69)") + 1 :]
     assert node_rows[51] == (
-        "... 20 more rows left out (of 70): see them all with --max-rows 0, or -o json"
+        "... 11 more rows left out (of 61): see them all with --max-rows 0, or -o json"
     )
     status, out, err = inspect(kube_api, tmp_path, capsys, "--max-rows", "0")
     assert "left out" not in out
@@ -616,3 +685,137 @@ def test_a_node_that_advertises_only_companion_resources_is_no_gpu_node(
     # train-1's NICs are not among its GPU resources.
     [train_1] = [n for n in document["nodes"] if n["name"] == "train-1"]
     assert [r["name"] for r in train_1["resources"]] == ["nvidia.com/gpu"]
+    # Before: cluster check's drift counted it a GPU node in no pool, without the GPU taint.
+    assert not [d["kind"] for d in document["drift"] if "nic-1" in d["nodes"]]
+
+
+def test_the_policy_that_judged_is_named_in_every_form(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripted(kube_api)
+    kubeconfig = str(kube_api.write_kubeconfig(tmp_path / "kubeconfig"))
+    default = "the packaged default (pass --policy with the deployed one)"
+    main(["inspect", "--kubeconfig", kubeconfig, "-o", "markdown"])
+    assert f"policy: {default};" in capsys.readouterr().out.splitlines()[0]
+    main(["inspect", "--kubeconfig", kubeconfig, "-o", "json"])
+    assert json.loads(capsys.readouterr().out)["policy"] == default
+    _, out, _ = inspect(kube_api, tmp_path, capsys)
+    assert f"policy: {tmp_path / 'policy.yaml'};" in out.splitlines()[0]
+
+
+def test_a_crash_looping_plugin_pod_covers_nothing_and_the_well_known_plugins_are_found(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: a crash-looping plugin Pod counted as covering its node; without
+    # devicePluginDaemonSets, the section said "not compared".
+    scripted(kube_api)
+    crashing = kube_api.get(
+        "/api/v1/namespaces/gpu-operator/pods/nvidia-device-plugin-daemonset-train-2"
+    )
+    assert crashing is not None
+    crashing["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    kube_api.replace(crashing)
+    status, out, _ = inspect(kube_api, tmp_path, capsys, "-o", "json")
+    plugins = json.loads(out)["devicePlugins"]
+    assert (plugins["uncoveredNodes"], plugins["notReadyNodes"]) == (
+        ["mig-2", "train-2"],
+        ["train-2"],
+    )
+    unnamed = POLICY.split("  devicePluginDaemonSets:")[0]
+    policy = tmp_path / "unnamed.yaml"
+    policy.write_text(unnamed)
+    kubeconfig = str(kube_api.write_kubeconfig(tmp_path / "kubeconfig"))
+    main(["inspect", "--policy", str(policy), "--kubeconfig", kubeconfig, "-o", "json"])
+    plugins = json.loads(capsys.readouterr().out)["devicePlugins"]
+    assert (plugins["compared"], plugins["discovered"]) == (True, True)
+    assert {(ds["name"], ds["foundBy"]) for ds in plugins["daemonSets"]} == {
+        (
+            "nvidia-device-plugin-daemonset",
+            "its name is the one the GPU Operator gives its device plugin",
+        ),
+        ("nvidia-gpu-device-plugin", "its name is the one GKE gives its device plugin"),
+    }
+    assert plugins["uncoveredNodes"] == ["mig-2", "train-2"]
+    main(["inspect", "--policy", str(policy), "--kubeconfig", kubeconfig])
+    out = capsys.readouterr().out
+    assert "the policy names no devicePluginDaemonSets: these were found by name or image (" in out
+    assert "of these, 1 node has a plugin Pod that is not Ready (crash-looping?): train-2" in out
+
+
+def test_out_of_use_nodes_are_counted_apart_and_only_nodes_needing_attention_are_listed(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: every node listed (1,816 lines at 2,000 nodes), a cordoned or NotReady node's
+    # GPUs counted as usable, whole GPUs and MIG instances added into one number.
+    nodes = {n["metadata"]["name"]: n for n in scripted_nodes()}
+    nodes["train-2"]["spec"]["unschedulable"] = True
+    nodes["train-2"]["spec"].setdefault("taints", []).append(
+        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    )
+    nodes["train-3"]["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    nodes["infer-1"]["status"]["allocatable"]["nvidia.com/gpu.shared"] = "4"
+    nodes["mig-1"]["metadata"]["labels"]["nvidia.com/mig.config.state"] = "failed"
+    scripted(kube_api, list(nodes.values()))
+    status, out, err = inspect(kube_api, tmp_path, capsys)
+    lines = out.splitlines()
+    pools = [line.split() for line in lines if line.startswith("training ")]
+    assert pools == [
+        ["training", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu", "whole", "1", "8", "8", "0",
+         "1", "node,", "8"],
+        ["training", "NVIDIA-H200", "nvidia.com/gpu", "whole", "0", "0", "0", "0", "1",
+         "node,", "8"],
+    ]  # fmt: skip
+    title = "GPU NODES NEEDING ATTENTION (5 OF 9)"
+    listed = lines[lines.index(title) + 2 : lines.index(title) + 8]
+    attention = {line.split()[0]: line for line in listed if line and not line[0].isspace()}
+    assert sorted(attention) == ["infer-1", "mig-1", "mig-2", "train-2", "train-3"]
+    assert attention["train-2"].endswith("cordoned")
+    assert attention["train-3"].endswith("NotReady")
+    assert attention["infer-1"].endswith("capacity above allocatable (nvidia.com/gpu.shared)")
+    assert attention["mig-1"].endswith(
+        "MIG configuration failed (nvidia.com/mig.config.state=failed)"
+    )
+    assert "train-1" not in attention
+    assert "nvidia.com/gpu (out of use): 16 allocatable, 12 allocated (2 nodes)" in out
+    assert "nvidia.com/gpu (whole): 24 allocatable, 8 allocated (3 nodes)" in out
+    status, out, err = inspect(kube_api, tmp_path, capsys, "-o", "json")
+    document = json.loads(out)
+    assert len(document["nodes"]) == 9
+    [train_2] = [n for n in document["nodes"] if n["name"] == "train-2"]
+    assert (train_2["state"], train_2["sharing"]) == ("cordoned", "whole")
+
+
+def test_since_a_time_slicing_rename_is_one_change_and_replaced_nodes_net_to_nothing(
+    kube_api: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: a rename was a "16 -> 0 lost" row per node, and an autoscaler's replacement
+    # nodes a list gone and a list added with no net.
+    scripted(kube_api)
+    status, out, err = inspect(kube_api, tmp_path, capsys, "-o", "json")
+    previous = tmp_path / "day-1.json"
+    previous.write_text(out)
+    infer_1 = kube_api.get("/api/v1/nodes/infer-1")
+    assert infer_1 is not None
+    for part in ("capacity", "allocatable"):
+        infer_1["status"][part]["nvidia.com/gpu"] = infer_1["status"][part].pop(
+            "nvidia.com/gpu.shared"
+        )
+    kube_api.replace(infer_1)
+    replacement = kube_api.get("/api/v1/nodes/reserved-2")
+    assert replacement is not None
+    kube_api.remove("/api/v1/nodes/reserved-2")
+    replacement["metadata"]["name"] = "reserved-3"
+    kube_api.add(replacement)
+    status, out, err = inspect(kube_api, tmp_path, capsys, "--since", str(previous))
+    lines = out.splitlines()
+    changes = lines[lines.index(next(line for line in lines if line.startswith("CHANGES"))) + 1 :]
+    assert changes[0] == (
+        "re-shaped, not lost (a MIG re-partition or a rename), 1 node: nvidia.com/gpu.shared 8 "
+        "-> nvidia.com/gpu 8: infer-1"
+    )
+    assert "GPU nodes gone (1): reserved-2" in out and "GPU nodes added (1): reserved-3" in out
+    net = next(line for line in changes if line.startswith("net allocatable"))
+    assert net == (
+        "net allocatable per pool and product: inference/NVIDIA-L4-SHARED nvidia.com/gpu 0 -> 8, "
+        "inference/NVIDIA-L4-SHARED nvidia.com/gpu.shared 16 -> 8"
+    )

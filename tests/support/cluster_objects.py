@@ -26,10 +26,10 @@ def node(
 
 
 def plugin_pod(
-    daemonset: dict[str, Any], node_name: str, *, owner: str | None = None
+    daemonset: dict[str, Any], node_name: str, *, owner: str | None = None, ready: bool = True
 ) -> dict[str, Any]:
-    """A running Pod of the DaemonSet (selected by ``app: NAME``) on a node; ``owner``: the
-    uid of another controller instead."""
+    """A running Pod of the DaemonSet (selected by ``app: NAME``) on a node, Ready unless
+    ``ready`` is false (crash-looping); ``owner``: the uid of another controller instead."""
     name = daemonset["metadata"]["name"]
     return {
         "apiVersion": "v1",
@@ -49,7 +49,10 @@ def plugin_pod(
             ],
         },
         "spec": {"nodeName": node_name, "containers": [{"name": "plugin", "image": "x"}]},
-        "status": {"phase": "Running"},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
     }
 
 

@@ -42,7 +42,7 @@ from webhook.core.inventory import (
     NodeFields,
     NodeInfo,
     SharedParts,
-    is_gpu_node,
+    has_gpus,
     node_info,
     pools_of,
     time_sliced,
@@ -133,6 +133,15 @@ def daemonset_pod_nodes(
 ) -> frozenset[str]:
     """The nodes a DaemonSet's Pods are on or bound for: its namespace's Pods listed by its
     selector, kept if it controls them. A list refused raises ``RequestRefused``."""
+    return frozenset(daemonset_pods(lister, named, daemonset))
+
+
+def daemonset_pods(
+    lister: Lister, named: DaemonSetName, daemonset: Mapping[str, Any]
+) -> dict[str, bool]:
+    """Per node a DaemonSet's Pods are on or bound for, whether one of them there is Ready
+    (its ``Ready`` condition True: a crash-looping Pod is on its node and covers nothing).
+    A list refused raises ``RequestRefused``."""
     from kubernetes import client as k8s
     from kubernetes.client.exceptions import ApiException
 
@@ -142,17 +151,33 @@ def daemonset_pod_nodes(
     spec = daemonset.get("spec")
     selector = selector_text(spec.get("selector") if isinstance(spec, Mapping) else None)
     pods = partial(core.list_namespaced_pod, named.namespace, label_selector=selector)
+    found: dict[str, bool] = {}
     try:
-        return frozenset(
-            node
-            for page in lister.pages(pods)
-            for pod in page.get("items") or ()
-            if isinstance(pod, dict) and uid is not None and controller_uid(pod) == uid
-            for node in (assigned_node(_mapping(pod.get("spec"))),)
-            if node
-        )
+        for page in lister.pages(pods):
+            for pod in page.get("items") or ():
+                if not isinstance(pod, dict) or uid is None or controller_uid(pod) != uid:
+                    continue
+                node = assigned_node(_mapping(pod.get("spec")))
+                if node:
+                    found[node] = found.get(node, False) or _pod_ready(pod)
     except ApiException as exc:
         raise RequestRefused(f"cannot list the Pods of DaemonSet {named}", exc) from None
+    return found
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    """Its Ready condition is True; a Pod whose status has no Ready condition (written by
+    nothing but a kubelet) counts as Ready when Running."""
+    status = _mapping(pod.get("status"))
+    conditions = status.get("conditions")
+    ready = [
+        c
+        for c in (conditions if isinstance(conditions, list) else ())
+        if isinstance(c, Mapping) and c.get("type") == "Ready"
+    ]
+    if not ready:
+        return status.get("phase") == "Running"
+    return any(c.get("status") == "True" for c in ready)
 
 
 def find_drift(
@@ -183,7 +208,10 @@ def find_drift(
             )
 
     if policy.pools:
-        unpooled = tuple(node.name for node in nodes if is_gpu_node(node) and not pools[node.name])
+        # A node with only companion resources (a NIC's nvidia.com/hostdev) has no GPU.
+        unpooled = tuple(
+            node.name for node in nodes if has_gpus(node, policy) and not pools[node.name]
+        )
         if unpooled:
             found.append(
                 Drift(
@@ -254,7 +282,7 @@ def find_drift(
             )
 
     if policy.gpu_nodes_tainted:
-        outside = [node for node in nodes if is_gpu_node(node) and not pools[node.name]]
+        outside = [node for node in nodes if has_gpus(node, policy) and not pools[node.name]]
         for taint in policy.gpu_node_taints:
             lacking = _lacking(outside, taint)
             if lacking:

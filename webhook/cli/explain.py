@@ -21,7 +21,7 @@ from webhook.cli.common import (
 from webhook.cluster.connection import connect
 from webhook.core.wording import number, plain_number
 from webhook.operations.cluster_facts import read_cluster_facts, read_pod
-from webhook.operations.explain import Explanation, explain_pod
+from webhook.operations.explain import Explanation, explain_pod, policy_named
 from webhook.policy.model import Policy
 
 EXAMPLES = """\
@@ -93,10 +93,11 @@ def run(args: argparse.Namespace) -> int:
             facts = read_cluster_facts(cluster, policy, [pod])
             # Inside: the facts read the allocations when the explanation first needs them.
             explained = [(None, explain_pod(pod, facts, policy))]
+    judged_by = policy_named(args.policy)
     if args.output == "json":
-        print(json.dumps([_record(e, d) for d, e in explained], indent=2))
+        print(json.dumps([_record(e, d) | {"policy": judged_by} for d, e in explained], indent=2))
     else:
-        print("\n\n".join(render(e, d) for d, e in explained))
+        print("\n\n".join(render(e, d, judged_by) for d, e in explained))
     if unreadable:
         return 2
     return 1 if any(e.blocked for _, e in explained) else 0
@@ -163,10 +164,13 @@ def _offline(
     return explained, unreadable
 
 
-def render(explanation: Explanation, document: Document | None = None) -> str:
+def render(explanation: Explanation, document: Document | None = None, judged_by: str = "") -> str:
     """The explanation as text for a terminal: the Pod and what was read, then the causes,
-    each with its fix, then the notes; ``document``: where an offline Pod was read."""
+    each with its fix, then the notes; ``document``: where an offline Pod was read;
+    ``judged_by``: which policy judged (``policy_named``)."""
     lines = [f"Pod {explanation.pod}: {_state(explanation, document)}"]
+    if judged_by:
+        lines.append(f"  policy: {judged_by}")
     if explanation.scheduled_condition:
         lines.append(f"  PodScheduled: {explanation.scheduled_condition}")
     if explanation.scheduler_message:
@@ -175,7 +179,7 @@ def render(explanation: Explanation, document: Document | None = None) -> str:
     said = "allowed" if verdict.allowed else f"denied ({number(len(verdict.denied), 'finding')})"
     if verdict.warned:
         said += f", {number(len(verdict.warned), 'warning')}"
-    lines.append(f"  policy: {said}")
+    lines.append(f"  verdict: {said}")
     lines += [f"    denied: {line}" for line in verdict.denied]
     lines += [f"    warning: {line}" for line in verdict.warned]
     if explanation.pools:

@@ -76,6 +76,13 @@ def add_subcommands(commands: argparse._SubParsersAction[Any]) -> None:
         "line saying how many were left out; json is always complete",
     )
     inspect.add_argument(
+        "--nodes",
+        action="store_true",
+        help="list every GPU node in table and markdown (default: those that need attention: "
+        "NotReady, cordoned, being removed, capacity above allocatable, a failed MIG "
+        "configuration, no Ready device plugin Pod); json always lists all",
+    )
+    inspect.add_argument(
         "-o",
         "--output",
         choices=("table", "json", "markdown"),
@@ -115,13 +122,13 @@ def run(args: argparse.Namespace) -> int:
             error(str(reason))
             return 2
     with connect(args.kubeconfig, args.context) as cluster:
-        report = inspect_cluster(cluster, policy, now(), previous, pending_after)
+        report = inspect_cluster(cluster, policy, now(), previous, pending_after, args.policy)
     if args.output == "json":
         print(json.dumps(report_document(report), indent=2))
     elif args.output == "markdown":
-        print(render_markdown(report, max_rows), end="")
+        print(render_markdown(report, max_rows, args.nodes), end="")
     else:
-        print(render_table(report, max_rows), end="")
+        print(render_table(report, max_rows, args.nodes), end="")
     return 0 if report.clean() else 1
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from webhook.cli.inspect_changes_output import change_lines, lost_rows
 from webhook.core.wording import count, names, number, plain_number
 from webhook.operations.inspect_report import InspectedNode, InspectReport, PendingPod, timestamp
 from webhook.policy.quantity import Quantity
@@ -30,11 +31,12 @@ class Section:
     lines: list[str] = field(default_factory=list)
 
 
-def sections(report: InspectReport) -> list[Section]:
-    """The report's sections, in the guide's checklist order."""
+def sections(report: InspectReport, every_node: bool = False) -> list[Section]:
+    """The report's sections, in the guide's checklist order; the GPU nodes that need
+    attention, or with ``every_node`` all of them."""
     found = [
         _pools(report),
-        _nodes(report),
+        _nodes(report, every_node),
         _pending(report),
         _gated(report),
         _device_plugins(report),
@@ -49,7 +51,7 @@ def sections(report: InspectReport) -> list[Section]:
 
 def headline(report: InspectReport) -> str:
     return (
-        f"GPU inspection at {timestamp(report.generated)} against {report.policy}: "
+        f"GPU inspection at {timestamp(report.generated)}, policy: {report.policy}; "
         f"{number(report.nodes_read, 'node')} read, "
         f"{count(report.gpu_nodes, 'GPU node')}"
     )
@@ -69,9 +71,11 @@ def summary(report: InspectReport) -> str:
     return f"{verdict}: {', '.join(parts)}"
 
 
-def render_table(report: InspectReport, max_rows: int | None = MAX_ROWS) -> str:
+def render_table(
+    report: InspectReport, max_rows: int | None = MAX_ROWS, every_node: bool = False
+) -> str:
     out = [headline(report), ""]
-    for section in sections(report):
+    for section in sections(report, every_node):
         out.append(section.title.upper())
         rows, left_out = _shown(section.rows, max_rows)
         if rows:
@@ -85,9 +89,11 @@ def render_table(report: InspectReport, max_rows: int | None = MAX_ROWS) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_markdown(report: InspectReport, max_rows: int | None = MAX_ROWS) -> str:
+def render_markdown(
+    report: InspectReport, max_rows: int | None = MAX_ROWS, every_node: bool = False
+) -> str:
     out = [f"# {headline(report)}", "", f"**{summary(report)}**", ""]
-    for section in sections(report):
+    for section in sections(report, every_node):
         out += [f"## {section.title}", ""]
         rows, left_out = _shown(section.rows, max_rows)
         if rows:
@@ -114,28 +120,53 @@ def _shown(rows: list[tuple[str, ...]], max_rows: int | None) -> tuple[list[tupl
 
 
 def _pools(report: InspectReport) -> Section:
-    """Per pool (a GPU node in several counts in each; "-": the GPU nodes in none): its
-    nodes, its products and, per resource, the GPUs allocatable and allocated."""
+    """Per pool (a GPU node in several counts in each; "-": the GPU nodes in none), product,
+    resource and sharing (whole GPUs, MIG instances and time-sliced replicas are not added
+    together): the usable nodes and their GPUs allocatable, allocated and free; the nodes
+    out of use (NotReady, cordoned, being removed) apart, with their allocatable."""
     section = Section(
         "GPU pools",
-        ("POOL", "NODES", "PRODUCTS", "RESOURCE", "ALLOCATABLE", "ALLOCATED"),
+        (
+            "POOL",
+            "PRODUCT",
+            "RESOURCE",
+            "SHARING",
+            "NODES",
+            "ALLOCATABLE",
+            "ALLOCATED",
+            "FREE",
+            "OUT OF USE",
+        ),
     )
-    by_pool: dict[str, list[InspectedNode]] = {}
+    groups: dict[tuple[str, str, str, str], list[InspectedNode]] = {}
     for node in report.gpu_nodes:
         for pool in node.pools or (NONE,):
-            by_pool.setdefault(pool, []).append(node)
-    for pool, nodes in sorted(by_pool.items(), key=lambda item: (item[0] == NONE, item[0])):
-        products = ",".join(sorted({n.product for n in nodes if n.product})) or NONE
-        described = (pool, str(len(nodes)), products)
-        totals = _totals(nodes)
-        for index, (name, (allocatable, allocated)) in enumerate(sorted(totals.items())):
-            first = described if index == 0 else ("",) * len(described)
-            section.rows.append((*first, name, _plain(allocatable), _plain(allocated)))
-        if not totals:
-            section.rows.append((*described, NONE, "0", "0"))
+            for resource in node.resources or ():
+                key = (pool, node.product or NONE, resource.name, node.sharing)
+                groups.setdefault(key, []).append(node)
+    for key, nodes in sorted(groups.items(), key=lambda item: (item[0][0] == NONE, item[0])):
+        name = key[2]
+        usable = [n for n in nodes if not n.state]
+        out = [n for n in nodes if n.state]
+        allocatable, allocated = _totals(usable).get(name, (0, 0))
+        out_allocatable = _totals(out).get(name, (0, 0))[0]
+        section.rows.append(
+            (
+                *key,
+                str(len(usable)),
+                _plain(allocatable),
+                _plain(allocated),
+                _plain(max(allocatable - allocated, 0)),
+                f"{number(len(out), 'node')}, {_plain(out_allocatable)}" if out else NONE,
+            )
+        )
     if not report.gpu_nodes:
         section.lines.append("no GPU node")
     return section
+
+
+def _offers(node: InspectedNode, name: str) -> bool:
+    return any(resource.name == name for resource in node.resources)
 
 
 def _totals(nodes: Iterable[InspectedNode]) -> dict[str, tuple[Quantity, Quantity]]:
@@ -151,9 +182,18 @@ def _totals(nodes: Iterable[InspectedNode]) -> dict[str, tuple[Quantity, Quantit
     return totals
 
 
-def _nodes(report: InspectReport) -> Section:
+def _nodes(report: InspectReport, every_node: bool) -> Section:
+    """The GPU nodes that need attention (out of use, capacity above allocatable, a failed MIG
+    configuration, no Ready device plugin Pod), or with ``every_node`` all of them; then the
+    totals per resource and sharing, usable nodes only."""
+    listed = report.gpu_nodes if every_node else [n for n in report.gpu_nodes if n.attention]
+    title = (
+        f"GPU nodes ({len(report.gpu_nodes)})"
+        if every_node
+        else f"GPU nodes needing attention ({len(listed)} of {len(report.gpu_nodes)})"
+    )
     section = Section(
-        f"GPU nodes ({len(report.gpu_nodes)})",
+        title,
         (
             "NODE",
             "POOLS",
@@ -164,9 +204,10 @@ def _nodes(report: InspectReport) -> Section:
             "RESOURCE",
             "ALLOCATABLE",
             "ALLOCATED",
+            "ATTENTION",
         ),
     )
-    for node in report.gpu_nodes:
+    for node in listed:
         described = (
             node.name,
             ",".join(node.pools) or NONE,
@@ -175,6 +216,7 @@ def _nodes(report: InspectReport) -> Section:
             ",".join(node.mig_profiles) or NONE,
             str(node.replicas) if node.replicas is not None else NONE,
         )
+        attention = "; ".join(node.attention) or NONE
         for index, resource in enumerate(node.resources or ()):
             first = described if index == 0 else ("",) * len(described)
             section.rows.append(
@@ -188,14 +230,25 @@ def _nodes(report: InspectReport) -> Section:
                         else f" of {_plain(resource.capacity)}"
                     ),
                     _plain(resource.allocated),
+                    attention if index == 0 else "",
                 )
             )
         if not node.resources:
-            section.rows.append((*described, NONE, "0", "0"))
-    section.lines += [
-        f"{name}: {_plain(allocatable)} allocatable, {_plain(allocated)} allocated"
-        for name, (allocatable, allocated) in sorted(_totals(report.gpu_nodes).items())
-    ]
+            section.rows.append((*described, NONE, "0", "0", attention))
+    by_sharing: dict[str, list[InspectedNode]] = {}
+    for node in report.gpu_nodes:
+        by_sharing.setdefault("out of use" if node.state else node.sharing, []).append(node)
+    for sharing, nodes in sorted(by_sharing.items()):
+        section.lines += [
+            f"{name} ({sharing}): {_plain(allocatable)} allocatable, {_plain(allocated)} "
+            f"allocated ({number(sum(1 for n in nodes if _offers(n, name)), 'node')})"
+            for name, (allocatable, allocated) in sorted(_totals(nodes).items())
+        ]
+    if not every_node:
+        section.lines.append(
+            f"{number(len(report.gpu_nodes) - len(listed), 'GPU node')} with nothing to look "
+            "at not listed: see them all with --nodes, or -o json"
+        )
     if not report.gpu_nodes:
         section.lines.append(
             "no GPU node (no vendor resource advertised, no nvidia.com/gpu.present)"
@@ -262,10 +315,17 @@ def _device_plugins(report: InspectReport) -> Section:
     )
     if not plugins.compared:
         section.lines.append(
-            "the policy names no devicePluginDaemonSets: device plugins not compared (name "
-            "yours, e.g. gpu-operator/nvidia-device-plugin-daemonset)"
+            "the policy names no devicePluginDaemonSets and none was found by name or image: "
+            "device plugins not compared (name yours, e.g. "
+            "gpu-operator/nvidia-device-plugin-daemonset)"
         )
         return section
+    if plugins.discovered:
+        section.lines.append(
+            "the policy names no devicePluginDaemonSets: these were found by name or image ("
+            + "; ".join(f"{ds.namespace}/{ds.name}: {ds.found_by}" for ds in plugins.daemonsets)
+            + "); name them in the policy"
+        )
     for ds in plugins.daemonsets:
         if not ds.found:
             section.rows.append((f"{ds.namespace}/{ds.name}", "not found", NONE, NONE))
@@ -276,12 +336,18 @@ def _device_plugins(report: InspectReport) -> Section:
         )
     if plugins.uncovered:
         section.lines.append(
-            f"{count(plugins.uncovered, 'GPU node')} without a device plugin Pod, whose GPUs "
-            f"no Pod can be given: {names(plugins.uncovered)}; see why with kubectl describe "
-            "daemonset, and the drift below"
+            f"{count(plugins.uncovered, 'GPU node')} without a Ready device plugin Pod, whose "
+            f"GPUs no Pod can be given: {names(plugins.uncovered)}; see why with kubectl "
+            "describe daemonset, and the drift below"
         )
+        if plugins.not_ready:
+            has = "has" if len(plugins.not_ready) == 1 else "have"
+            section.lines.append(
+                f"of these, {count(plugins.not_ready, 'node')} {has} a plugin Pod that is not "
+                f"Ready (crash-looping?): {names(plugins.not_ready)}; kubectl logs it"
+            )
     else:
-        section.lines.append("every GPU node has a device plugin Pod")
+        section.lines.append("every GPU node has a Ready device plugin Pod")
     return section
 
 
@@ -338,11 +404,13 @@ def _mixed(report: InspectReport) -> Section:
             f"{product}: {names(nodes)}" for product, nodes in mixed.products.items()
         )
         section.lines.append(
-            f"{where} mixes {number(len(mixed.products), 'product')} ({products}); a Pod "
-            "that lands there gets either: pin it with nvidia.com/gpu.product, or split the pool"
+            f"{where} mixes {number(len(mixed.products), 'product')} offering "
+            f"{names(mixed.resources)} ({products}); a Pod asking for "
+            f"{'it' if len(mixed.resources) == 1 else 'one of them'} there gets either: pin it "
+            "with nvidia.com/gpu.product, or split the pool"
         )
     if not report.mixed_pools:
-        section.lines.append("each pool's nodes carry one product")
+        section.lines.append("in each pool, each GPU resource is offered by one product")
     return section
 
 
@@ -350,22 +418,8 @@ def _changes(report: InspectReport) -> Section:
     changes = report.changes
     assert changes is not None  # sections() asks for it only then
     section = Section(f"Changes since {changes.since}", ("NODE", "RESOURCE", "BEFORE", "NOW"))
-    section.rows += [
-        (lost.node, lost.resource, _plain(lost.before), _plain(lost.after))
-        for lost in changes.gpus_lost
-    ]
-    if changes.gpus_lost:
-        section.lines.append(
-            f"{count({lost.node for lost in changes.gpus_lost}, 'node')} lost GPUs (allocatable "
-            "went down): check nvidia-smi and the kernel log for Xid errors there"
-        )
-    for what, listed in (
-        ("GPU nodes gone", changes.nodes_gone),
-        ("GPU nodes added", changes.nodes_added),
-        ("new products", changes.new_products),
-    ):
-        if listed:
-            section.lines.append(f"{what} ({len(listed)}): {names(listed)}")
+    section.rows += lost_rows(changes)
+    section.lines += change_lines(changes)
     if not section.rows and not section.lines:
         section.lines.append("no GPU node lost, gained or changed GPUs")
     return section

@@ -2,12 +2,14 @@
 
 The guide's order for a Pending Pod: what holds it before any node is considered (scheduling
 gates), the GPU resource name (one no node advertises), node allocatable against current
-allocations (not enough free GPUs), then the rest of the scheduler's typical message (taints,
-node affinity and selectors), the devices its claims ask for, quotas (one that forbids the
-resource, hard 0, before one used up) and admission policies, a custom scheduler, and
-whatever else the scheduler said. For a running Pod that cannot see its GPU: no GPU limit or
-claim, the runtime class, a privileged container, variables that override the devices it was
-given.
+allocations (not enough free GPUs), nodes out of use (NotReady, cordoned, being removed), then
+the rest of the scheduler's typical message (taints, node affinity and selectors), the devices
+its claims ask for, admission policies, a custom scheduler, and whatever else the scheduler
+said. A Pod ``spec.nodeName`` binds without the scheduler: what its node's kubelet rejected
+(``OutOf<resource>``), or more GPUs than its node has free, comes first. (A quota is checked
+when a Pod is created and never holds one that exists: ``explain`` tells one that refuses the
+next Pods as a note.) For a running Pod that cannot see its GPU: no GPU limit or claim, the
+runtime class, a privileged container, variables that override the devices it was given.
 """
 
 from __future__ import annotations
@@ -16,15 +18,14 @@ from dataclasses import dataclass
 
 # Every kind of cause, in the order an explanation lists them.
 CAUSE_ORDER = (
+    "kubelet-rejected",
     "scheduling-gated",
     "unadvertised-resource",
     "insufficient-gpus",
-    "cordoned-nodes",
+    "unavailable-nodes",
     "untolerated-taint",
     "node-affinity",
     "unallocatable-claim",
-    "quota-forbids",
-    "quota-exhausted",
     "policy-denies",
     "custom-scheduler",
     "scheduler-reason",

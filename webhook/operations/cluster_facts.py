@@ -6,15 +6,15 @@ server offers them, each page reduced as it arrives:
 
 - every Node, kept as the node inventory keeps one (``webhook.core.inventory.NodeInfo``: the
   pools' label keys, GPU feature discovery's labels, taints, vendor resources) plus the label
-  keys the explained Pods select nodes by, and whether it is cordoned; only GPU nodes are kept
+  keys the explained Pods select nodes by, whether it is cordoned and Ready; only GPU nodes are kept
   (``webhook.core.inventory.has_gpus``), their GPU quantities parsed and pools found once;
 - when first needed (a Pod's free GPUs compared), the Pods bound to a node and not finished
   (``spec.nodeName!=``, ``status.phase!=Succeeded``, ``status.phase!=Failed``): of each,
   only what it requests of GPU resources, added to its node's ``allocated``;
 - the scheduler's ``FailedScheduling`` events of the explained Pods (``reason=FailedScheduling``,
   ``involvedObject.name`` for a single Pod): message, count, when last seen, who reported it;
-- the ResourceQuotas of the Pods' namespaces: their GPU entries (vendor resources, DRA's
-  ``<class>.deviceclass.resource.k8s.io/devices``), used and hard;
+- the ResourceQuotas of the Pods' namespaces: their GPU entries, used and hard, and their
+  scopes (``webhook.operations.quota_facts``);
 - where a Pod claims devices (DRA, ``resource.k8s.io/v1``): its namespace's claims, the
   DeviceClasses and the drivers that publish devices (``webhook.operations.dra_facts``).
 
@@ -43,16 +43,18 @@ from webhook.core.inventory import (
     node_info,
     pools_of,
 )
+from webhook.core.node_lifecycle import ready_status
 from webhook.core.requests import spec_requests
 from webhook.core.scheduling import selected_label_keys
 from webhook.operations.dra_facts import DRA_NOT_SERVED, DraFacts, read_dra
+from webhook.operations.quota_facts import QuotaUse, read_quotas
 from webhook.operations.refusals import read_refused
 from webhook.policy.model import Policy, Pool
 from webhook.policy.quantity import Quantity, parse_quantity
 
-# Quota entries of DRA devices: ``<class>.deviceclass.resource.k8s.io/devices``.
-DEVICE_CLASS_QUOTA = ".deviceclass.resource.k8s.io/devices"
 FAILED_SCHEDULING = "FailedScheduling"
+# The MIG manager's state of its last configuration (success, pending, failed): inspect's.
+MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
 PodKey = tuple[str, str]  # (namespace, name)
 EMPTY: Mapping[str, Quantity] = MappingProxyType({})
 
@@ -84,12 +86,14 @@ class Allocations:
 @dataclass(frozen=True, slots=True, eq=False)
 class GpuNode:
     """A GPU node (``webhook.core.inventory.has_gpus``): what the inventory keeps of it,
-    whether it is cordoned, its pools, its taints as the scheduling helpers read them, and
+    whether it is cordoned, its Ready condition's status ("True", "False", "Unknown", "" for
+    none), its pools, its taints as the scheduling helpers read them, and
     the capacity and allocatable of its GPU resources (``is_gpu_resource``), parsed once.
     Each is one node: compared (and hashed) by identity."""
 
     info: NodeInfo
     unschedulable: bool
+    ready: str
     pools: tuple[Pool, ...]
     taints: tuple[Mapping[str, str], ...]
     capacity: Mapping[str, Quantity]
@@ -123,29 +127,6 @@ class SchedulingEvent:
     count: int
     last_seen: str  # RFC 3339, "" when the event carries no time
     reporter: str  # the scheduler that wrote it (default-scheduler, or a custom one)
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaUse:
-    """One GPU entry of a ResourceQuota: ``resource`` as the quota names it
-    (``requests.nvidia.com/gpu``), used and hard as its status says. ``forbids``: hard 0,
-    the namespace may not have the resource at all (its tenant is not entitled to it: no
-    shortage, nothing to wait for); ``exhausted``: hard above 0 and used at or past it, the
-    next Pod asking for one more is refused."""
-
-    namespace: str
-    quota: str
-    resource: str
-    used: Quantity
-    hard: Quantity
-
-    @property
-    def forbids(self) -> bool:
-        return self.hard == 0
-
-    @property
-    def exhausted(self) -> bool:
-        return self.hard > 0 and self.used >= self.hard
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +211,7 @@ def read_cluster_facts(
     )
     node_count, nodes = _read_nodes(cluster, lister, policy, selected)
     events = _read_events(cluster, lister, pods, namespaces)
-    quotas = _read_quotas(cluster, lister, policy, namespaces)
+    quotas = read_quotas(cluster, lister, policy, namespaces)
     facts = ClusterFacts(node_count, nodes, events, quotas, namespaces)
     if any(_mapping(pod.get("spec")).get("resourceClaims") for pod in pods):
         dra = read_dra(cluster, lister, namespaces)
@@ -247,9 +228,9 @@ def _read_nodes(
     from kubernetes.client.exceptions import ApiException
 
     core = k8s.CoreV1Api(cluster.api_client)
-    kept = NodeFields(policy.gpu_label_keys | selected, policy.vendor_domains)
+    kept = NodeFields(policy.gpu_label_keys | selected | {MIG_CONFIG_STATE}, policy.vendor_domains)
     shared = SharedParts()
-    found: dict[str, tuple[NodeInfo, bool]] = {}
+    found: dict[str, tuple[NodeInfo, bool, str]] = {}
     count = 0
     try:
         for page in lister.pages(core.list_node):
@@ -260,22 +241,25 @@ def _read_nodes(
                 info = node_info(obj, kept, shared)
                 if has_gpus(info, policy):
                     cordoned = _mapping(obj.get("spec")).get("unschedulable") is True
-                    found[info.name] = (info, cordoned)
+                    found[info.name] = (info, cordoned, ready_status(obj))
     except ApiException as exc:
         raise read_refused("cannot list nodes", '"list" on nodes', exc) from None
     names = frozenset(found)
     allocations = Allocations(partial(_allocated, cluster, lister, policy, names))
     return count, tuple(
-        gpu_node(info, cordoned, policy, allocations)
-        for _, (info, cordoned) in sorted(found.items())
+        gpu_node(info, cordoned, ready, policy, allocations)
+        for _, (info, cordoned, ready) in sorted(found.items())
     )
 
 
-def gpu_node(info: NodeInfo, cordoned: bool, policy: Policy, allocations: Allocations) -> GpuNode:
+def gpu_node(
+    info: NodeInfo, cordoned: bool, ready: str, policy: Policy, allocations: Allocations
+) -> GpuNode:
     """A GPU node's record, its quantities parsed and its pools found once."""
     return GpuNode(
         info,
         cordoned,
+        ready,
         pools_of(info, policy),
         tuple({"key": t.key, "value": t.value, "effect": t.effect} for t in info.taints),
         _gpu_quantities(info.capacity, policy),
@@ -406,63 +390,6 @@ def _keep_event(
             ),
         )
     )
-
-
-def _read_quotas(
-    cluster: Cluster, lister: Lister, policy: Policy, namespaces: frozenset[str] | None
-) -> Mapping[str, tuple[QuotaUse, ...]]:
-    from kubernetes import client as k8s
-    from kubernetes.client.exceptions import ApiException
-
-    core = k8s.CoreV1Api(cluster.api_client)
-    lists: list[tuple[str | None, Callable[..., Any]]] = (
-        [(None, core.list_resource_quota_for_all_namespaces)]
-        if namespaces is None
-        else [(ns, partial(core.list_namespaced_resource_quota, ns)) for ns in sorted(namespaces)]
-    )
-    found: dict[str, list[QuotaUse]] = {}
-    for namespace, list_quotas in lists:
-        try:
-            for page in lister.pages(list_quotas):
-                for quota in page.get("items") or ():
-                    if isinstance(quota, dict):
-                        _keep_quota(quota, policy, found)
-        except ApiException as exc:
-            raise read_refused(
-                f"cannot list resourcequotas {_scope(namespace)}", '"list" on resourcequotas', exc
-            ) from None
-    return {namespace: tuple(uses) for namespace, uses in found.items()}
-
-
-def _keep_quota(quota: Mapping[str, Any], policy: Policy, found: dict[str, list[QuotaUse]]) -> None:
-    metadata = _mapping(quota.get("metadata"))
-    status = _mapping(quota.get("status"))
-    hard = _mapping(status.get("hard")) or _mapping(_mapping(quota.get("spec")).get("hard"))
-    used = _mapping(status.get("used"))
-    for resource, value in hard.items():
-        if not is_gpu_quota(str(resource), policy):
-            continue
-        limit = parse_quantity(value)
-        if limit is None:
-            continue
-        found.setdefault(str(metadata.get("namespace") or ""), []).append(
-            QuotaUse(
-                str(metadata.get("namespace") or ""),
-                str(metadata.get("name") or ""),
-                str(resource),
-                parse_quantity(used.get(resource, "0")) or 0,
-                limit,
-            )
-        )
-
-
-def is_gpu_quota(resource: str, policy: Policy) -> bool:
-    """Whether a quota entry limits GPUs: a vendor resource (``requests.nvidia.com/gpu``, or
-    the bare name) or DRA devices of a class."""
-    if resource.endswith(DEVICE_CLASS_QUOTA):
-        return True
-    name = resource.removeprefix("requests.").removeprefix("limits.")
-    return "/" in name and is_gpu_resource(name, policy)
 
 
 def _key(pod: Mapping[str, Any]) -> PodKey:

@@ -7,7 +7,7 @@ the drivers ResourceSlices publish devices of. Each list paged, each item reduce
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from types import MappingProxyType
 from typing import Any
@@ -30,6 +30,7 @@ class ClaimState:
     name: str
     allocated: bool
     device_classes: tuple[str, ...]
+    devices: int = 1  # how many devices its requests ask for (0: one asks for all of a class)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,25 @@ class DraFacts:
     claims: Mapping[tuple[str, str], ClaimState]
     class_drivers: Mapping[str, tuple[str, ...]]
     published_drivers: frozenset[str]
+    # Per driver, the nodes its ResourceSlices publish devices on (``spec.nodeName``; None
+    # where a slice serves several nodes, ``allNodes`` or a ``nodeSelector``: any may do),
+    # and how many devices they publish.
+    driver_nodes: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+    driver_devices: Mapping[str, int] = field(default_factory=dict)
+
+    def nodes_of(self, device_class: str) -> frozenset[str] | None:
+        """The nodes the drivers of a class publish devices on; None: not known (the class
+        pins no driver this reads, or a slice serves several nodes)."""
+        drivers = self.class_drivers.get(device_class)
+        if not drivers:
+            return None
+        found: set[str] = set()
+        for driver in drivers:
+            nodes = self.driver_nodes.get(driver, frozenset())
+            if nodes is None:
+                return None
+            found |= nodes
+        return frozenset(found)
 
 
 class _NotServed(Exception):
@@ -67,6 +87,8 @@ def read_dra(
     claims: dict[tuple[str, str], ClaimState] = {}
     classes: dict[str, tuple[str, ...]] = {}
     published: set[str] = set()
+    nodes: dict[str, set[str] | None] = {}
+    devices: dict[str, int] = {}
     try:
         for scope, list_claims in lists:
             for claim in _items(lister, list_claims, "resourceclaims", scope):
@@ -76,17 +98,33 @@ def read_dra(
                     key[1],
                     bool(_mapping(claim.get("status")).get("allocation")),
                     claimed_classes(_mapping(claim.get("spec"))),
+                    claimed_devices(_mapping(claim.get("spec"))),
                 )
         for device_class in _items(lister, resource.list_device_class, "deviceclasses"):
             record = device_class_record(device_class)
             classes[record.name] = record.drivers
         for resource_slice in _items(lister, resource.list_resource_slice, "resourceslices"):
             spec = _mapping(resource_slice.get("spec"))
-            if _list(spec.get("devices")) and isinstance(spec.get("driver"), str):
-                published.add(spec["driver"])
+            driver = spec.get("driver")
+            if not (_list(spec.get("devices")) and isinstance(driver, str)):
+                continue
+            published.add(driver)
+            devices[driver] = devices.get(driver, 0) + len(_list(spec.get("devices")))
+            on = nodes.setdefault(driver, set())
+            node_name = spec.get("nodeName")
+            if on is not None and isinstance(node_name, str) and node_name:
+                on.add(node_name)
+            else:
+                nodes[driver] = None
     except _NotServed:
         return None
-    return DraFacts(MappingProxyType(claims), MappingProxyType(classes), frozenset(published))
+    return DraFacts(
+        MappingProxyType(claims),
+        MappingProxyType(classes),
+        frozenset(published),
+        MappingProxyType({d: None if n is None else frozenset(n) for d, n in nodes.items()}),
+        MappingProxyType(devices),
+    )
 
 
 def _items(
@@ -119,6 +157,22 @@ def claimed_classes(spec: Mapping[str, Any]) -> tuple[str, ...]:
             if isinstance(name, str) and name not in found:
                 found.append(name)
     return tuple(found)
+
+
+def claimed_devices(spec: Mapping[str, Any]) -> int:
+    """How many devices a claim's requests ask for (``exactly``'s count, 1 by default, or
+    the first alternative's of ``firstAvailable``); 0 where one asks for all of a class."""
+    total = 0
+    for request in _list(_mapping(spec.get("devices")).get("requests")):
+        request = _mapping(request)
+        asked = _mapping(request.get("exactly")) or next(
+            iter(map(_mapping, _list(request.get("firstAvailable")))), {}
+        )
+        if asked.get("allocationMode") == "All":
+            return 0
+        count = asked.get("count")
+        total += count if isinstance(count, int) and count > 0 else 1
+    return total
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 from webhook.admission.objects import decide_object
 from webhook.cluster.ownership import controller_of
 from webhook.core.pods import PodView, build_view
+from webhook.operations.bound import bound_short, kubelet_rejection
 from webhook.operations.causes import Cause, ordered
 from webhook.operations.cluster_facts import ClusterFacts
 from webhook.operations.pending import PoolCapacity, pending_causes
@@ -32,6 +33,7 @@ from webhook.operations.visibility import visibility_causes
 from webhook.policy.model import Policy
 
 NOTHING_BLOCKS = "nothing blocks it"
+PACKAGED_DEFAULT = "the packaged default (pass --policy with the deployed one)"
 LIVE_FORM = (
     "offline: the policy's verdict and what the Pod spec shows; causes in the cluster (free "
     "GPUs, taints, node labels, quotas, claims) need the live form: "
@@ -138,10 +140,16 @@ def explain_pod(pod: Mapping[str, Any], facts: ClusterFacts | None, policy: Poli
         notes.append(LIVE_FORM)
     elif phase in ("Succeeded", "Failed"):
         state = "finished"
-        notes.append(f"it has finished ({phase}): nothing keeps it from a node or a GPU now")
+        rejected = kubelet_rejection(view, status, node_name, facts, policy)
+        if rejected is not None:
+            causes.append(rejected)
+        else:
+            notes.append(f"it has finished ({phase}): nothing keeps it from a node or a GPU now")
     elif node_name:
         state = "scheduled"
         node = next((n for n in facts.nodes if n.name == node_name), None)
+        if phase == "Pending":
+            causes += bound_short(view, node_name, node, policy)
         visible, more = visibility_causes(view, policy, node, frozenset())
         causes += visible
         notes += more
@@ -179,6 +187,12 @@ def explain_pod(pod: Mapping[str, Any], facts: ClusterFacts | None, policy: Poli
         ordered(causes),
         tuple(notes),
     )
+
+
+def policy_named(path: str | None) -> str:
+    """Which policy judged, as the reports say it: the file ``--policy`` named, else the
+    packaged default, whose pools and tenant contacts are not the cluster's."""
+    return path or PACKAGED_DEFAULT
 
 
 def _verdict(obj: dict[str, Any], policy: Policy, namespace: str) -> Verdict:

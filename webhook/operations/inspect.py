@@ -11,7 +11,8 @@ them (at 5,000 nodes and 150,000 Pods, what is kept is the GPU nodes and the Pen
   nodes and what the Pods bound to them request, the FailedScheduling events of the Pending
   GPU Pods, the ResourceQuotas, and the claims where a Pending Pod claims devices;
 - the DaemonSets ``devicePluginDaemonSets`` names (read once, for this report and for
-  ``cluster check``'s) and the nodes their Pods are on;
+  ``cluster check``'s), or without them every DaemonSet, of which the well-known device
+  plugins are kept, and the nodes their Pods are on, Ready or not;
 - everything else ``cluster check`` compares (``webhook.audit.cluster_check``), which lists
   the Nodes again for itself: a second pass over the nodes, the price of one drift check for
   both commands.
@@ -31,14 +32,15 @@ from functools import partial
 from typing import Any
 
 from webhook.audit.cluster_check import check_policy_drift
-from webhook.audit.drift import daemonset_pod_nodes, read_device_plugin_daemonsets
+from webhook.audit.drift import daemonset_pods, read_device_plugin_daemonsets
 from webhook.cluster.connection import Cluster
 from webhook.cluster.listing import Lister, RequestRefused
 from webhook.core.inventory import is_gpu_resource
 from webhook.core.requests import spec_requests
 from webhook.operations.causes import Cause
 from webhook.operations.cluster_facts import ClusterFacts, pending_pods, read_cluster_facts
-from webhook.operations.explain import explain_pod
+from webhook.operations.daemonset_drafts import device_plugin_evidence
+from webhook.operations.explain import explain_pod, policy_named
 from webhook.operations.inspect_changes import compare
 from webhook.operations.inspect_report import InspectReport
 from webhook.operations.inspect_sections import (
@@ -49,8 +51,10 @@ from webhook.operations.inspect_sections import (
     pending_pod,
 )
 from webhook.operations.refusals import INSPECTOR_GRANT
-from webhook.policy.model import Policy
+from webhook.policy.model import DaemonSetName, Policy
 
+# GKE's managed device plugin DaemonSet (kube-system), which runs Google's own image.
+GKE_DEVICE_PLUGIN = "nvidia-gpu-device-plugin"
 # A Pending Pod younger than this is normal churn (the scheduler, an autoscaler at work).
 PENDING_AFTER_SECONDS = 300
 # Of a Pod's metadata and status, what explain reads (the verdict, the scheduler's condition,
@@ -76,19 +80,25 @@ def inspect_cluster(
     now: datetime,
     previous: Mapping[str, Any] | None = None,
     pending_after: int = PENDING_AFTER_SECONDS,
+    policy_file: str | None = None,
 ) -> InspectReport:
     """The inspection of the cluster at ``now``; with ``previous`` (a report document checked
     by ``inspect_changes.check_previous``), what changed since. A Pending GPU Pod is a
     finding once Pending ``pending_after`` seconds with a cause. A refused list or read, or
-    an unreachable server, raises ``ClusterError``."""
+    an unreachable server, raises ``ClusterError``. ``policy_file``: the file ``--policy``
+    named (None: the packaged default)."""
     waiting = [reduced(pod) for pod in pending_pods(cluster, None) if waits_for_gpu(pod, policy)]
     facts = read_cluster_facts(cluster, policy, waiting, all_namespaces=True)
     lister = Lister(cluster, None)
     try:
         daemonsets = read_device_plugin_daemonsets(lister, policy)
+        # Without devicePluginDaemonSets, the well-known device plugins, found by what they
+        # state (``policy init``'s reading): compared, and said to be found so.
+        found_by = {} if daemonsets else find_device_plugins(lister)
+        compared = daemonsets or {named: obj for named, (obj, _) in found_by.items()}
         placed = {
-            named: daemonset_pod_nodes(lister, named, daemonset)
-            for named, daemonset in daemonsets.items()
+            named: daemonset_pods(lister, named, daemonset)
+            for named, daemonset in compared.items()
             if daemonset is not None
         }
         checked = check_policy_drift(cluster, policy, daemonsets)
@@ -99,15 +109,18 @@ def inspect_cluster(
         (pending_pod(pod, first_cause(pod, facts, policy), now, policy) for pod in waiting),
         key=lambda pod: (-pod.age_seconds, pod.namespace, pod.name),
     )
+    plugins = device_plugins(
+        facts.nodes, compared, placed, {named: why for named, (_, why) in found_by.items()}
+    )
     report = InspectReport(
         generated=now,
-        policy=policy.source,
+        policy=policy_named(policy_file),
         nodes_read=facts.node_count,
-        gpu_nodes=inspected_nodes(facts.nodes),
+        gpu_nodes=inspected_nodes(facts.nodes, plugins.uncovered),
         pending=tuple(pod for pod in pods if not pod.gates),
         gated=tuple(pod for pod in pods if pod.gates),
         pending_after=pending_after,
-        device_plugins=device_plugins(facts.nodes, daemonsets, placed),
+        device_plugins=plugins,
         quotas=gpu_quotas(facts.quotas),
         drift=tuple(checked.drift),
         mixed_pools=mixed_pools(facts.nodes, policy),
@@ -116,6 +129,37 @@ def inspect_cluster(
     if previous is not None:
         report = dataclasses.replace(report, changes=compare(previous, report))
     return report
+
+
+def find_device_plugins(
+    lister: Lister,
+) -> dict[DaemonSetName, tuple[Mapping[str, Any], str]]:
+    """Every DaemonSet that runs NVIDIA's device plugin by what it states (its image or the
+    GPU Operator's name: ``webhook.operations.daemonset_drafts``; GKE's by its name), with
+    what says so."""
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    every = k8s.AppsV1Api(lister.cluster.api_client).list_daemon_set_for_all_namespaces
+    found: dict[DaemonSetName, tuple[Mapping[str, Any], str]] = {}
+    try:
+        for page in lister.pages(every):
+            for obj in page.get("items") or ():
+                if not isinstance(obj, dict):
+                    continue
+                metadata = _mapping(obj.get("metadata"))
+                name = str(metadata.get("name") or "")
+                template = _mapping(_mapping(_mapping(obj.get("spec")).get("template")).get("spec"))
+                why = device_plugin_evidence(name, template) or (
+                    "its name is the one GKE gives its device plugin"
+                    if name == GKE_DEVICE_PLUGIN
+                    else None
+                )
+                if why is not None:
+                    found[DaemonSetName(str(metadata.get("namespace") or ""), name)] = (obj, why)
+    except ApiException as exc:
+        raise RequestRefused("cannot list daemonsets in all namespaces", exc) from None
+    return found
 
 
 def waits_for_gpu(pod: Mapping[str, Any], policy: Policy) -> bool:

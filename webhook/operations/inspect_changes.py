@@ -1,12 +1,16 @@
-"""What changed since a previous inspection (``gpu-admission inspect --since FILE``): the
-guide's "sudden changes in node GPU capacity" and "mixed hardware pools" over time.
+"""What changed since a previous inspection (``gpu-admission inspect --since FILE``): the guide's
+"sudden changes in node GPU capacity" and "mixed hardware pools" over time.
 
 Compared: the GPU nodes of both reports by name (gone: a GPU node of the previous report that
 is no GPU node now, deleted or stripped of its GPUs; added: the other way round); for a node in
-both, each resource whose allocatable went down (a GPU fallen off the bus, a device plugin
-that stopped advertising, a MIG layout that gave fewer instances); and the products no node
-carried before. The previous report is the JSON ``inspect -o json`` wrote, checked against its
-schema first: a file that is not one is refused, not half compared.
+both, every resource: one whose allocatable went down with nothing gained beside it is lost (a
+GPU fallen off the bus, a device plugin that stopped advertising), one that went up is gained,
+and a node that lost some and gained others is re-shaped, one change (a MIG re-partition, a
+time-slicing rename); a node whose product changed (re-boarded); the products no node carried
+before; and the net allocatable per pool, product and resource, so that an autoscaler's churn
+(nodes gone, others added) reads as what it nets to. The previous report is the JSON ``inspect
+-o json`` wrote, checked against its schema first: a file that is not one is refused, not half
+compared.
 """
 
 from __future__ import annotations
@@ -14,7 +18,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.operations.inspect_report import Changes, GpusLost, InspectReport, report_schema
+from webhook.operations.inspect_report import (
+    Changes,
+    GpusLost,
+    InspectReport,
+    NetChange,
+    ProductChange,
+    Reshaped,
+    report_schema,
+)
 from webhook.policy.quantity import Quantity, parse_quantity
 
 
@@ -43,16 +55,27 @@ def compare(previous: Mapping[str, Any], current: InspectReport) -> Changes:
     before = {node["name"]: node for node in previous["nodes"]}
     now = {node.name: node for node in current.gpu_nodes}
     lost: list[GpusLost] = []
+    gained: list[GpusLost] = []
+    reshaped: list[Reshaped] = []
+    products: list[ProductChange] = []
     for name in sorted(before.keys() & now.keys()):
-        had: dict[str, Quantity] = {
-            r["name"]: parse_quantity(r["allocatable"]) or 0 for r in before[name]["resources"]
-        }
+        had = _allocatable(before[name])
         has = {r.name: r.allocatable for r in now[name].resources}
-        lost += [
-            GpusLost(name, resource, value, has.get(resource, 0))
-            for resource, value in sorted(had.items())
-            if has.get(resource, 0) < value
-        ]
+        down = {r: q for r, q in had.items() if has.get(r, 0) < q}
+        up = {r: q for r, q in has.items() if had.get(r, 0) < q}
+        if down and up:
+            reshaped.append(
+                Reshaped(
+                    name,
+                    tuple((r, had[r]) for r in sorted({*down, *up}) if had.get(r, 0)),
+                    tuple((r, has[r]) for r in sorted({*down, *up}) if has.get(r, 0)),
+                )
+            )
+        else:
+            lost += [GpusLost(name, r, q, has.get(r, 0)) for r, q in sorted(down.items())]
+            gained += [GpusLost(name, r, had.get(r, 0), q) for r, q in sorted(up.items())]
+        if before[name]["product"] != now[name].product:
+            products.append(ProductChange(name, before[name]["product"], now[name].product))
     products_before = {node["product"] for node in previous["nodes"] if node["product"]}
     products_now = {node.product for node in current.gpu_nodes if node.product}
     return Changes(
@@ -61,4 +84,34 @@ def compare(previous: Mapping[str, Any], current: InspectReport) -> Changes:
         nodes_added=tuple(sorted(now.keys() - before.keys())),
         gpus_lost=tuple(lost),
         new_products=tuple(sorted(products_now - products_before)),
+        gpus_gained=tuple(gained),
+        reshaped=tuple(reshaped),
+        products_changed=tuple(products),
+        net=_net(previous["nodes"], current),
+    )
+
+
+def _allocatable(node: Mapping[str, Any]) -> dict[str, Quantity]:
+    return {r["name"]: parse_quantity(r["allocatable"]) or 0 for r in node["resources"]}
+
+
+def _net(previous: list[Mapping[str, Any]], current: InspectReport) -> tuple[NetChange, ...]:
+    """Per pool, product and resource, the allocatable over the nodes before and now, where
+    it changed: autoscaler churn (50 nodes gone, 50 added) nets to nothing."""
+    Key = tuple[str | None, str | None, str]
+    totals: dict[Key, list[Quantity]] = {}
+    for node in previous:
+        for pool in node["pools"] or [None]:
+            for resource, quantity in _allocatable(node).items():
+                totals.setdefault((pool, node["product"], resource), [0, 0])[0] += quantity
+    for inspected in current.gpu_nodes:
+        for pool in inspected.pools or (None,):
+            for r in inspected.resources:
+                totals.setdefault((pool, inspected.product, r.name), [0, 0])[1] += r.allocatable
+    return tuple(
+        NetChange(pool, product, resource, was, now)
+        for (pool, product, resource), (was, now) in sorted(
+            totals.items(), key=lambda item: tuple(str(part) for part in item[0])
+        )
+        if was != now
     )

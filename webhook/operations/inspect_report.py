@@ -26,7 +26,7 @@ from typing import Any
 from webhook.audit.drift_finding import Drift
 from webhook.core.wording import plain_number
 from webhook.operations.causes import Cause
-from webhook.operations.cluster_facts import QuotaUse
+from webhook.operations.quota_facts import QuotaUse
 from webhook.policy.quantity import Quantity
 
 API_VERSION = "gpu-admission.io/v1alpha1"
@@ -48,7 +48,11 @@ class NodeResource:
 class InspectedNode:
     """One GPU node: its pools, product (``nvidia.com/gpu.product``, None without it), MIG
     layout (``nvidia.com/mig.config`` and the profiles it advertises), time-slicing replicas
-    (``nvidia.com/gpu.replicas``) and its GPU resources."""
+    (``nvidia.com/gpu.replicas``) and its GPU resources. ``state``: why it is out of use
+    ("" where usable: ``webhook.core.node_lifecycle``, NotReady, cordoned, being removed);
+    ``sharing``: how its GPUs are handed out (``whole``, ``MIG``, ``time-sliced``);
+    ``attention``: what about it needs a look (out of use, capacity above allocatable, a
+    failed MIG configuration, no Ready device plugin Pod)."""
 
     name: str
     pools: tuple[str, ...]
@@ -57,6 +61,9 @@ class InspectedNode:
     mig_profiles: tuple[str, ...]
     replicas: int | None
     resources: tuple[NodeResource, ...]
+    state: str = ""
+    sharing: str = "whole"
+    attention: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +93,7 @@ class DevicePlugin:
     desired: int
     ready: int
     on_gpu_nodes: int
+    found_by: str | None = None  # what says it runs the device plugin, where found by it
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,15 +107,19 @@ class DevicePlugins:
     daemonsets: tuple[DevicePlugin, ...]
     gpu_nodes: int
     uncovered: tuple[str, ...]
+    not_ready: tuple[str, ...] = ()  # of ``uncovered``, those whose plugin Pod is not Ready
+    discovered: bool = False  # the policy names none: the DaemonSets were found by name/image
 
 
 @dataclass(frozen=True, slots=True)
 class MixedPool:
-    """A pool whose nodes carry different GPU products: ``pool`` None for the GPU nodes in
-    no pool; ``products`` each product and its nodes."""
+    """A pool where nodes of different GPU products offer the same GPU resource: ``pool``
+    None for the GPU nodes in no pool; ``products`` each product and its nodes that offer
+    one of ``resources``."""
 
     pool: str | None
     products: Mapping[str, tuple[str, ...]]
+    resources: tuple[str, ...] = ()  # the GPU resources nodes of different products offer
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,14 +133,53 @@ class GpusLost:
 
 
 @dataclass(frozen=True, slots=True)
+class Reshaped:
+    """A node that lost some GPU resources and gained others: a MIG re-partition
+    (``mig-1g.10gb`` 56 to ``mig-3g.40gb`` 16) or a rename (``nvidia.com/gpu`` to
+    ``nvidia.com/gpu.shared``), one change, not a loss. ``before`` and ``after``: the
+    resources that changed, with their allocatable."""
+
+    node: str
+    before: tuple[tuple[str, Quantity], ...]
+    after: tuple[tuple[str, Quantity], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProductChange:
+    """A node of the same name that now carries another product (re-boarded)."""
+
+    node: str
+    before: str | None
+    after: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NetChange:
+    """A pool's product's GPU resource whose allocatable over its nodes went up or down
+    (nodes gone and added, GPUs lost or gained): ``pool`` None for the nodes in none."""
+
+    pool: str | None
+    product: str | None
+    resource: str
+    before: Quantity
+    after: Quantity
+
+
+@dataclass(frozen=True, slots=True)
 class Changes:
-    """What changed since a previous report (``--since``), made at ``since``."""
+    """What changed since a previous report (``--since``), made at ``since``: GPUs lost
+    (a node's resource down, nothing gained beside it), gained, re-shaped (lost and gained
+    on one node), products changed per node, and the net per pool and product."""
 
     since: str
     nodes_gone: tuple[str, ...]
     nodes_added: tuple[str, ...]
     gpus_lost: tuple[GpusLost, ...]
     new_products: tuple[str, ...]
+    gpus_gained: tuple[GpusLost, ...] = ()
+    reshaped: tuple[Reshaped, ...] = ()
+    products_changed: tuple[ProductChange, ...] = ()
+    net: tuple[NetChange, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +245,9 @@ def report_document(report: InspectReport) -> dict[str, Any]:
                 "migConfig": node.mig_config,
                 "migProfiles": list(node.mig_profiles),
                 "replicas": node.replicas,
+                "state": node.state or None,
+                "sharing": node.sharing,
+                "attention": list(node.attention),
                 "resources": [
                     {
                         "name": resource.name,
@@ -240,11 +294,14 @@ def report_document(report: InspectReport) -> dict[str, Any]:
                     "desired": ds.desired,
                     "ready": ds.ready,
                     "onGpuNodes": ds.on_gpu_nodes,
+                    "foundBy": ds.found_by,
                 }
                 for ds in plugins.daemonsets
             ],
             "gpuNodes": plugins.gpu_nodes,
             "uncoveredNodes": list(plugins.uncovered),
+            "notReadyNodes": list(plugins.not_ready),
+            "discovered": plugins.discovered,
         },
         "quotas": [
             {
@@ -273,6 +330,7 @@ def report_document(report: InspectReport) -> dict[str, Any]:
             {
                 "pool": mixed.pool,
                 "products": {product: list(nodes) for product, nodes in mixed.products.items()},
+                "resources": list(mixed.resources),
             }
             for mixed in report.mixed_pools
         ],
@@ -292,6 +350,37 @@ def report_document(report: InspectReport) -> dict[str, Any]:
                 for lost in changes.gpus_lost
             ],
             "newProducts": list(changes.new_products),
+            "gpusGained": [
+                {
+                    "node": gained.node,
+                    "resource": gained.resource,
+                    "before": plain_number(gained.before),
+                    "after": plain_number(gained.after),
+                }
+                for gained in changes.gpus_gained
+            ],
+            "reshaped": [
+                {
+                    "node": reshaped.node,
+                    "before": {name: plain_number(q) for name, q in reshaped.before},
+                    "after": {name: plain_number(q) for name, q in reshaped.after},
+                }
+                for reshaped in changes.reshaped
+            ],
+            "productsChanged": [
+                {"node": changed.node, "before": changed.before, "after": changed.after}
+                for changed in changes.products_changed
+            ],
+            "net": [
+                {
+                    "pool": net.pool,
+                    "product": net.product,
+                    "resource": net.resource,
+                    "before": plain_number(net.before),
+                    "after": plain_number(net.after),
+                }
+                for net in changes.net
+            ],
         },
         "notes": list(report.notes),
     }

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.core.inventory import is_gpu_resource
+from webhook.core.node_lifecycle import is_lifecycle_taint, node_state
 from webhook.core.pods import PodView, effective_requests
 from webhook.core.pools import select_pool
 from webhook.core.queues import DEFAULT_SCHEDULER
@@ -26,7 +27,7 @@ from webhook.core.scheduling import (
 from webhook.core.wording import names, number, plain_number
 from webhook.operations.causes import Cause
 from webhook.operations.cluster_facts import ClusterFacts, GpuNode
-from webhook.operations.namespace_causes import claim_causes, quota_causes
+from webhook.operations.namespace_causes import claim_causes, pod_claims, quota_notes
 from webhook.operations.node_causes import NODES_LISTED, node_causes
 from webhook.operations.scheduler_message import SchedulerMessage, SchedulerReason
 from webhook.policy.dra import DEVICE_CLASS_RESOURCE_PREFIX
@@ -107,7 +108,8 @@ def pending_causes(
     """The causes that keep an unscheduled Pod Pending (see the module's docstring)."""
     requests = gpu_requests(view, policy)
     reasons = message.reasons if message is not None else ()
-    on_nodes = node_findings(view, facts, policy, requests, reasons)
+    classes = claimed_classes_of(pod, view, facts)
+    on_nodes = node_findings(view, facts, policy, requests, reasons, classes)
     causes = list(on_nodes.causes)
     notes = list(on_nodes.notes)
     found_kinds = set(on_nodes.confirmed)
@@ -115,11 +117,12 @@ def pending_causes(
     causes += claims
     if claims:
         found_kinds.add("claims")
-    causes += quota_causes(pod, view, facts, policy, requests)
+    notes += quota_notes(pod, view, facts, policy, requests)
     gpu_pod = bool(requests or view.spec.get("resourceClaims"))
     if not gpu_pod:
-        notes.append("it asks for no GPU: the scheduler's reasons are told as it gives them")
-    for reason in reasons:
+        notes.append("it asks for no GPU: the scheduler's reasons are told in the guide's order")
+    # The scheduler lists its reasons alphabetically; they are told in the guide's order.
+    for reason in sorted(reasons, key=lambda r: _GUIDE_ORDER.index(r.kind)):
         gpu_reason = reason.kind != "insufficient" or is_gpu_resource(reason.resource, policy)
         if reason.kind in found_kinds and gpu_reason:
             continue
@@ -151,14 +154,31 @@ def node_findings(
     policy: Policy,
     requests: Mapping[str, Quantity],
     reasons: tuple[SchedulerReason, ...],
+    classes: tuple[str, ...] = (),
 ) -> NodeFindings:
     """What the GPU nodes say of the Pod: worked out once per scheduling shape (see
-    :func:`scheduling_shape`) and kept in ``facts.shapes`` for the next Pod of that shape."""
-    shape = scheduling_shape(view, requests, reasons)
+    :func:`scheduling_shape`, with the device classes its claims ask for) and kept in
+    ``facts.shapes`` for the next Pod of that shape."""
+    shape = (scheduling_shape(view, requests, reasons), classes)
     found = facts.shapes.get(shape)
     if not isinstance(found, NodeFindings):
-        found = facts.shapes[shape] = _on_nodes(view, facts, policy, requests, reasons)
+        found = facts.shapes[shape] = _on_nodes(view, facts, policy, requests, reasons, classes)
     return found
+
+
+def claimed_classes_of(
+    pod: Mapping[str, Any], view: PodView, facts: ClusterFacts
+) -> tuple[str, ...]:
+    """The device classes the Pod's ResourceClaims ask for, as read (none without DRA)."""
+    if facts.dra is None:
+        return ()
+    found: list[str] = []
+    for _, claim_name, _ in pod_claims(pod):
+        claim = facts.dra.claims.get((view.namespace, claim_name))
+        for device_class in claim.device_classes if claim is not None else ():
+            if device_class not in found:
+                found.append(device_class)
+    return tuple(found)
 
 
 def scheduling_shape(
@@ -192,6 +212,7 @@ def _on_nodes(
     policy: Policy,
     requests: Mapping[str, Quantity],
     reasons: Sequence[SchedulerReason],
+    classes: tuple[str, ...],
 ) -> NodeFindings:
     causes: list[Cause] = []
     notes: list[str] = []
@@ -207,6 +228,12 @@ def _on_nodes(
         compare_free = False
     elif requests or view.spec.get("resourceClaims"):
         offering = [n for n in reach if all(n.info.advertises(r) for r in requests)]
+        if not requests and facts.dra is not None:
+            # Its claims' devices: on the nodes whose ResourceSlices publish them, where known.
+            for device_class in classes:
+                published = facts.dra.nodes_of(device_class)
+                if published is not None:
+                    offering = [n for n in offering if n.name in published]
         if requests and not offering:
             causes.append(_offered_nowhere(requests, reach))
             confirmed.add("insufficient")
@@ -216,14 +243,21 @@ def _on_nodes(
                 found = node_causes(view, policy, requests, offering, blocked, reasons)
                 causes += found
                 confirmed.update(_REASON_OF[c.kind] for c in found)
+                if any(c.kind == "unavailable-nodes" for c in found):
+                    # The scheduler counts a lifecycle taint among the untolerated taints.
+                    confirmed.add("taint")
             else:
                 fitting = [n.name for n, b in blocked.items() if not b]
                 said = [str(r) for r in reasons if r.kind in _NODE_REASONS]
                 if said:
                     notes.append(
-                        f"{number(len(fitting), 'GPU node')} can take it now ({names(fitting)}): "
-                        f'the scheduler\'s last attempt ("{", ".join(said)}") is older than '
-                        "that, and it tries again"
+                        f"{number(len(fitting), 'GPU node')} "
+                        f"({names(fitting)}) {'passes' if len(fitting) == 1 else 'pass'} the "
+                        "checks explain makes (resources, taints, selector, affinity); the "
+                        f'scheduler\'s reasons ("{", ".join(said)}") are what it saw: what '
+                        "explain does not read (pod affinity or anti-affinity, topology spread, "
+                        "volumes, host ports) may keep it off them, or its last attempt is older "
+                        "than a change (`kubectl describe pod` shows the latest)"
                     )
                 confirmed.update(_NODE_REASONS)
     if not compare_free and not missing:
@@ -232,12 +266,14 @@ def _on_nodes(
     return NodeFindings(tuple(causes), tuple(notes), pools, frozenset(confirmed))
 
 
+# The scheduler's reason kinds in the guide's order (``webhook.operations.causes``).
+_GUIDE_ORDER = ("insufficient", "unschedulable", "taint", "affinity", "claims", "other")
 # The scheduler's reasons about nodes, which the GPU nodes' facts confirm or not.
 _NODE_REASONS = frozenset({"insufficient", "taint", "affinity", "unschedulable"})
 # The scheduler's reason kind each node cause confirms.
 _REASON_OF = {
     "insufficient-gpus": "insufficient",
-    "cordoned-nodes": "unschedulable",
+    "unavailable-nodes": "unschedulable",
     "untolerated-taint": "taint",
     "node-affinity": "affinity",
 }
@@ -317,15 +353,20 @@ def _blockers(
     requests: Mapping[str, Quantity],
     compare_free: bool,
 ) -> dict[GpuNode, list[str]]:
-    """Per node that offers what the Pod asks for, what keeps the Pod off it: ``cordoned``,
-    ``taint``, ``affinity``, ``insufficient`` (with ``compare_free``; none: it fits)."""
+    """Per node that offers what the Pod asks for, what keeps the Pod off it, in the
+    scheduler's order of filters: ``unavailable`` (NotReady, cordoned, being removed:
+    ``webhook.core.node_lifecycle``), ``taint`` (another untolerated taint), ``affinity``,
+    ``insufficient`` (with ``compare_free``; none: it fits)."""
     tolerations = view.tolerations()
     found: dict[GpuNode, list[str]] = {}
     for node in offering:
         blockers = []
-        if node.unschedulable:
-            blockers.append("cordoned")
-        if untolerated(tolerations, node.taints):
+        if node_state(tolerations, node.taints, node.unschedulable, node.ready):
+            blockers.append("unavailable")
+        if any(
+            not is_lifecycle_taint(str(taint.get("key")))
+            for taint in untolerated(tolerations, node.taints)
+        ):
             blockers.append("taint")
         if not admits(view.spec, node.info.labels, node.name):
             blockers.append("affinity")
