@@ -242,8 +242,8 @@ def test_the_table_prints_every_section(
     )
     assert "pool partitioned mixes" not in out
     assert lines[-1].startswith(
-        "to act on: 2 GPU Pods Pending over 5m with a cause, 1 GPU node without a device "
-        "plugin Pod, "
+        "to act on: 2 GPU Pods Pending over 5m with a cause, 1 GPU node without a Ready "
+        "device plugin Pod, "
         "1 GPU quota used up, "
     )
 
@@ -404,7 +404,7 @@ def test_a_healthy_cluster_is_clean(
     assert (status, err) == (0, ""), out
     assert out.splitlines()[-1] == (
         "nothing to act on: 0 GPU Pods Pending over 5m with a cause, 0 GPU nodes without a "
-        "device plugin Pod, 0 GPU quotas used up, 0 drift findings"
+        "Ready device plugin Pod, 0 GPU quotas used up, 0 drift findings"
     )
     assert "every GPU node has a Ready device plugin Pod" in out
     assert "no GPU Pod waits for a node" in out
@@ -733,7 +733,10 @@ def test_a_crash_looping_plugin_pod_covers_nothing_and_the_well_known_plugins_ar
             "nvidia-device-plugin-daemonset",
             "its name is the one the GPU Operator gives its device plugin",
         ),
-        ("nvidia-gpu-device-plugin", "its name is the one GKE gives its device plugin"),
+        (
+            "nvidia-gpu-device-plugin",
+            "its name and namespace are those GKE gives its device plugin",
+        ),
     }
     assert plugins["uncoveredNodes"] == ["mig-2", "train-2"]
     main(["inspect", "--policy", str(policy), "--kubeconfig", kubeconfig])

@@ -31,7 +31,7 @@ examples:
   gpu-admission inspect --since inspect-2025-06-01.json -o markdown > ticket.md
 
 exit status: 0 nothing to act on, 1 findings (a GPU Pod Pending longer than --pending-after
-with a cause, a GPU node without a device plugin Pod, a GPU quota used up, drift between the
+with a cause, a GPU node without a Ready device plugin Pod, a GPU quota used up, drift between the
 policy and the cluster), 2 could not run. Pods held by scheduling gates wait for their queue:
 listed, never a finding.
 

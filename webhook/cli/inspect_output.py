@@ -63,7 +63,7 @@ def summary(report: InspectReport) -> str:
     parts = [
         number(findings["pendingGpuPods"], "GPU Pod")
         + f" Pending over {duration(report.pending_after)} with a cause",
-        number(findings["uncoveredGpuNodes"], "GPU node") + " without a device plugin Pod",
+        number(findings["uncoveredGpuNodes"], "GPU node") + " without a Ready device plugin Pod",
         number(findings["exhaustedQuotas"], "GPU quota") + " used up",
         number(findings["drift"], "drift finding"),
     ]

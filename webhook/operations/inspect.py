@@ -53,8 +53,6 @@ from webhook.operations.inspect_sections import (
 from webhook.operations.refusals import INSPECTOR_GRANT
 from webhook.policy.model import DaemonSetName, Policy
 
-# GKE's managed device plugin DaemonSet (kube-system), which runs Google's own image.
-GKE_DEVICE_PLUGIN = "nvidia-gpu-device-plugin"
 # A Pending Pod younger than this is normal churn (the scheduler, an autoscaler at work).
 PENDING_AFTER_SECONDS = 300
 # Of a Pod's metadata and status, what explain reads (the verdict, the scheduler's condition,
@@ -149,14 +147,11 @@ def find_device_plugins(
                     continue
                 metadata = _mapping(obj.get("metadata"))
                 name = str(metadata.get("name") or "")
+                namespace = str(metadata.get("namespace") or "")
                 template = _mapping(_mapping(_mapping(obj.get("spec")).get("template")).get("spec"))
-                why = device_plugin_evidence(name, template) or (
-                    "its name is the one GKE gives its device plugin"
-                    if name == GKE_DEVICE_PLUGIN
-                    else None
-                )
+                why = device_plugin_evidence(namespace, name, template)
                 if why is not None:
-                    found[DaemonSetName(str(metadata.get("namespace") or ""), name)] = (obj, why)
+                    found[DaemonSetName(namespace, name)] = (obj, why)
     except ApiException as exc:
         raise RequestRefused("cannot list daemonsets in all namespaces", exc) from None
     return found

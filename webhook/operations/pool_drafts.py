@@ -27,6 +27,7 @@ from webhook.core.inventory import (
     is_gpu_node,
     time_sliced,
 )
+from webhook.core.node_lifecycle import is_lifecycle_taint
 from webhook.core.wording import count, names
 from webhook.policy.mig import GPU_PRODUCT, MIG_PREFIX
 
@@ -51,16 +52,6 @@ SHARING_LABELS = (
     GKE_SHARING,
     GKE_CLIENTS,
     GKE_PARTITION,
-)
-# Taints a node carries for a while (starting, cordoned, drained, being scaled down): never a
-# pool's.
-PASSING_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
-PASSING_TAINTS = frozenset(
-    {
-        "ToBeDeletedByClusterAutoscaler",
-        "DeletionCandidateOfClusterAutoscaler",
-        "karpenter.sh/disrupted",
-    }
 )
 # Labels that never make a pool: one node's own, its place, its software's versions.
 UNFIT_LABEL_PREFIXES = (
@@ -134,14 +125,11 @@ def is_gpu_resource(name: str) -> bool:
 
 
 def pool_taints(node: NodeInfo) -> tuple[Taint, ...]:
-    """The node's taints less those it carries only for a while, sorted."""
+    """The node's taints less those it carries only for a while (its health or maintenance:
+    ``webhook.core.node_lifecycle``), sorted."""
     return tuple(
         sorted(
-            (
-                t
-                for t in node.taints
-                if not t.key.startswith(PASSING_TAINT_PREFIXES) and t.key not in PASSING_TAINTS
-            ),
+            (t for t in node.taints if not is_lifecycle_taint(t.key)),
             key=lambda t: (t.key, t.value, t.effect),
         )
     )
