@@ -185,6 +185,20 @@ def test_the_hook_jobs_run_where_the_webhook_may() -> None:
         assert "affinity" not in spec and "topologySpreadConstraints" not in spec
 
 
+def test_the_background_audit_runs_where_the_webhook_may() -> None:
+    values = {**PLACEMENT, "backgroundAudit": {"enabled": True}}
+    [cronjob] = [o for o in render(values) if o["kind"] == "CronJob"]
+    spec = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == SYSTEM_NODES
+    assert spec["tolerations"] == [SYSTEM_TOLERATION]
+    [cronjob] = [
+        o for o in render({"backgroundAudit": {"enabled": True}}) if o["kind"] == "CronJob"
+    ]
+    assert not {"nodeSelector", "tolerations"} & set(
+        cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    )
+
+
 def test_an_affinity_key_of_the_values_replaces_the_charts() -> None:
     required = {
         "requiredDuringSchedulingIgnoredDuringExecution": [
@@ -292,9 +306,19 @@ def test_an_inline_policy_that_is_not_a_policy_mapping_fails_the_render(
         render({"policy": {"inline": text}})
     assert "--set-file policy.inline=policy.yaml" in str(raised.value)
     assert "gpu-admission policy validate" in str(raised.value)
-    # Even where the ConfigMap is another's, the inline text is read for its workload kinds.
-    with pytest.raises(helm.HelmRenderError, match=f"policy.inline {message}"):
-        render({"policy": {"inline": text, "existingConfigMap": "mine"}})
+
+
+def test_an_inline_policy_beside_an_existing_config_map_fails_the_render() -> None:
+    """The webhook would serve the ConfigMap's policy, and the inline text would only have
+    added its kinds' webhook rules: one of the two, and the values that send an existing
+    policy's kinds are named."""
+    inline = (
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUAdmissionPolicy\nmetadata: {name: x}\n"
+    )
+    with pytest.raises(helm.HelmRenderError, match="are both set") as raised:
+        render({"policy": {"inline": inline, "existingConfigMap": "mine"}})
+    assert "webhooks.customResources.extraRules" in str(raised.value)
+    assert "webhooks.mutating.extraWorkloadRules" in str(raised.value)
 
 
 # ------------------------------------------------------------------ the check-policy hook
