@@ -48,7 +48,7 @@ from webhook.core.requests import spec_requests
 from webhook.core.scheduling import selected_label_keys
 from webhook.operations.dra_facts import DRA_NOT_SERVED, DraFacts, read_dra
 from webhook.operations.quota_facts import QuotaUse, read_quotas
-from webhook.operations.refusals import read_refused
+from webhook.operations.refusals import read_refused, where_listed
 from webhook.policy.model import Policy, Pool
 from webhook.policy.quantity import Quantity, parse_quantity
 
@@ -189,7 +189,7 @@ def pending_pods(cluster: Cluster, namespace: str | None) -> Iterator[dict[str, 
             yield from (pod for pod in page.get("items") or () if isinstance(pod, dict))
     except ApiException as exc:
         raise read_refused(
-            f"cannot list pending pods {_scope(namespace)}", '"list" on pods', exc
+            f"cannot list pending pods {where_listed(namespace)}", '"list" on pods', exc
         ) from None
 
 
@@ -346,7 +346,7 @@ def _read_events(
                     _keep_event(event, uids, found)
         except ApiException as exc:
             raise read_refused(
-                f"cannot list events {_scope(scope)}", '"list" on events', exc
+                f"cannot list events {where_listed(scope)}", '"list" on events', exc
             ) from None
     return {
         key: tuple(e for _, e in sorted(kept, key=lambda item: item[0], reverse=True))
@@ -395,10 +395,6 @@ def _keep_event(
 def _key(pod: Mapping[str, Any]) -> PodKey:
     metadata = _mapping(pod.get("metadata"))
     return str(metadata.get("namespace") or "default"), str(metadata.get("name") or "")
-
-
-def _scope(namespace: str | None) -> str:
-    return f'in namespace "{namespace}"' if namespace else "in all namespaces"
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.pods import PodView
+from webhook.core.scheduling import expression_matches
 from webhook.core.wording import plain_number
 from webhook.operations.causes import Cause
 from webhook.operations.cluster_facts import ClusterFacts
@@ -161,7 +162,8 @@ def quota_applies(use: QuotaUse, spec: Mapping[str, Any]) -> bool | str:
     for scope, operator, values in terms:
         if scope == "PriorityClass":
             name = spec.get("priorityClassName")
-            matched = _scope_matches(operator, str(name) if name else None, values)
+            requirement = {"operator": operator, "values": list(values)}
+            matched = expression_matches(requirement, str(name) if name else None)
         elif scope in ("Terminating", "NotTerminating"):
             terminating = isinstance(spec.get("activeDeadlineSeconds"), int)
             matched = terminating == (scope == "Terminating")
@@ -173,18 +175,6 @@ def quota_applies(use: QuotaUse, spec: Mapping[str, Any]) -> bool | str:
         if matched is not True:
             return False
     return unread or True
-
-
-def _scope_matches(operator: str, value: str | None, values: tuple[str, ...]) -> bool | None:
-    if operator == "In":
-        return value is not None and value in values
-    if operator == "NotIn":
-        return value is None or value not in values
-    if operator == "Exists":
-        return value is not None
-    if operator == "DoesNotExist":
-        return value is None
-    return None
 
 
 def _best_effort(spec: Mapping[str, Any]) -> bool:

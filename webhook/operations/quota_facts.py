@@ -13,7 +13,7 @@ from typing import Any
 from webhook.cluster.connection import Cluster
 from webhook.cluster.listing import Lister
 from webhook.core.inventory import is_gpu_resource
-from webhook.operations.refusals import read_refused
+from webhook.operations.refusals import read_refused, where_listed
 from webhook.policy.model import Policy
 from webhook.policy.quantity import Quantity, parse_quantity
 
@@ -69,7 +69,9 @@ def read_quotas(
                         _keep_quota(quota, policy, found)
         except ApiException as exc:
             raise read_refused(
-                f"cannot list resourcequotas {_scope(namespace)}", '"list" on resourcequotas', exc
+                f"cannot list resourcequotas {where_listed(namespace)}",
+                '"list" on resourcequotas',
+                exc,
             ) from None
     return {namespace: tuple(uses) for namespace, uses in found.items()}
 
@@ -116,10 +118,6 @@ def is_gpu_quota(resource: str, policy: Policy) -> bool:
         return True
     name = resource.removeprefix("requests.").removeprefix("limits.")
     return "/" in name and is_gpu_resource(name, policy)
-
-
-def _scope(namespace: str | None) -> str:
-    return f'in namespace "{namespace}"' if namespace else "in all namespaces"
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

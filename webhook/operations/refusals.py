@@ -23,3 +23,8 @@ def read_refused(what: str, permission: str, exc: ApiException) -> RequestRefuse
     """``what`` (``cannot list events in namespace "ml"``) refused with ``exc``;
     ``permission`` the verb and resource that grant it (``"list" on events``)."""
     return RequestRefused(what, exc, grant=f"grant {permission}, or {INSPECTOR_GRANT}")
+
+
+def where_listed(namespace: str | None) -> str:
+    """Where a list reads, as a refusal names it: ``in namespace "ml"``, or all of them."""
+    return f'in namespace "{namespace}"' if namespace else "in all namespaces"
